@@ -1,0 +1,3 @@
+from memdoc.cli import main
+
+main()

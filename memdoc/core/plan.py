@@ -1,0 +1,333 @@
+"""The training plan: every knob that changes the memory of one training step.
+
+`TrainingPlan` is frozen and validated on construction; its fields are the contract shared by
+`bill`, `diagnose`, `prescribe` and `emit`. Enum values are the exact strings the CLI accepts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from enum import Enum
+
+from memdoc.errors import PlanError
+
+
+class Method(str, Enum):
+    """What is trained."""
+
+    FULL = "full"
+    """Every parameter is trainable."""
+    LORA = "lora"
+    """Frozen base weights in the compute dtype plus trainable low-rank adapters (peft)."""
+    QLORA = "qlora"
+    """LoRA over a base stored as 4-bit NF4 with double-quantised constants (bitsandbytes)."""
+
+
+class Precision(str, Enum):
+    """Dtypes of weights, gradients and optimizer states, and the compute dtype."""
+
+    BF16 = "bf16"
+    """Pure bf16: weights, gradients and optimizer states all bf16, no fp32 master copy."""
+    FP16 = "fp16"
+    """Pure fp16 (as BF16 with fp16)."""
+    FP32 = "fp32"
+    """Everything fp32, fp32 compute."""
+    AMP_BF16 = "amp-bf16"
+    """Mixed precision: fp32 master weights, gradients and states; bf16 autocast compute."""
+    AMP_FP16 = "amp-fp16"
+    """Mixed precision with fp16 autocast (and a loss scaler)."""
+
+    @property
+    def is_amp(self) -> bool:
+        return self in (Precision.AMP_BF16, Precision.AMP_FP16)
+
+    @property
+    def param_bits(self) -> int:
+        """Bits per stored (master) weight, gradient and optimizer-state element."""
+        return 32 if self in (Precision.FP32, Precision.AMP_BF16, Precision.AMP_FP16) else 16
+
+    @property
+    def compute_bits(self) -> int:
+        """Bits per activation element produced by matmuls."""
+        return 32 if self is Precision.FP32 else 16
+
+    @property
+    def torch_dtype_name(self) -> str:
+        """Name of the dtype the weights are stored in ('bfloat16', 'float16', 'float32')."""
+        return {Precision.BF16: "bfloat16", Precision.FP16: "float16"}.get(self, "float32")
+
+    @property
+    def compute_dtype_name(self) -> str:
+        """Name of the dtype matmuls run in."""
+        return {
+            Precision.BF16: "bfloat16",
+            Precision.AMP_BF16: "bfloat16",
+            Precision.FP16: "float16",
+            Precision.AMP_FP16: "float16",
+        }.get(self, "float32")
+
+
+class Optimizer(str, Enum):
+    """The optimizer and its state layout."""
+
+    ADAMW = "adamw"
+    """torch AdamW, foreach implementation (CUDA's default): 2 states + one param-sized temporary."""
+    ADAMW_FUSED = "adamw-fused"
+    """torch AdamW with fused=True: 2 states, no foreach temporaries."""
+    ADAMW_8BIT = "adamw-8bit"
+    """bitsandbytes AdamW8bit: 2 uint8 states + fp32 block-wise absmax (block 256)."""
+    PAGED_ADAMW_8BIT = "paged-adamw-8bit"
+    """As adamw-8bit, with states in CUDA unified memory that pages out under pressure."""
+    SGD = "sgd"
+    """SGD with momentum: 1 state."""
+    ADAFACTOR = "adafactor"
+    """Adafactor: factored second moment (row + column vectors) for matrices, no first moment."""
+    LION = "lion"
+    """Lion: 1 state (momentum)."""
+
+
+class Checkpointing(str, Enum):
+    """Activation (gradient) checkpointing."""
+
+    NONE = "none"
+    """Every activation needed by backward is kept."""
+    FULL = "full"
+    """Each decoder layer keeps only its input; the layer is recomputed in backward (+1 forward)."""
+    SELECTIVE = "selective"
+    """Matmul outputs are saved, cheap element-wise ops (norms, activations, rotary) recomputed."""
+
+
+class Attention(str, Enum):
+    """Attention kernel."""
+
+    SDPA = "sdpa"
+    """Scaled-dot-product attention with a flash/memory-efficient kernel: O(s) saved state."""
+    EAGER = "eager"
+    """Plain matmul-softmax-matmul: saves the s×s probabilities per head (O(s²))."""
+
+
+class Shard(str, Enum):
+    """How model states are split across data-parallel GPUs."""
+
+    NONE = "none"
+    """Plain data parallel (DDP): every GPU holds everything."""
+    ZERO1 = "zero1"
+    """Optimizer states sharded."""
+    ZERO2 = "zero2"
+    """Optimizer states and gradients sharded."""
+    ZERO3 = "zero3"
+    """Optimizer states, gradients and weights sharded (DeepSpeed)."""
+    FSDP = "fsdp"
+    """FSDP full-shard (same memory layout as ZeRO-3, PyTorch-native)."""
+
+    @property
+    def shards_optimizer(self) -> bool:
+        return self is not Shard.NONE
+
+    @property
+    def shards_gradients(self) -> bool:
+        return self in (Shard.ZERO2, Shard.ZERO3, Shard.FSDP)
+
+    @property
+    def shards_weights(self) -> bool:
+        return self in (Shard.ZERO3, Shard.FSDP)
+
+
+class Offload(str, Enum):
+    """What is moved off the GPU."""
+
+    NONE = "none"
+    OPTIMIZER = "optimizer"
+    """Optimizer states (and the step) live in host memory (ZeRO-Offload)."""
+    OPTIMIZER_PARAMS = "optimizer+params"
+    """Optimizer states and weights live off the GPU (ZeRO-Infinity); layers are fetched on use."""
+
+
+class OffloadTarget(str, Enum):
+    CPU = "cpu"
+    NVME = "nvme"
+
+
+ALL_LINEAR = "all-linear"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingPlan:
+    """One training step's setup. All sizes are per GPU."""
+
+    method: Method = Method.FULL
+    """What is trained: full, lora or qlora."""
+    precision: Precision = Precision.BF16
+    """Storage and compute dtypes (see `Precision`)."""
+    optimizer: Optimizer = Optimizer.ADAMW
+    """Optimizer (see `Optimizer`)."""
+    micro_batch: int = 1
+    """Sequences per GPU per forward pass."""
+    seq_len: int = 2048
+    """Tokens per sequence."""
+    grad_accum: int = 1
+    """Micro-batches accumulated per optimizer step (changes time, not peak memory)."""
+    checkpointing: Checkpointing = Checkpointing.NONE
+    """Activation checkpointing mode."""
+    attention: Attention = Attention.SDPA
+    """Attention kernel."""
+    lora_rank: int = 16
+    """LoRA rank r (lora/qlora only)."""
+    lora_alpha: int | None = None
+    """LoRA alpha; None means 2 × rank (memory-neutral, used by emit)."""
+    lora_targets: tuple[str, ...] = ("q_proj", "v_proj")
+    """Module names that get adapters, or ('all-linear',)."""
+    shard: Shard = Shard.NONE
+    """Sharding of model states over the data-parallel GPUs."""
+    gpus_per_node: int = 1
+    """GPUs per node."""
+    nodes: int = 1
+    """Nodes."""
+    offload: Offload = Offload.NONE
+    """What is offloaded off the GPU."""
+    offload_to: OffloadTarget = OffloadTarget.CPU
+    """Where offloaded states go."""
+    allow_long: bool = False
+    """Allow seq_len beyond the model's max_position_embeddings."""
+
+    def __post_init__(self) -> None:
+        for name in ("micro_batch", "seq_len", "grad_accum", "gpus_per_node", "nodes", "lora_rank"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise PlanError(f"{_flag(name)} must be a positive integer, got {value!r}")
+        if self.lora_alpha is not None and self.lora_alpha < 1:
+            raise PlanError(f"--lora-alpha must be a positive integer, got {self.lora_alpha!r}")
+        if not self.lora_targets or any(not t for t in self.lora_targets):
+            raise PlanError("--lora-targets must name at least one module (e.g. q_proj,v_proj or all-linear)")
+        if self.method is Method.QLORA and self.precision is Precision.FP32:
+            raise PlanError("--precision fp32 with --method qlora: QLoRA computes in bf16/fp16; use bf16 or amp-bf16")
+        if self.shard is not Shard.NONE and self.world_size == 1:
+            raise PlanError(f"--shard {self.shard.value} needs more than one GPU (set --gpus N)")
+        if self.offload is Offload.OPTIMIZER_PARAMS and not self.shard.shards_weights:
+            raise PlanError("--offload optimizer+params needs --shard zero3 or fsdp (weights are offloaded per shard)")
+        if self.optimizer in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT) and self.offload is not Offload.NONE:
+            raise PlanError("--offload with an 8-bit optimizer: DeepSpeed/FSDP offload runs its own CPU Adam; use adamw")
+
+    @property
+    def world_size(self) -> int:
+        """Total data-parallel GPUs."""
+        return self.gpus_per_node * self.nodes
+
+    @property
+    def is_peft(self) -> bool:
+        return self.method is not Method.FULL
+
+    @property
+    def effective_batch(self) -> int:
+        """Sequences per optimizer step across all GPUs."""
+        return self.micro_batch * self.grad_accum * self.world_size
+
+    def replace(self, **changes) -> "TrainingPlan":
+        """A new, re-validated plan with `changes` applied."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        """Plain-data form (enum values as CLI strings), as used by recipes and --json."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Enum):
+                value = value.value
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TrainingPlan":
+        """Build from plain data (recipe YAML or --json); unknown keys are refused by name."""
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs = {}
+        for key, value in data.items():
+            name = key.replace("-", "_")
+            name = _ALIASES.get(name, name)
+            if name not in known:
+                raise PlanError(f"unknown plan key {key!r}; known keys: {', '.join(sorted(known))}")
+            kwargs[name] = _coerce(name, value)
+        return cls(**kwargs)
+
+
+_ALIASES = {"batch": "micro_batch", "seq": "seq_len", "accum": "grad_accum", "gpus": "gpus_per_node"}
+
+_ENUMS = {
+    "method": Method,
+    "precision": Precision,
+    "optimizer": Optimizer,
+    "checkpointing": Checkpointing,
+    "attention": Attention,
+    "shard": Shard,
+    "offload": Offload,
+    "offload_to": OffloadTarget,
+}
+
+
+def _flag(name: str) -> str:
+    reverse = {v: k for k, v in _ALIASES.items()}
+    return "--" + reverse.get(name, name).replace("_", "-")
+
+
+def _coerce(name: str, value):
+    """Turn recipe/CLI values into field types, with an error naming the field."""
+    if name in _ENUMS:
+        enum = _ENUMS[name]
+        if isinstance(value, enum):
+            return value
+        if value is False and name in ("checkpointing", "offload"):
+            value = "none"
+        if value is True and name == "checkpointing":
+            value = "full"
+        try:
+            return enum(str(value).lower())
+        except ValueError:
+            choices = ", ".join(m.value for m in enum)
+            raise PlanError(f"{_flag(name)} {value!r} is not one of: {choices}") from None
+    if name == "lora_targets":
+        if isinstance(value, str):
+            value = [t.strip() for t in value.split(",")]
+        return tuple(str(t) for t in value)
+    if name == "allow_long":
+        return bool(value)
+    if name == "lora_alpha" and value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise PlanError(f"{_flag(name)} must be an integer, got {value!r}") from None
+
+
+def parse_plan(**values) -> TrainingPlan:
+    """Build a plan from loosely typed values (CLI strings, recipe YAML); None values are skipped."""
+    return TrainingPlan.from_dict({k: v for k, v in values.items() if v is not None})
+
+
+def check_plan_against_model(plan: TrainingPlan, *, hidden_size: int, max_positions: int | None, model_id: str) -> None:
+    """Refuse plans that cannot run on this model (the model-dependent half of validation)."""
+    if plan.is_peft and plan.lora_rank >= hidden_size:
+        raise PlanError(f"--lora-rank {plan.lora_rank} must be smaller than the hidden size {hidden_size} of {model_id}")
+    if max_positions and plan.seq_len > max_positions and not plan.allow_long:
+        raise PlanError(
+            f"--seq {plan.seq_len} exceeds {model_id}'s context of {max_positions} tokens "
+            "(pass --allow-long if you extend it with RoPE scaling)"
+        )
+
+
+__all__ = [
+    "ALL_LINEAR",
+    "Attention",
+    "Checkpointing",
+    "Method",
+    "Offload",
+    "OffloadTarget",
+    "Optimizer",
+    "Precision",
+    "Shard",
+    "TrainingPlan",
+    "check_plan_against_model",
+    "parse_plan",
+]

@@ -1,0 +1,44 @@
+"""One error hierarchy for everything the user can get wrong.
+
+Every `MemdocError` is shown as a one-line `Error: …` on stderr and exits with `exit_code`
+(2 for bad input). Anything else is a bug in memdoc and keeps its traceback only under
+`MEMDOC_DEBUG=1`.
+"""
+
+
+class MemdocError(Exception):
+    """An error caused by the user's input or environment, shown without a traceback."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(message)
+        self.hint = hint
+
+
+class UnknownModelError(MemdocError):
+    """MODEL is not a local path, not in the HF cache, not in the catalog, and the Hub is unreachable."""
+
+
+class ConfigError(MemdocError):
+    """A config.json or recipe file exists but cannot be read or lacks a required key."""
+
+
+class PlanError(MemdocError):
+    """A training plan that cannot run (batch 0, LoRA rank ≥ hidden, QLoRA with full method, …)."""
+
+
+class UnknownGpuError(MemdocError):
+    """`--gpu` names no GPU in the table and is not a memory size."""
+
+
+class NoGpuDetectedError(MemdocError):
+    """No `--gpu` given and no local NVIDIA GPU found."""
+
+
+class ScriptError(MemdocError):
+    """The user's training script cannot be read or compiled."""
+
+
+class OutputExistsError(MemdocError):
+    """A file memdoc would write already exists and `--force` was not given."""
