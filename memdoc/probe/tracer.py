@@ -1,0 +1,490 @@
+"""Dry-run a training step of the real transformers model under fake tensors: no GPU, no weights.
+
+`trace_training_step(config, plan)` builds the model from an HF config.json dict with
+`AutoModelForCausalLM.from_config` inside `FakeTensorMode` on the fake **CPU** device
+(`no_init_weights` + `tie_weights`), applies every knob of the `TrainingPlan`, runs one warm-up
+step (so optimizer states exist) and traces the second, steady-state step — forward (with
+`labels=input_ids`, so HF's fp32 logits upcast and cross-entropy are included), backward,
+optimizer step — with torch's MemTracker (FSDPMemTracker for fsdp/zero3). The result is what
+`torch.cuda.max_memory_allocated()` would report for that step, itemised.
+
+How each knob is realised:
+
+- precision: bf16/fp16/fp32 store the model in that dtype; amp-* keep fp32 weights and run the
+  forward under `torch.autocast("cpu", dtype)` (CPU autocast casts the same matmul-class ops as
+  CUDA's; its weight-cast cache is included). For lora/qlora the frozen base is in the compute
+  dtype; peft keeps adapters in fp32 (`autocast_adapter_dtype=True`, its default).
+- method: LoRA via peft (`LoraConfig(r, alpha, target_modules, lora_dropout=LORA_DROPOUT)`,
+  'all-linear' supported); QLoRA = LoRA + every decoder `nn.Linear` replaced by the NF4
+  emulation in `memdoc.probe.emulation` (storage, double-quant constants, dequantised compute).
+- optimizer: AdamW `foreach=True` (CUDA's default, with its parameter-sized step temporaries,
+  forced even on CPU), `fused=True`, bitsandbytes 8-bit / paged 8-bit state layout (emulated),
+  SGD momentum 0.9 (foreach), transformers' Adafactor (real), Lion (emulated).
+- checkpointing: full = `gradient_checkpointing_enable(use_reentrant=False)`; selective = the
+  same with torch's selective-checkpoint API (`create_selective_checkpoint_contexts`), saving
+  matmul / attention outputs and recomputing everything else.
+- attention: `attn_implementation` "sdpa" (fake CPU dispatches the flash-style kernel: O(s)
+  saved state, like CUDA flash/mem-efficient) or "eager" (s² probabilities saved).
+- sharding: fsdp/zero3 trace rank 0 of N with a fake process group, `fully_shard` per decoder
+  layer and at the root, and FSDPMemTracker (amp uses FSDP's MixedPrecisionPolicy). zero1/zero2
+  are derived from the unsharded trace: zero1 divides optimizer states and optimizer-step
+  temporaries by N; zero2 also divides gradients by N (reduce buckets not counted).
+- offload: optimizer offload removes optimizer states and step temporaries from the GPU figures
+  (the host bytes are noted); parameter offload additionally keeps only unsharded (gathered)
+  weights on the GPU.
+
+Speed: decoder layers are identical, so by default the step is traced for p, 2p and 3p layers
+(p = the period of `layer_types`, usually 1 → 1, 2, 3 layers... see `_plan_layers`), every line item
+of every phase is extrapolated linearly to the real depth, and the third trace checks that the
+extrapolation is exact; otherwise (or for models whose layers differ) the full model is traced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import math
+import re
+import time
+from typing import Callable
+
+from memdoc.core.measurement import LINE_ITEMS, PHASES, Measurement
+from memdoc.core.plan import (
+    ALL_LINEAR,
+    Attention,
+    Checkpointing,
+    Method,
+    Offload,
+    Optimizer,
+    Shard,
+    TrainingPlan,
+)
+from memdoc.errors import ConfigError
+
+LORA_DROPOUT = 0.05
+"""LoRA dropout used for traces (TRL/Axolotl recipes' usual value; dropout keeps a mask + a copy)."""
+
+EXTRAPOLATION_TOLERANCE = 1e-3
+"""Relative disagreement between the 3-point check and the extrapolation that forces a full trace."""
+
+Progress = Callable[[str, float], None]
+
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+
+
+# ---------------------------------------------------------------------------------------- layers
+def layer_count(config: dict) -> int:
+    """Decoder layers of an HF config dict."""
+    for key in _LAYER_KEYS:
+        if isinstance(config.get(key), int):
+            return config[key]
+    text = config.get("text_config")
+    if isinstance(text, dict):
+        return layer_count(text)
+    raise ConfigError("config has no num_hidden_layers (or n_layer)")
+
+
+def layer_period(config: dict) -> int | None:
+    """Smallest p such that layers repeat every p layers; None when they do not repeat (trace all)."""
+    n = layer_count(config)
+    mlp_only = config.get("mlp_only_layers") or []
+    if mlp_only and len(mlp_only) < n:
+        return None
+    if (config.get("first_k_dense_replace") or 0) > 0:
+        return None
+    for key in ("decoder_sparse_step", "moe_layer_freq"):
+        step = config.get(key)
+        if isinstance(step, int) and step > 1 and config.get("num_experts", config.get("n_routed_experts")):
+            return step if n % step == 0 else None
+    types = config.get("layer_types")
+    if isinstance(types, list) and types:
+        for p in range(1, len(types) + 1):
+            if all(types[i] == types[i % p] for i in range(len(types))):
+                return p if n % p == 0 else None
+    mt = config.get("model_type", "")
+    if mt in ("gemma2", "gemma3", "gemma3_text", "cohere2") and not types:
+        return 2 if n % 2 == 0 else None  # alternating sliding-window / global attention
+    return 1
+
+
+def _plan_layers(config: dict) -> tuple[int, ...] | None:
+    """Layer counts to trace for extrapolation, or None for a full trace."""
+    n, p = layer_count(config), layer_period(config)
+    if p is None or n < 4 * p:
+        return None
+    return (p, 2 * p, 3 * p)
+
+
+# ------------------------------------------------------------------------------------- building
+def _torch_dtype(name: str):
+    import torch
+
+    return getattr(torch, name)
+
+
+def _hf_config(config: dict, plan: TrainingPlan, layers: int | None):
+    from transformers import AutoConfig
+
+    data = dict(config)
+    model_type = data.pop("model_type", None)
+    if not model_type:
+        raise ConfigError("config.json has no model_type")
+    for key in ("auto_map", "transformers_version", "_name_or_path", "quantization_config"):
+        data.pop(key, None)
+    try:
+        conf = AutoConfig.for_model(model_type, **data)
+    except (ValueError, KeyError) as exc:
+        raise ConfigError(f"transformers cannot build model_type {model_type!r}: {exc}") from None
+    if layers is not None:
+        conf.num_hidden_layers = layers
+        if isinstance(getattr(conf, "layer_types", None), list):
+            conf.layer_types = conf.layer_types[:layers]
+    conf.use_cache = False
+    for key in ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop"):
+        pass  # dropout stays as configured: it is part of what the real step keeps
+    return conf
+
+
+def _selective_context_fn():
+    import torch
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    aten = torch.ops.aten
+    save = {
+        aten.mm.default,
+        aten.addmm.default,
+        aten.bmm.default,
+        aten.baddbmm.default,
+        aten._scaled_dot_product_flash_attention.default,
+        aten._scaled_dot_product_efficient_attention.default,
+        aten._scaled_dot_product_flash_attention_for_cpu.default,
+        aten._scaled_dot_product_cudnn_attention.default,
+    }
+
+    def policy(ctx, op, *args, **kwargs):
+        return CheckpointPolicy.MUST_SAVE if op in save else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return functools.partial(create_selective_checkpoint_contexts, policy)
+
+
+def build_model(config: dict, plan: TrainingPlan, layers: int | None = None):
+    """The model for `plan`, built with fake (CPU) tensors. Call inside FakeTensorMode."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
+
+    from memdoc.probe.emulation import quantize_linears_nf4
+    from memdoc.probe.memtrack import plain_module_to
+
+    conf = _hf_config(config, plan, layers)
+    if plan.is_peft or not plan.precision.is_amp:
+        store = plan.precision.compute_dtype_name if plan.is_peft else plan.precision.torch_dtype_name
+    else:
+        store = "float32"
+    attn = "eager" if plan.attention is Attention.EAGER else "sdpa"
+    with no_init_weights():
+        model = AutoModelForCausalLM.from_config(conf, dtype=_torch_dtype(store), attn_implementation=attn)
+    model.tie_weights()
+    model.train()
+    if plan.checkpointing is not Checkpointing.NONE:
+        kwargs = {"use_reentrant": False}
+        if plan.checkpointing is Checkpointing.SELECTIVE:
+            kwargs["context_fn"] = _selective_context_fn()
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    if plan.is_peft:
+        from peft import LoraConfig, get_peft_model
+
+        targets = "all-linear" if ALL_LINEAR in plan.lora_targets else list(plan.lora_targets)
+        lora = LoraConfig(
+            r=plan.lora_rank,
+            lora_alpha=plan.lora_alpha or 2 * plan.lora_rank,
+            target_modules=targets,
+            lora_dropout=LORA_DROPOUT,
+            task_type="CAUSAL_LM",
+        )
+        with plain_module_to():
+            try:
+                model = get_peft_model(model, lora)
+            except ValueError as exc:
+                raise ConfigError(f"LoRA targets {plan.lora_targets}: {exc}") from None
+        if plan.method is Method.QLORA:
+            quantize_linears_nf4(model, _torch_dtype(plan.precision.compute_dtype_name))
+    return model
+
+
+def build_optimizer(model, plan: TrainingPlan):
+    import torch
+
+    from memdoc.probe.emulation import Adam8bitStates, Lion
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = plan.optimizer
+    if opt is Optimizer.ADAMW:
+        return torch.optim.AdamW(params, lr=1e-4, foreach=True)
+    if opt is Optimizer.ADAMW_FUSED:
+        return torch.optim.AdamW(params, lr=1e-4, fused=True)
+    if opt in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT):
+        return Adam8bitStates(params)
+    if opt is Optimizer.SGD:
+        return torch.optim.SGD(params, lr=1e-3, momentum=0.9, foreach=True)
+    if opt is Optimizer.ADAFACTOR:
+        from transformers.optimization import Adafactor
+
+        return Adafactor(params, lr=None, scale_parameter=True, relative_step=True, warmup_init=False)
+    if opt is Optimizer.LION:
+        return Lion(params)
+    raise ConfigError(f"optimizer {opt.value} is not traceable")  # pragma: no cover
+
+
+def _storage_bytes(tensors) -> int:
+    seen, total = set(), 0
+    for t in tensors:
+        st = t.untyped_storage()
+        key = id(st) if not hasattr(st, "_cdata") else st._cdata
+        if key not in seen:
+            seen.add(key)
+            total += st.nbytes()
+    return total
+
+
+def optimizer_state_bytes(opt) -> int:
+    import torch
+
+    return _storage_bytes(v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor))
+
+
+# -------------------------------------------------------------------------------------- tracing
+@contextlib.contextmanager
+def _fake_process_group(world_size: int):
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    owned = not dist.is_initialized()
+    if owned:
+        dist.init_process_group("fake", rank=0, world_size=world_size, store=FakeStore())
+    elif dist.get_world_size() != world_size:
+        raise RuntimeError("a process group of another size is already initialised")
+    try:
+        yield
+    finally:
+        if owned:
+            dist.destroy_process_group()
+
+
+def _shard_fsdp(model, plan: TrainingPlan, mesh):
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    kwargs = {"mesh": mesh}
+    if plan.precision.is_amp and not plan.is_peft:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(
+            param_dtype=_torch_dtype(plan.precision.compute_dtype_name), reduce_dtype=torch.float32
+        )
+    for module in list(model.modules()):
+        if type(module).__name__.endswith("DecoderLayer") or type(module).__name__.endswith("Block"):
+            fully_shard(module, **kwargs)
+    fully_shard(model, **kwargs)
+    return model
+
+
+def _trace_once(config: dict, plan: TrainingPlan, layers: int | None) -> tuple[dict, dict[str, int], list[str]]:
+    """Trace one steady-state step; returns (phase -> items incl. _opt_temp, module acts, notes)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from memdoc.probe.memtrack import PhaseFSDPMemTracker, PhaseMemTracker, snapshot_items
+
+    notes: list[str] = []
+    fsdp = plan.shard in (Shard.FSDP, Shard.ZERO3)
+    vocab = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size") or 32000
+    amp = plan.precision.is_amp and not (fsdp and not plan.is_peft)
+    autocast = (
+        (lambda: torch.autocast("cpu", dtype=_torch_dtype(plan.precision.compute_dtype_name)))
+        if amp
+        else contextlib.nullcontext
+    )
+    pg = _fake_process_group(plan.world_size) if fsdp else contextlib.nullcontext()
+    with pg:
+        mesh = None
+        if fsdp:
+            from torch.distributed.device_mesh import init_device_mesh
+
+            mesh = init_device_mesh("cpu", (plan.world_size,))
+        with FakeTensorMode():
+            model = build_model(config, plan, layers)
+            if fsdp:
+                model = _shard_fsdp(model, plan, mesh)
+            opt = build_optimizer(model, plan)
+            ids = torch.randint(0, int(vocab), (plan.micro_batch, plan.seq_len))
+
+            def step() -> None:
+                with autocast():
+                    loss = model(input_ids=ids, labels=ids).loss
+                loss.backward()
+                del loss
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+            if fsdp:
+                tracker = PhaseFSDPMemTracker(model, opt)
+                tracker.track_inputs((ids,))
+                with tracker:
+                    step()
+                    tracker.reset_mod_stats()
+                    tracker.reset_peaks()
+                    step()
+            else:
+                step()  # warm-up: optimizer states now exist
+                tracker = PhaseMemTracker()
+                tracker.track_external(model, opt, ids)
+                with tracker:
+                    step()
+            state_bytes = optimizer_state_bytes(opt)
+            phases = {ph: snapshot_items(snap, state_bytes) for ph, snap in tracker.phase_peaks.items()}
+            modules = tracker.module_activation_bytes()
+            del model, opt, ids, tracker
+    gc.collect()
+    return phases, modules, notes
+
+
+def _clean_module_name(name: str) -> str:
+    name = name.split(".", 1)[1] if "." in name else ""
+    for prefix in ("base_model.model.",):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+    return re.sub(r"\.layers\.\d+(?=\.|$)", ".layers.*", name)
+
+
+def _top_modules(acts: dict[str, int], limit: int = 12) -> list[tuple[str, int]]:
+    merged: dict[str, int] = {}
+    for fqn, b in acts.items():
+        name = _clean_module_name(fqn)
+        if not name or b <= 0:
+            continue
+        merged[name] = max(merged.get(name, 0), b)
+    # containers of the decoder stack grow with depth: report per-instance modules only
+    stacks = {name.split(".layers.*")[0] for name in merged if ".layers.*" in name or name.startswith("layers.*")}
+    merged = {k: v for k, v in merged.items() if k not in stacks and not any(s.startswith(k + ".") for s in stacks)}
+    return sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+
+
+def _extrapolate(a: dict, b: dict, ka: int, kb: int, n: int) -> dict:
+    """Per phase, per item: value(n) on the line through (ka, a) and (kb, b)."""
+    out = {}
+    for phase in set(a) & set(b):
+        out[phase] = {
+            k: a[phase][k] + (b[phase][k] - a[phase][k]) * (n - ka) // (kb - ka) for k in a[phase]
+        }
+    return out
+
+
+def _agrees(pred: dict, actual: dict) -> bool:
+    if set(pred) != set(actual):
+        return False
+    for phase in pred:
+        tp = sum(pred[phase][k] for k in LINE_ITEMS)
+        ta = sum(actual[phase][k] for k in LINE_ITEMS)
+        if abs(tp - ta) > EXTRAPOLATION_TOLERANCE * max(ta, 1):
+            return False
+        for k in LINE_ITEMS:
+            if abs(pred[phase][k] - actual[phase][k]) > EXTRAPOLATION_TOLERANCE * max(ta, 1):
+                return False
+    return True
+
+
+def _derive_sharding_and_offload(phases: dict, plan: TrainingPlan, notes: list[str]) -> dict:
+    n = plan.world_size
+    out = {}
+    host = 0
+    for phase, items in phases.items():
+        items = dict(items)
+        opt_temp = items.get("_opt_temp", 0)
+        if plan.shard in (Shard.ZERO1, Shard.ZERO2):
+            items["optimizer"] = math.ceil(items["optimizer"] / n)
+            shrunk = opt_temp - math.ceil(opt_temp / n)
+            items["other"] -= shrunk
+            opt_temp -= shrunk
+            if plan.shard is Shard.ZERO2:
+                items["gradients"] = math.ceil(items["gradients"] / n)
+        if plan.offload is not Offload.NONE:
+            host = max(host, items["optimizer"])
+            items["optimizer"] = 0
+            items["other"] -= opt_temp
+            opt_temp = 0
+        items["_opt_temp"] = opt_temp
+        out[phase] = items
+    if plan.shard in (Shard.ZERO1, Shard.ZERO2):
+        rule = "optimizer states" + (" and gradients" if plan.shard is Shard.ZERO2 else "")
+        notes.append(f"{plan.shard.value}: derived from the unsharded trace: {rule} divided by {n} GPUs")
+    if plan.offload is not Offload.NONE:
+        notes.append(f"offload: optimizer states ({host} bytes per GPU) and the step moved to host {plan.offload_to.value}")
+    if plan.offload is Offload.OPTIMIZER_PARAMS:
+        notes.append("offload of parameters: sharded weights live off the GPU; only gathered layers count")
+    return out
+
+
+def trace_training_step(
+    config: dict,
+    plan: TrainingPlan,
+    *,
+    layers: int | None = None,
+    progress: Progress | None = None,
+) -> Measurement:
+    """Trace one steady-state training step of the model in `config` under `plan`.
+
+    `config` is an HF config.json dict. `layers=None` extrapolates from short traces when the decoder
+    layers repeat (checked by a third trace) and traces the whole model otherwise; `layers=k` traces
+    exactly a k-layer model (no extrapolation). `progress(message, fraction)` is called as work
+    proceeds. Returns a `Measurement` in mode "traced" with per-GPU bytes.
+    """
+    report = progress or (lambda msg, frac: None)
+    start = time.perf_counter()
+    notes: list[str] = []
+    n_layers = layer_count(config)
+    ks = None if layers is not None else _plan_layers(config)
+    if plan.offload is Offload.OPTIMIZER_PARAMS:
+        notes.append("weight offload is derived, not traced")
+
+    if ks is None:
+        k = layers if layers is not None else n_layers
+        report(f"tracing {k} layer(s)", 0.0)
+        phases, acts, more = _trace_once(config, plan, k)
+        notes += more
+        notes.append(f"traced all {k} layers" if k == n_layers else f"traced a {k}-layer model (config has {n_layers})")
+    else:
+        results = []
+        for i, k in enumerate(ks):
+            report(f"tracing {k} of {n_layers} layers", i / (len(ks) + 1))
+            results.append(_trace_once(config, plan, k))
+        (pa, _, _), (pb, acts, _), (pc, _, _) = results
+        predicted = _extrapolate(pa, pb, ks[0], ks[1], ks[2])
+        if _agrees(predicted, pc):
+            phases = _extrapolate(pb, pc, ks[1], ks[2], n_layers)
+            notes.append(f"traced {ks[0]}, {ks[1]} and {ks[2]} layers; extrapolated linearly to {n_layers}")
+        else:
+            report(f"layers not linear: tracing all {n_layers} layers", len(ks) / (len(ks) + 1))
+            phases, acts, more = _trace_once(config, plan, n_layers)
+            notes += more
+            notes.append(f"traced all {n_layers} layers (short traces did not extrapolate linearly)")
+    phases = _derive_sharding_and_offload(phases, plan, notes)
+    if plan.method is Method.QLORA:
+        notes.append("qlora: NF4 storage and dequantised compute emulated (bitsandbytes cannot run on fake tensors)")
+    if plan.optimizer in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT, Optimizer.LION):
+        notes.append(f"{plan.optimizer.value}: state layout emulated (see memdoc.probe.emulation)")
+    if plan.is_peft:
+        notes.append(f"lora dropout {LORA_DROPOUT}; adapters in fp32 (peft default)")
+    clean = {p: {k: int(v) for k, v in items.items() if k in LINE_ITEMS} for p, items in phases.items() if p in PHASES}
+    report("done", 1.0)
+    notes.append(f"trace took {time.perf_counter() - start:.1f} s")
+    return Measurement.from_phases(clean, modules=_top_modules(acts), mode="traced", notes=notes)
+
+
+__all__ = [
+    "LORA_DROPOUT",
+    "build_model",
+    "build_optimizer",
+    "layer_count",
+    "layer_period",
+    "trace_training_step",
+]
