@@ -40,13 +40,23 @@ class _PhaseMixin:
 
     def _phase_init(self) -> None:
         self.phase_peaks: dict[str, dict[str, int]] = {}
+        self._last_phase = "forward"
         self._phase_peak_total: dict[str, int] = {}
 
     @property
     def current_phase(self) -> str:
+        """Optimizer step, backward (autograd graph task running), forward (inside a module);
+        ops outside all three (between backward and the step) keep the phase they follow."""
         if self._in_opt:
-            return "optimizer"
-        return "backward" if self._mod_tracker.is_bw else "forward"
+            phase = "optimizer"
+        elif self._mod_tracker.is_bw:
+            phase = "backward"
+        elif len(self._mod_tracker.parents) > 1:
+            phase = "forward"
+        else:
+            phase = self._last_phase
+        self._last_phase = phase
+        return phase
 
     def _update_peak_stats(self, peak_state) -> None:  # noqa: ARG002 - signature of the parent
         phase = self.current_phase

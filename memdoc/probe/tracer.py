@@ -33,8 +33,8 @@ How each knob is realised:
   (the host bytes are noted); parameter offload additionally keeps only unsharded (gathered)
   weights on the GPU.
 
-Speed: decoder layers are identical, so by default the step is traced for p, 2p and 3p layers
-(p = the period of `layer_types`, usually 1 → 1, 2, 3 layers... see `_plan_layers`), every line item
+Speed: decoder layers are identical, so by default the step is traced for short models
+(2p, 3p and 4p layers, p = the period of the layer pattern, usually 1), every line item
 of every phase is extrapolated linearly to the real depth, and the third trace checks that the
 extrapolation is exact; otherwise (or for models whose layers differ) the full model is traced.
 """
@@ -111,9 +111,9 @@ def layer_period(config: dict) -> int | None:
 def _plan_layers(config: dict) -> tuple[int, ...] | None:
     """Layer counts to trace for extrapolation, or None for a full trace."""
     n, p = layer_count(config), layer_period(config)
-    if p is None or n < 4 * p:
+    if p is None or n < 6 * p:
         return None
-    return (p, 2 * p, 3 * p)
+    return (2 * p, 3 * p, 4 * p)
 
 
 # ------------------------------------------------------------------------------------- building
