@@ -1,0 +1,34 @@
+# Two entry points (see README): `make run` and `make test`. Both build .venv from scratch.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/pip install --disable-pip-version-check -q -c requirements/constraints.txt
+
+.PHONY: run test test-all bench clean
+
+$(BIN)/memdoc: pyproject.toml requirements/constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) torch==2.13.0
+	$(PIP) -e '.[test]'
+	@touch $@
+
+$(VENV)/.validators: $(BIN)/memdoc requirements/validators.txt
+	$(PIP) -r requirements/validators.txt
+	$(BIN)/pip install --disable-pip-version-check -q --no-deps -r requirements/validators-nodeps.txt
+	@touch $@
+
+run: $(BIN)/memdoc
+	$(BIN)/memdoc bill meta-llama/Llama-2-7b --gpu 24
+
+test: $(BIN)/memdoc $(VENV)/.validators
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+
+test-all: $(BIN)/memdoc $(VENV)/.validators
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q --runslow
+
+bench: $(BIN)/memdoc
+	$(BIN)/python benchmarks/speed.py
+	$(BIN)/python benchmarks/accuracy.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

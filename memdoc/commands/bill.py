@@ -1,0 +1,82 @@
+"""`memdoc bill`: the itemised per-GPU memory bill, the verdict, and the cost-increasing ladder."""
+
+
+from typing import Annotated, Optional
+
+import typer
+
+from memdoc.cli import command
+from memdoc.commands.options import JsonOpt, PlanArgs, plan_options
+
+EXAMPLES = """
+Examples:
+
+  memdoc bill meta-llama/Llama-2-7b --gpu 24
+
+  memdoc bill meta-llama/Llama-3.1-8B --gpu rtx-4090 --method lora --checkpointing full --batch 4
+
+  memdoc bill Qwen/Qwen2.5-14B --gpu 24 --method qlora --max seq
+
+  memdoc bill meta-llama/Llama-3.1-70B --gpu h100-sxm --gpus 8 --shard fsdp --json
+
+  memdoc bill --recipe recipes/llama2-7b-lora-24gb.yaml --check
+
+Exit status: 0 computed (fits or not), 2 bad input, 3 with --check when the plan does not fit.
+"""
+
+
+@command("bill", epilog=EXAMPLES)
+@plan_options
+def bill(
+    model: Annotated[Optional[str], typer.Argument(help="HF model id, model directory or config.json (optional with --recipe).")] = None,
+    *,
+    plan: PlanArgs,
+    json_out: JsonOpt = False,
+    check: Annotated[bool, typer.Option("--check", help="Exit 3 when the plan does not fit the GPU.")] = False,
+    no_ladder: Annotated[bool, typer.Option("--no-ladder", help="Do not search the ladder when it does not fit.")] = False,
+    max_of: Annotated[Optional[str], typer.Option("--max", help="Find the largest 'batch' or 'seq' that fits.")] = None,
+    inference: Annotated[bool, typer.Option("--inference", help="Bill inference instead: weights + KV cache + one forward.")] = False,
+) -> None:
+    """Itemise the per-GPU memory of one training step and say whether it fits.
+
+    Weights, gradients, optimizer states, activations (with the fp32 logits of the loss) and
+    temporaries, at the peak of forward, backward and the optimizer step; then peak allocated
+    (≈ torch.cuda.max_memory_allocated), reserved, and the process total nvidia-smi would show.
+    When it does not fit, the ladder applies the cheapest remedies first until it does.
+    """
+    from memdoc import render
+    from memdoc.core.bill import bill_json, compute_bill
+    from memdoc.core.ladder import climb, max_fitting
+    from memdoc.errors import PlanError
+
+    setup = plan.resolve(model)
+    if inference:
+        from memdoc.core.inference import inference_bill
+
+        result = inference_bill(setup.model, setup.plan, setup.gpu)
+        if json_out:
+            render.print_json(result.to_json())
+        else:
+            render.render_inference(result)
+        if check and result.fits is False:
+            raise typer.Exit(3)
+        return
+    the_bill = compute_bill(setup.model, setup.plan, setup.gpu)
+    ladder = [] if (no_ladder or the_bill.fits) else climb(setup.model, setup.plan, setup.gpu)
+    maximum = None
+    if max_of is not None:
+        if max_of not in ("batch", "seq"):
+            raise PlanError(f"--max {max_of!r} must be 'batch' or 'seq'")
+        maximum = max_fitting(setup.model, setup.plan, setup.gpu, max_of)
+    if json_out:
+        data = bill_json(the_bill)
+        data["ladder"] = [step.to_json() for step in ladder]
+        if max_of is not None:
+            data["max"] = {"knob": max_of, "value": maximum}
+        render.print_json(data)
+    else:
+        render.render_bill(the_bill, ladder, command_line=None)
+        if max_of is not None:
+            render.render_max(max_of, maximum, the_bill)
+    if check and the_bill.fits is False:
+        raise typer.Exit(3)

@@ -1,0 +1,128 @@
+"""The plan flags shared by bill, diagnose, prescribe and emit, declared once.
+
+`plan_options` adds every plan flag to a command's signature and hands the command one
+`PlanArgs` (the raw flag values); `PlanArgs.resolve` merges them over a recipe and builds the
+validated `Setup` (model, plan, GPU) the command works on.
+"""
+
+
+import functools
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from memdoc.core.gpu import GpuSpec, detect_local_gpu, resolve_gpu
+from memdoc.core.model_spec import ModelSpec
+from memdoc.core.plan import (
+    Attention,
+    Checkpointing,
+    Method,
+    Offload,
+    OffloadTarget,
+    Optimizer,
+    Precision,
+    Shard,
+    TrainingPlan,
+    check_plan_against_model,
+    parse_plan,
+)
+from memdoc.errors import NoGpuDetectedError, PlanError
+
+PLAN = "Training plan"
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON (bytes) instead of tables.")]
+
+_PLAN_PARAMS = {
+    "gpu": Annotated[Optional[str], typer.Option("--gpu", help="GPU name (rtx-4090, a100-80, h100-sxm, …) or memory in GiB (24, 80). Default: detect the local GPU.", rich_help_panel=PLAN)],
+    "gpus": Annotated[Optional[int], typer.Option("--gpus", help="GPUs per node. [default: 1]", rich_help_panel=PLAN)],
+    "nodes": Annotated[Optional[int], typer.Option("--nodes", help="Nodes. [default: 1]", rich_help_panel=PLAN)],
+    "method": Annotated[Optional[Method], typer.Option("--method", help="What is trained. [default: full]", rich_help_panel=PLAN)],
+    "precision": Annotated[Optional[Precision], typer.Option("--precision", help="bf16/fp16 = pure (weights, grads, states in 16 bit); amp-* = fp32 master weights + autocast. [default: bf16]", rich_help_panel=PLAN)],
+    "optimizer": Annotated[Optional[Optimizer], typer.Option("--optimizer", help="Optimizer. [default: adamw (foreach, as on CUDA)]", rich_help_panel=PLAN)],
+    "batch": Annotated[Optional[int], typer.Option("--batch", help="Micro-batch per GPU (sequences). [default: 1]", rich_help_panel=PLAN)],
+    "seq": Annotated[Optional[int], typer.Option("--seq", help="Sequence length (tokens). [default: 2048]", rich_help_panel=PLAN)],
+    "accum": Annotated[Optional[int], typer.Option("--accum", help="Gradient accumulation steps. [default: 1]", rich_help_panel=PLAN)],
+    "checkpointing": Annotated[Optional[Checkpointing], typer.Option("--checkpointing", help="Activation checkpointing. [default: none]", rich_help_panel=PLAN)],
+    "attention": Annotated[Optional[Attention], typer.Option("--attention", help="Attention kernel. [default: sdpa]", rich_help_panel=PLAN)],
+    "lora_rank": Annotated[Optional[int], typer.Option("--lora-rank", help="LoRA rank. [default: 16]", rich_help_panel=PLAN)],
+    "lora_alpha": Annotated[Optional[int], typer.Option("--lora-alpha", help="LoRA alpha. [default: 2 × rank]", rich_help_panel=PLAN)],
+    "lora_targets": Annotated[Optional[str], typer.Option("--lora-targets", help="Comma-separated module names, or all-linear. [default: q_proj,v_proj]", rich_help_panel=PLAN)],
+    "shard": Annotated[Optional[Shard], typer.Option("--shard", help="Shard model states over GPUs. [default: none]", rich_help_panel=PLAN)],
+    "offload": Annotated[Optional[Offload], typer.Option("--offload", help="Move states off the GPU. [default: none]", rich_help_panel=PLAN)],
+    "offload_to": Annotated[Optional[OffloadTarget], typer.Option("--offload-to", help="Where offloaded states live. [default: cpu]", rich_help_panel=PLAN)],
+    "allow_long": Annotated[bool, typer.Option("--allow-long", help="Allow --seq beyond the model's context length.", rich_help_panel=PLAN)],
+    "recipe": Annotated[Optional[Path], typer.Option("--recipe", help="A memdoc recipe YAML (model + plan + GPU); flags override it.", rich_help_panel=PLAN)],
+}
+
+_FLAG_TO_FIELD = {"batch": "micro_batch", "seq": "seq_len", "accum": "grad_accum", "gpus": "gpus_per_node"}
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a command works on: the model, the validated plan, and the GPU (None if not needed)."""
+
+    model: ModelSpec
+    plan: TrainingPlan
+    gpu: GpuSpec | None
+    recipe: str | None = None
+
+
+@dataclass(frozen=True)
+class PlanArgs:
+    """The raw plan flags of one invocation."""
+
+    values: dict
+
+    def resolve(self, model_arg: str | None, *, need_gpu: bool = True) -> Setup:
+        """Merge flags over the recipe, resolve model and GPU, and validate the plan against the model."""
+        from memdoc.probe.recipes import load_recipe
+        from memdoc.probe.resolve import resolve_model
+
+        values = dict(self.values)
+        recipe_path = values.pop("recipe", None)
+        gpu_text = values.pop("gpu", None)
+        plan_values: dict = {}
+        model_name = model_arg
+        if recipe_path is not None:
+            recipe = load_recipe(recipe_path)
+            plan_values.update(recipe.plan)
+            model_name = model_name or recipe.model
+            gpu_text = gpu_text or recipe.gpu
+        if model_name is None:
+            raise PlanError("no MODEL given (pass a model id, a config.json path, or --recipe FILE)")
+        for flag, value in values.items():
+            if value is None or (flag == "allow_long" and not value):
+                continue
+            plan_values[_FLAG_TO_FIELD.get(flag, flag)] = value.value if hasattr(value, "value") else value
+        plan = parse_plan(**plan_values)
+        model = resolve_model(model_name)
+        check_plan_against_model(plan, hidden_size=model.hidden_size, max_positions=model.max_positions, model_id=model.id)
+        gpu = None
+        if need_gpu or gpu_text:
+            gpu = resolve_gpu(gpu_text) if gpu_text else detect_local_gpu()
+            if gpu is None:
+                raise NoGpuDetectedError("no local NVIDIA GPU found; pass --gpu (e.g. --gpu 24 or --gpu rtx-4090)")
+        return Setup(model=model, plan=plan, gpu=gpu, recipe=str(recipe_path) if recipe_path else None)
+
+
+def plan_options(command):
+    """Decorator: add the plan flags to `command`'s CLI signature and pass them as `plan: PlanArgs`."""
+    signature = inspect.signature(command)
+    own = [p for name, p in signature.parameters.items() if name != "plan"]
+    extra = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=False if name == "allow_long" else None)
+        for name, annotation in _PLAN_PARAMS.items()
+    ]
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        plan_values = {name: kwargs.pop(name) for name in _PLAN_PARAMS}
+        return command(*args, plan=PlanArgs(plan_values), **kwargs)
+
+    positional = [p for p in own if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    keyword = [p for p in own if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    wrapper.__signature__ = signature.replace(parameters=positional + keyword + extra)
+    return wrapper

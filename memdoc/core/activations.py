@@ -1,0 +1,329 @@
+"""Activation memory of one training step, tensor by tensor, as the HF modelling code saves it.
+
+Each function lists the tensors autograd keeps for backward in one module of an HF decoder
+(transformers 5.x `modeling_llama.py` and its relatives), in bytes, for T = batch × seq tokens.
+The rules behind every entry are autograd's:
+
+* `linear(x, W)` saves x only when W needs a gradient (full fine-tuning); a frozen base linear
+  saves nothing of x (LoRA's `lora_A` then saves x, the same tensor the norm produced);
+* `a * b` saves a only when b needs a gradient, and b only when a does (so rotary's `q * cos`
+  saves only cos, which is tiny);
+* `x.to(dtype)` saves nothing; `silu`/`gelu` save their input; `softmax`/`log_softmax` their output;
+* SDPA with a flash-style kernel saves q, k, v, its output and an fp32 logsumexp per head and
+  token; eager attention saves the fp32 softmax and its 16-bit copy (b·heads·s² each).
+
+Under AMP autocast every linear casts its (fp32) input to a 16-bit copy that it saves, and the
+16-bit copies of the weights stay cached (and saved) until backward reaches them.
+
+The structure was written from the modelling code and checked against fake-tensor traces of the
+same code (`memdoc diagnose`, `benchmarks/accuracy.py`); Megatron's `sbh(34 + 5as/h)` describes
+Megatron, not HF, and is only a cross-check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memdoc.core.model_spec import ModelSpec
+from memdoc.core.params import Linear, layer_layout
+from memdoc.core.plan import ALL_LINEAR, Attention, Checkpointing, Method, Precision, TrainingPlan
+
+FP32 = 4
+
+
+@dataclass(frozen=True, kw_only=True)
+class Activations:
+    """Activation bytes of one step on one GPU (micro-batch × seq tokens)."""
+
+    layer_saved: int
+    """Bytes one decoder layer keeps for backward without checkpointing (largest layer for MoE mixes)."""
+    layers_saved: int
+    """Bytes all decoder layers keep at the end of forward, with the plan's checkpointing."""
+    head_saved: int
+    """Final norm, LM head and loss tensors kept at the end of forward (fp32 log-softmax, …)."""
+    loss_forward_peak: int
+    """Extra transient bytes while the loss is computed (fp32 logits upcast)."""
+    loss_backward_peak: int
+    """Extra transient bytes at the start of backward (fp32 gradients of the logits)."""
+    layer_backward_peak: int
+    """Extra bytes while one layer runs backward: its recomputed activations (checkpointing) and gradient buffers."""
+    weight_copies: int
+    """AMP only: the 16-bit weight copies autocast caches and matmuls save."""
+    modules: tuple[tuple[str, int], ...] = ()
+    """(module, bytes saved per layer) for the top-modules view."""
+
+    @property
+    def saved_total(self) -> int:
+        return self.layers_saved + self.head_saved + self.weight_copies
+
+
+def _targets(model: ModelSpec, plan: TrainingPlan) -> frozenset[str] | None:
+    """Module names that get LoRA adapters (None = everything trains: full fine-tuning)."""
+    if plan.method is Method.FULL:
+        return None
+    if ALL_LINEAR in plan.lora_targets:
+        return frozenset({"*"})
+    return frozenset(plan.lora_targets)
+
+
+def _saves_input(linear: Linear, targets: frozenset[str] | None) -> bool:
+    """Does this linear keep its input for backward? (trainable weight, or a LoRA adapter on it)."""
+    if targets is None:
+        return True
+    if linear.group in ("experts", "router"):
+        return False  # peft's all-linear targets nn.Linear modules; fused expert tensors are not adapted
+    return "*" in targets or linear.name.split(".")[-1] in targets
+
+
+class _Layer:
+    """Accumulates the saved tensors of one decoder layer, by module."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, int] = {}
+
+    def add(self, module: str, nbytes: float) -> None:
+        self.items[module] = self.items.get(module, 0) + int(nbytes)
+
+    @property
+    def total(self) -> int:
+        return sum(self.items.values())
+
+
+def _norm(layer: _Layer, name: str, T: int, width: int, *, dt: int, trainable: bool, gemma: bool, amp: bool) -> None:
+    """RMSNorm: fp32 copy of the input (pow/mul), rsqrt (T floats), normalised output if the weight trains.
+
+    LlamaRMSNorm: `x32 = x.float(); x32 * rsqrt(mean(x32²)); weight * y.to(dtype)`. In fp32 the
+    `.float()` is a no-op (no copy, the residual stream is saved instead — same bytes).
+    GemmaRMSNorm multiplies in fp32 by (1 + weight), so its saved normalised tensor is fp32.
+    """
+    layer.add(name, FP32 * T * width + FP32 * T)
+    if trainable:
+        out_bytes = FP32 if (gemma or amp) else dt
+        layer.add(name, out_bytes * T * width)
+
+
+def _attention_saved(layer: _Layer, model: ModelSpec, plan: TrainingPlan, linears: list[Linear], targets, *, dt: int, amp: bool) -> None:
+    T = plan.micro_batch * plan.seq_len
+    b, s, heads = plan.micro_batch, plan.seq_len, model.num_heads
+    q_dim = model.q_dim
+    kv_dim = model.kv_dim
+    family = model.family
+    by_name = {l.name: l for l in linears}
+    if family == "deepseek_v2":
+        q_dim = heads * model.head_dim
+        kv_dim = q_dim
+        v_dim = heads * int(model.config["v_head_dim"])
+    else:
+        v_dim = kv_dim
+    # Inputs of the q/k/v projections: the norm output (shared storage, saved once if any projection
+    # needs it); under AMP each projection saves its own 16-bit cast of it.
+    in_projs = [l for l in linears if l.group == "attention" and l.name not in ("o_proj", "dense")]
+    savers = in_projs if targets is None else []  # LoRA inputs are counted in `_lora_saved`
+    if amp:
+        layer.add("attention.input_casts", 2 * T * model.hidden_size * len(savers))
+    elif savers:
+        layer.add("attention.input", dt * T * model.hidden_size)
+    if family in ("qwen3", "qwen3_moe"):  # q_norm / k_norm over head_dim, fp32 copies
+        layer.add("attention.qk_norm", FP32 * T * (q_dim + kv_dim) * (2 if targets is None else 1))
+        if targets is None:
+            layer.add("attention.qk_norm", 0)
+    if family == "deepseek_v2":  # MLA: compressed kv (kv_lora_rank) normed, then expanded
+        rank = int(model.config["kv_lora_rank"])
+        layer.add("attention.kv_compress", FP32 * T * rank + dt * T * rank * 2)
+    if family == "phi3":  # fused qkv output stays alive through the v view
+        layer.add("attention.sdpa_inputs", dt * T * (q_dim + 2 * kv_dim) + dt * T * (q_dim + kv_dim))
+    else:
+        # rotary outputs q_embed, k_embed (new tensors) and v (the projection output)
+        layer.add("attention.sdpa_inputs", dt * T * (q_dim + kv_dim + v_dim))
+    if plan.attention is Attention.SDPA:
+        layer.add("attention.sdpa", dt * T * (v_dim if family == "deepseek_v2" else q_dim) + FP32 * b * heads * s)
+    else:
+        # eager: scores → fp32 softmax (saved) → 16-bit copy (saved by probs @ v), plus the output
+        layer.add("attention.eager_probs", (FP32 + dt) * b * heads * s * s)
+        if model.num_kv_heads != heads and family != "deepseek_v2":
+            layer.add("attention.repeat_kv", dt * T * 2 * q_dim)
+    o_proj = by_name.get("o_proj") or by_name.get("dense")
+    if o_proj is not None and targets is None:
+        layer.add("attention.o_proj_input", 2 * T * o_proj.in_features if amp else dt * T * o_proj.in_features)
+
+
+def _mlp_saved(layer: _Layer, model: ModelSpec, plan: TrainingPlan, linears: list[Linear], targets, *, dt: int, amp: bool) -> None:
+    T = plan.micro_batch * plan.seq_len
+    h = model.hidden_size
+    dense = [l for l in linears if l.group == "mlp"]
+    experts = [l for l in linears if l.group == "experts"]
+    routers = [l for l in linears if l.group == "router"]
+    cdt = 2 if amp else dt
+    if routers:
+        E = model.num_experts
+        # router logits (fp32 softmax saved), top-k weights and the gathered token copies per expert
+        layer.add("mlp.router", FP32 * T * E * 2 + dt * T * h)
+    if experts:
+        k = model.experts_per_token
+        width = experts[0].out_features if experts[0].name.endswith(("gate_proj", "up_proj")) else experts[0].in_features
+        # each routed token copy: gathered input, gate/up outputs, act, product, weighted output
+        layer.add("mlp.experts", k * T * (cdt * h * 2 + cdt * width * 4))
+    if dense:
+        up_in = [l for l in dense if l.name.endswith(("gate_proj", "up_proj", "gate_up_proj", "fc1", "c_fc", "dense_h_to_4h"))]
+        down = [l for l in dense if l not in up_in]
+        width = sum(l.out_features for l in up_in if not l.name.endswith("gate_proj")) if up_in else 0
+        gated = any(l.name.endswith(("gate_proj", "gate_up_proj")) for l in up_in)
+        savers = up_in if targets is None else []
+        if amp:
+            layer.add("mlp.input_casts", 2 * T * h * len(savers))
+        elif savers:
+            layer.add("mlp.input", dt * T * h)
+        prefix_groups = {}
+        for l in up_in:  # dense MLP and a shared expert are separate blocks
+            prefix_groups.setdefault(l.name.rsplit(".", 1)[0] if "." in l.name else "", []).append(l)
+        for prefix, block in prefix_groups.items():
+            w = max(l.out_features for l in block)
+            if any(l.name.endswith("gate_up_proj") for l in block):
+                w = w // 2
+            block_gated = any(l.name.endswith(("gate_proj", "gate_up_proj")) for l in block)
+            # gated: gate out (act input), act out, up out; plain: fc1 out (act input)
+            layer.add("mlp.act", cdt * T * w * (3 if block_gated else 1))
+            down_l = next((l for l in down if (l.name.rsplit(".", 1)[0] if "." in l.name else "") == prefix), None)
+            if down_l is not None and targets is None:
+                layer.add("mlp.down_input", cdt * T * w)
+        del width, gated
+
+
+def _lora_saved(layer: _Layer, plan: TrainingPlan, linears: list[Linear], targets) -> None:
+    """LoRA adapters (peft `lora.Linear`): fp32 adapters cast their input to fp32 and save that copy.
+
+    peft's `Linear.forward` does `x = self._cast_input_dtype(x, lora_A.weight.dtype)` and then
+    `lora_B(lora_A(dropout(x)))`: `lora_A` saves the fp32 x (a new tensor unless x already is
+    fp32), `lora_B` saves lora_A's output (T × r, fp32). The frozen base linear saves nothing.
+    """
+    T = plan.micro_batch * plan.seq_len
+    for linear in linears:
+        if _saves_input(linear, targets):
+            layer.add(f"lora.{linear.name}", FP32 * T * linear.in_features + FP32 * T * plan.lora_rank)
+
+
+def layer_activations(model: ModelSpec, plan: TrainingPlan, index: int = 0) -> dict[str, int]:
+    """Bytes one decoder layer saves for backward without checkpointing, by module."""
+    dt = plan.precision.compute_bits // 8
+    targets = _targets(model, plan)
+    full = targets is None
+    amp = plan.precision.is_amp and full  # LoRA under AMP: 16-bit base, autocast is a no-op for it
+    T = plan.micro_batch * plan.seq_len
+    linears = list(layer_layout(model.config, model.family, index).linears)
+    gemma = model.family in ("gemma", "gemma2")
+    layer = _Layer()
+    h = model.hidden_size
+    _norm(layer, "input_layernorm", T, h, dt=dt, trainable=full, gemma=gemma, amp=amp)
+    _attention_saved(layer, model, plan, linears, targets, dt=dt, amp=amp)
+    _norm(layer, "post_attention_layernorm", T, h, dt=dt, trainable=full, gemma=gemma, amp=amp)
+    if model.family == "gemma2":  # extra post-attention / post-feedforward norms
+        _norm(layer, "post_norms", T, h, dt=dt, trainable=full, gemma=True, amp=amp)
+        _norm(layer, "post_norms", T, h, dt=dt, trainable=full, gemma=True, amp=amp)
+    _mlp_saved(layer, model, plan, linears, targets, dt=dt, amp=amp)
+    if not full:
+        _lora_saved(layer, plan, linears, targets)
+    return layer.items
+
+
+def _head(model: ModelSpec, plan: TrainingPlan, *, dt: int, amp: bool) -> tuple[int, int, int]:
+    """(saved, forward transient, backward transient) bytes of final norm, LM head and loss.
+
+    HF `ForCausalLMLoss` upcasts the logits: `logits.float()` (fp32 copy, transient unless the
+    logits already are fp32), then `cross_entropy` = log_softmax (fp32 output saved) + nll_loss.
+    The 16-bit logits tensor itself lives until the loss is computed. Backward starts with the
+    nll gradient and the log_softmax gradient (fp32, T×V each) while the saved log_softmax is
+    still alive.
+    """
+    T = plan.micro_batch * plan.seq_len
+    V = model.vocab_size
+    h = model.hidden_size
+    full = plan.method is Method.FULL
+    gemma = model.family in ("gemma", "gemma2")
+    norm = _Layer()
+    _norm(norm, "final_norm", T, h, dt=dt, trainable=full, gemma=gemma, amp=amp)
+    saved = norm.total + (dt * T * h if full else 0) + FP32 * T * V
+    logits_dt = 2 if amp else dt
+    if model.family == "gemma2" and model.config.get("final_logit_softcapping"):
+        saved += logits_dt * T * V  # tanh saves its output
+    upcast = 0 if logits_dt == FP32 else FP32 * T * V
+    forward_transient = logits_dt * T * V + upcast
+    backward_transient = 2 * FP32 * T * V
+    return saved, forward_transient, backward_transient
+
+
+def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:
+    """Activation memory for the plan: saved tensors per layer × layers, with checkpointing, plus the head."""
+    dt = plan.precision.compute_bits // 8
+    amp = plan.precision.is_amp and plan.method is Method.FULL
+    T = plan.micro_batch * plan.seq_len
+    h = model.hidden_size
+    per_layer = [sum(layer_activations(model, plan, i).values()) for i in _distinct_layers(model)]
+    by_index = {i: total for i, total in zip(_distinct_layers(model), per_layer)}
+    layer_sizes = [by_index[_representative(model, i)] for i in range(model.num_layers)]
+    largest = max(layer_sizes)
+    residual = (FP32 if amp else dt) * T * h  # a checkpointed layer keeps only its input
+    if plan.checkpointing is Checkpointing.FULL:
+        layers_saved = residual * model.num_layers
+        recompute = largest
+    elif plan.checkpointing is Checkpointing.SELECTIVE:
+        layers_saved = sum(_selective(model, plan, size) for size in layer_sizes)
+        recompute = largest - _selective(model, plan, largest)
+    else:
+        layers_saved = sum(layer_sizes)
+        recompute = 0
+    head_saved, loss_fwd, loss_bwd = _head(model, plan, dt=dt, amp=amp)
+    # Backward of one layer holds gradient buffers of its widest intermediates (≈ 3 MLP-wide tensors).
+    width = max(model.intermediate_size, model.moe_intermediate_size * max(model.experts_per_token, 1))
+    layer_bwd = recompute + 3 * dt * T * width
+    weight_copies = 0
+    if amp:
+        weight_copies = 2 * (model.params.total - model.params.embedding - model.params.norms)
+    modules = tuple(sorted(layer_activations(model, plan, 0).items(), key=lambda kv: -kv[1]))
+    return Activations(
+        layer_saved=largest,
+        layers_saved=layers_saved,
+        head_saved=head_saved,
+        loss_forward_peak=loss_fwd,
+        loss_backward_peak=loss_bwd,
+        layer_backward_peak=layer_bwd,
+        weight_copies=weight_copies,
+        modules=modules,
+    )
+
+
+def _selective(model: ModelSpec, plan: TrainingPlan, layer_bytes: int) -> int:
+    """Selective checkpointing keeps matmul/attention outputs and recomputes element-wise ops.
+
+    memdoc's policy (the one `diagnose` traces): save the outputs of mm/addmm/bmm and SDPA,
+    recompute norms, activations and rotary. Per layer that keeps the projection outputs:
+    q, k, v, attention output, o_proj input and the MLP's gate/up outputs.
+    """
+    dt = plan.precision.compute_bits // 8
+    T = plan.micro_batch * plan.seq_len
+    kept = dt * T * (2 * model.q_dim + 2 * model.kv_dim + model.hidden_size)
+    kept += dt * T * 2 * max(model.intermediate_size, model.moe_intermediate_size * max(model.experts_per_token, 1))
+    return min(layer_bytes, kept)
+
+
+def _representative(model: ModelSpec, index: int) -> int:
+    """Index of the first layer with the same layout as layer `index` (dense vs MoE)."""
+    layout = layer_layout(model.config, model.family, index)
+    for i in _distinct_layers(model):
+        if layer_layout(model.config, model.family, i) == layout:
+            return i
+    return index
+
+
+def _distinct_layers(model: ModelSpec) -> list[int]:
+    """One index per distinct layer layout (two for models mixing dense and MoE layers)."""
+    seen: list = []
+    out: list[int] = []
+    for i in range(model.num_layers):
+        layout = layer_layout(model.config, model.family, i)
+        if layout not in seen:
+            seen.append(layout)
+            out.append(i)
+    return out
+
+
+__all__ = ["Activations", "estimate_activations", "layer_activations", "Precision"]

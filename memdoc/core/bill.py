@@ -1,0 +1,201 @@
+"""The bill: itemised per-GPU memory of one steady-state training step, per phase.
+
+A step has three phases and memory peaks in one of them:
+* forward — states (+ grads of the previous step: none, `zero_grad(set_to_none=True)`),
+  the saved activations of every layer, and the loss's fp32 logits transients;
+* backward — its start holds every saved activation plus the fp32 gradients of the logits;
+  as it proceeds, gradients appear while activations are freed (one layer's recompute and
+  gradient buffers on top); its end holds every gradient;
+* optimizer — weights, gradients, states and the optimizer's step temporaries.
+
+`peak_allocated` (≈ `torch.cuda.max_memory_allocated`) is the largest phase sum. Two further
+figures are documented assumptions, not measurements:
+* `peak_reserved` (≈ `max_memory_reserved`) = peak_allocated × (1 + ALLOCATOR_OVERHEAD): the
+  caching allocator rounds blocks up (2 MiB segments for large tensors) and fragments; the
+  fsdp_qlora benchmark (references.md P7) measured reserved/allocated = 10.22/9.16 = 1.116, and
+  torchtune's LoRA runs sit at 1.05–1.15; we take 1.08.
+* `process_total` (≈ nvidia-smi) = peak_reserved + CUDA_CONTEXT_BYTES: the CUDA context, kernels
+  and cuBLAS/cuDNN workspaces. HF's perf docs measured 1,343 MB on a V100 (CUDA 11, eager module
+  loading); CUDA ≥ 11.7 loads kernels lazily, and 600–800 MiB is typical now. We take 768 MiB.
+
+Sharding divides what it shards by the GPU count (ZeRO-1 states, ZeRO-2 + grads, ZeRO-3/FSDP
++ weights) and adds all-gather buffers (two unsharded layers: current + prefetch). Offload moves
+states (and with ZeRO-3, weights) to host memory: the `host` column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from memdoc.core.activations import Activations, estimate_activations
+from memdoc.core.gpu import GpuSpec
+from memdoc.core.model_spec import ModelSpec
+from memdoc.core.plan import Method, Offload, Shard, TrainingPlan
+from memdoc.core.states import ModelStates, model_states
+from memdoc.units import MiB
+
+ALLOCATOR_OVERHEAD = 0.08
+"""peak_reserved / peak_allocated − 1 (see module docstring)."""
+CUDA_CONTEXT_BYTES = 768 * MiB
+"""CUDA context + library workspaces outside PyTorch's allocator (see module docstring)."""
+
+PHASES = ("forward", "backward", "optimizer")
+ITEMS = ("weights", "gradients", "optimizer", "activations", "other")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseBill:
+    """Per-GPU bytes at the peak of one phase."""
+
+    weights: int
+    gradients: int
+    optimizer: int
+    activations: int
+    """Tensors saved for backward (incl. logits/loss tensors kept for backward)."""
+    other: int
+    """Transients: fp32 logits upcast and their gradients, recompute and gradient buffers,
+    optimizer-step temporaries, all-gather buffers, AMP weight copies."""
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.gradients + self.optimizer + self.activations + self.other
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in ITEMS} | {"total": self.total}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bill:
+    """The itemised memory bill of one plan on one GPU type."""
+
+    model: ModelSpec
+    plan: TrainingPlan
+    gpu: GpuSpec | None
+    states: ModelStates
+    acts: Activations
+    phases: dict[str, PhaseBill]
+    host_bytes: int = 0
+    """Bytes offloaded to host RAM (or NVMe) per GPU."""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def peak_phase(self) -> str:
+        return max(PHASES, key=lambda p: self.phases[p].total)
+
+    @property
+    def peak(self) -> PhaseBill:
+        return self.phases[self.peak_phase]
+
+    @property
+    def peak_allocated(self) -> int:
+        return self.peak.total
+
+    @property
+    def peak_reserved(self) -> int:
+        return int(self.peak_allocated * (1 + ALLOCATOR_OVERHEAD))
+
+    @property
+    def process_total(self) -> int:
+        return self.peak_reserved + CUDA_CONTEXT_BYTES
+
+    @property
+    def headroom_bytes(self) -> int | None:
+        return None if self.gpu is None else self.gpu.memory_bytes - self.process_total
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.gpu is None else self.headroom_bytes >= 0
+
+
+def _sharded(value: int, shard: bool, world: int) -> int:
+    return -(-value // world) if shard else value
+
+
+def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = None) -> Bill:
+    """The per-GPU bill of `plan` on `model` (pure arithmetic, no torch)."""
+    states = model_states(model, plan)
+    acts = estimate_activations(model, plan)
+    world = plan.world_size
+    shard = plan.shard
+    weights = _sharded(states.weights, shard.shards_weights, world)
+    grads = _sharded(states.gradients, shard.shards_gradients, world)
+    optim = _sharded(states.optimizer, shard.shards_optimizer, world)
+    step_temp = _sharded(states.optimizer_step_temp, shard.shards_optimizer, world)
+    host = 0
+    notes = []
+    if plan.offload is not Offload.NONE:
+        host += optim
+        optim = 0
+        step_temp = 0
+        notes.append("optimizer states and the optimizer step run on the host (ZeRO-Offload)")
+    if plan.offload is Offload.OPTIMIZER_PARAMS:
+        host += weights
+        weights = 0
+        notes.append("weights live on the host; each layer is fetched to the GPU when used (ZeRO-Infinity)")
+    # ZeRO-3/FSDP all-gather one layer while the next is prefetched; the root unit (embeddings,
+    # final norm, head) stays gathered for the step.
+    gather = 0
+    if shard.shards_weights:
+        bytes_per_param = plan.precision.compute_bits // 8 if plan.method is Method.FULL else plan.precision.compute_bits // 8
+        gather = 2 * states.largest_layer_params * bytes_per_param
+        gather += (model.params.embedding + model.params.head) * bytes_per_param * (world - 1) // world
+    grad_gather = 2 * states.largest_layer_params * (plan.precision.param_bits // 8) if shard.shards_gradients and plan.method is Method.FULL else 0
+
+    saved = acts.layers_saved + acts.head_saved
+    forward = PhaseBill(
+        weights=weights,
+        gradients=0,
+        optimizer=optim,
+        activations=saved,
+        other=acts.loss_forward_peak + acts.weight_copies + gather,
+    )
+    # Backward: the larger of its start (all activations + fp32 logit gradients) and its end
+    # (all gradients + one layer's recompute/gradient buffers).
+    start = saved + acts.loss_backward_peak + acts.weight_copies
+    end = grads + acts.layer_backward_peak + grad_gather
+    backward = (
+        PhaseBill(weights=weights, gradients=0, optimizer=optim, activations=saved,
+                  other=acts.loss_backward_peak + acts.weight_copies + gather)
+        if start >= end
+        else PhaseBill(weights=weights, gradients=grads, optimizer=optim, activations=0,
+                       other=acts.layer_backward_peak + grad_gather + gather)
+    )
+    optimizer = PhaseBill(weights=weights, gradients=grads, optimizer=optim, activations=0, other=step_temp)
+    return Bill(
+        model=model,
+        plan=plan,
+        gpu=gpu,
+        states=states,
+        acts=acts,
+        phases={"forward": forward, "backward": backward, "optimizer": optimizer},
+        host_bytes=host,
+        notes=tuple(notes),
+    )
+
+
+def bill_json(bill: Bill) -> dict:
+    """The documented --json shape of a bill (bytes; per_gpu at the peak phase)."""
+    peak = bill.peak
+    return {
+        "model": {
+            "id": bill.model.id,
+            "params": bill.model.params.total,
+            "trainable_params": bill.states.trainable_params,
+        },
+        "gpu": None
+        if bill.gpu is None
+        else {"name": bill.gpu.name, "memory_bytes": bill.gpu.memory_bytes, "count": bill.plan.world_size},
+        "plan": bill.plan.to_dict(),
+        "per_gpu": {
+            **{k: getattr(peak, k) for k in ITEMS},
+            "peak_allocated": bill.peak_allocated,
+            "peak_reserved": bill.peak_reserved,
+            "process_total": bill.process_total,
+        },
+        "phases": {name: phase.to_dict() for name, phase in bill.phases.items()},
+        "host_bytes": bill.host_bytes,
+        "peak_phase": bill.peak_phase,
+        "fits": bill.fits,
+        "headroom_bytes": bill.headroom_bytes,
+        "notes": list(bill.notes),
+    }

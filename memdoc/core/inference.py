@@ -1,0 +1,74 @@
+"""Inference memory (`memdoc bill --inference`): weights + KV cache + one forward's transients.
+
+KV cache (HF `DynamicCache`): 2 (K and V) × layers × KV heads × head_dim × context × batch ×
+bytes per element. The forward's transient peak is the prefill of the whole context: the MLP's
+intermediate tensors (gate, up, act·up: 3 × T × intermediate) and the attention output, while
+`generate` computes logits only for the last token (`logits_to_keep=1`), upcast to fp32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memdoc.core.bill import ALLOCATOR_OVERHEAD, CUDA_CONTEXT_BYTES
+from memdoc.core.gpu import GpuSpec
+from memdoc.core.model_spec import ModelSpec
+from memdoc.core.plan import Method, TrainingPlan
+from memdoc.core.states import NF4_BYTES_PER_WEIGHT
+from memdoc.core.params import layer_layout
+
+
+@dataclass(frozen=True, kw_only=True)
+class InferenceBill:
+    model: ModelSpec
+    plan: TrainingPlan
+    gpu: GpuSpec | None
+    weights: int
+    kv_cache: int
+    activations: int
+
+    @property
+    def peak_allocated(self) -> int:
+        return self.weights + self.kv_cache + self.activations
+
+    @property
+    def process_total(self) -> int:
+        return int(self.peak_allocated * (1 + ALLOCATOR_OVERHEAD)) + CUDA_CONTEXT_BYTES
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.gpu is None else self.process_total <= self.gpu.memory_bytes
+
+    def to_json(self) -> dict:
+        return {
+            "mode": "inference",
+            "model": {"id": self.model.id, "params": self.model.params.total},
+            "gpu": None if self.gpu is None else {"name": self.gpu.name, "memory_bytes": self.gpu.memory_bytes},
+            "per_gpu": {"weights": self.weights, "kv_cache": self.kv_cache, "activations": self.activations,
+                        "peak_allocated": self.peak_allocated, "process_total": self.process_total},
+            "fits": self.fits,
+            "headroom_bytes": None if self.gpu is None else self.gpu.memory_bytes - self.process_total,
+        }
+
+
+def kv_cache_bytes(model: ModelSpec, *, batch: int, context: int, bytes_per_element: int) -> int:
+    """2 × layers × kv_heads × head_dim × context × batch × bytes (K and V of every layer)."""
+    return 2 * model.num_layers * model.kv_dim * context * batch * bytes_per_element
+
+
+def inference_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> InferenceBill:
+    dt = plan.precision.compute_bits // 8
+    if plan.method is Method.QLORA:
+        linear = sum(layer_layout(model.config, model.family, i).params() for i in range(model.num_layers))
+        weights = int(linear * NF4_BYTES_PER_WEIGHT) + (model.params.total - linear) * dt
+    else:
+        weights = model.params.total * dt
+    tokens = plan.micro_batch * plan.seq_len
+    width = max(model.intermediate_size, model.moe_intermediate_size * max(model.experts_per_token, 1))
+    prefill = dt * tokens * (3 * width + 2 * model.hidden_size)
+    logits = plan.micro_batch * model.vocab_size * (dt + 4)
+    return InferenceBill(
+        model=model, plan=plan, gpu=gpu, weights=weights,
+        kv_cache=kv_cache_bytes(model, batch=plan.micro_batch, context=plan.seq_len, bytes_per_element=dt),
+        activations=max(prefill, logits),
+    )

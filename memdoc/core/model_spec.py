@@ -1,0 +1,149 @@
+"""`ModelSpec`: the architecture numbers of an HF config that memory depends on.
+
+Built from a plain `config.json` dict without importing torch or transformers. Field names
+differ between families (GPT-2 says `n_embd`, Falcon `num_kv_heads`, …); `_ALIASES` lists every
+spelling read. A config that lacks a required number raises `ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from memdoc.core.params import ParamCounts, count_params, family_of
+from memdoc.errors import ConfigError
+
+# Each architecture number and the config keys that may hold it, in order of preference.
+_ALIASES: dict[str, tuple[str, ...]] = {
+    "hidden_size": ("hidden_size", "n_embd", "d_model"),
+    "num_layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "num_heads": ("num_attention_heads", "n_head"),
+    "vocab_size": ("vocab_size",),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """What memdoc knows about one model. Counts are exact (see `memdoc.core.params`)."""
+
+    id: str
+    """The id the user gave, normalised to the catalog's spelling when found there."""
+    model_type: str
+    """HF `model_type` (llama, qwen2, mixtral, …)."""
+    family: str
+    """memdoc's architecture family used for counting and activation coefficients."""
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    """Dense MLP width (for MoE models: the width of dense layers, if any)."""
+    vocab_size: int
+    max_positions: int | None
+    """Context length the model was trained for (`max_position_embeddings`), if stated."""
+    tie_embeddings: bool
+    num_experts: int = 0
+    """Routed experts per MoE layer (0 for dense models)."""
+    experts_per_token: int = 0
+    """Routed experts each token visits (top-k)."""
+    moe_intermediate_size: int = 0
+    """Width of one routed expert's MLP."""
+    num_moe_layers: int = 0
+    """Layers whose MLP is a mixture of experts."""
+    params: ParamCounts
+    """Exact parameter counts by component."""
+    source: str = "catalog"
+    """Where the config came from: local, cache, catalog or hub."""
+    config: dict = field(default_factory=dict, repr=False, compare=False)
+    """The raw config.json dict."""
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def q_dim(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    def summary(self) -> dict:
+        """Plain-data form for --json and `memdoc models`."""
+        return {
+            "id": self.id,
+            "model_type": self.model_type,
+            "params": self.params.total,
+            "active_params": self.params.active,
+            "layers": self.num_layers,
+            "hidden": self.hidden_size,
+            "heads": self.num_heads,
+            "kv_heads": self.num_kv_heads,
+            "vocab": self.vocab_size,
+            "context": self.max_positions,
+            "experts": f"{self.experts_per_token}/{self.num_experts}" if self.is_moe else None,
+        }
+
+
+def _get(config: dict, name: str, model_id: str) -> int:
+    for key in _ALIASES[name]:
+        if config.get(key) is not None:
+            return int(config[key])
+    raise ConfigError(f"config of {model_id} has no {' / '.join(_ALIASES[name])}")
+
+
+def spec_from_config(
+    config: dict, *, model_id: str, source: str = "catalog", params: ParamCounts | None = None
+) -> ModelSpec:
+    """Read the architecture numbers out of an HF config dict (raises ConfigError when malformed).
+
+    `params` overrides the analytic count (used for architectures without an analytic layout).
+    """
+    if not isinstance(config, dict):
+        raise ConfigError(f"config of {model_id} is not a JSON object")
+    model_type = config.get("model_type")
+    if not model_type:
+        raise ConfigError(f"config of {model_id} has no model_type")
+    hidden = _get(config, "hidden_size", model_id)
+    layers = _get(config, "num_layers", model_id)
+    heads = _get(config, "num_heads", model_id)
+    vocab = _get(config, "vocab_size", model_id)
+    kv_heads = int(
+        config.get("num_key_value_heads")
+        or config.get("num_kv_heads")
+        or (1 if config.get("multi_query") else None)
+        or heads
+    )
+    head_dim = int(config.get("head_dim") or hidden // heads)
+    if model_type == "deepseek_v2":
+        head_dim = int(config["qk_nope_head_dim"]) + int(config["qk_rope_head_dim"])
+    intermediate = int(
+        config.get("intermediate_size") or config.get("n_inner") or config.get("ffn_hidden_size") or 4 * hidden
+    )
+    family = family_of(model_type)
+    params = params or count_params(config, family=family, model_id=model_id)
+    num_experts = int(
+        config.get("num_local_experts") or config.get("num_experts") or config.get("n_routed_experts") or 0
+    )
+    return ModelSpec(
+        id=model_id,
+        model_type=model_type,
+        family=family,
+        hidden_size=hidden,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=intermediate,
+        vocab_size=vocab,
+        max_positions=config.get("max_position_embeddings") or config.get("n_positions") or config.get("seq_length"),
+        tie_embeddings=bool(config.get("tie_word_embeddings", family in ("gpt2", "gemma", "falcon", "bert"))),
+        num_experts=num_experts,
+        experts_per_token=int(config.get("num_experts_per_tok") or 0) if num_experts else 0,
+        moe_intermediate_size=int(config.get("moe_intermediate_size") or intermediate) if num_experts else 0,
+        num_moe_layers=params.moe_layers,
+        params=params,
+        source=source,
+        config=config,
+    )

@@ -1,0 +1,356 @@
+"""Exact parameter counts from an HF config, per architecture family, without torch.
+
+Each family's decoder layer is described as the list of its linear layers (`Linear`, with the
+module name HF uses, so LoRA targets can be matched) plus its norm parameters; counts are sums
+over that layout. The layouts follow the `modeling_*.py` files of transformers 5.x; the test
+suite builds every catalog model on the meta device and asserts equality to the parameter.
+Unknown families raise `UnsupportedArchitecture`, and callers fall back to the meta-device count
+(`memdoc.probe.meta_count`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memdoc.errors import ConfigError
+
+_LLAMA_LIKE = {
+    "llama": "llama",
+    "mistral": "llama",
+    "qwen2": "qwen2",
+    "qwen3": "qwen3",
+    "gemma": "gemma",
+    "gemma2": "gemma2",
+    "phi3": "phi3",
+    "mixtral": "mixtral",
+    "qwen2_moe": "qwen2_moe",
+    "qwen3_moe": "qwen3_moe",
+    "deepseek_v2": "deepseek_v2",
+    "gpt2": "gpt2",
+    "gpt_neox": "gpt_neox",
+    "falcon": "falcon",
+    "phi": "phi",
+    "bert": "bert",
+}
+
+
+class UnsupportedArchitecture(ConfigError):
+    """No analytic layout for this model_type; count on the meta device instead."""
+
+
+def family_of(model_type: str) -> str:
+    """memdoc's family name for an HF model_type ('unknown' when there is no analytic layout)."""
+    return _LLAMA_LIKE.get(model_type, "unknown")
+
+
+@dataclass(frozen=True)
+class Linear:
+    """One `nn.Linear` (or a stack of `copies` identical expert matrices) in a decoder layer."""
+
+    name: str
+    """HF module name (q_proj, down_proj, …), as LoRA `target_modules` match it."""
+    in_features: int
+    out_features: int
+    bias: bool
+    group: str
+    """'attention', 'mlp', 'experts' or 'router'."""
+    copies: int = 1
+    """Identical matrices (routed experts); `copies` × in × out parameters."""
+
+    @property
+    def params(self) -> int:
+        return self.copies * (self.in_features * self.out_features + (self.out_features if self.bias else 0))
+
+
+@dataclass(frozen=True)
+class LayerLayout:
+    """The parameters of one decoder layer."""
+
+    linears: tuple[Linear, ...]
+    norm_params: int
+    """Norm weights (and biases) in the layer."""
+
+    def params(self, group: str | None = None) -> int:
+        return sum(l.params for l in self.linears if group is None or l.group == group)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParamCounts:
+    """Exact parameter counts, tied weights counted once."""
+
+    embedding: int
+    """Token (and learned position) embeddings."""
+    attention: int
+    """All attention projections, all layers."""
+    mlp: int
+    """Dense MLPs, routed experts, shared experts and routers, all layers."""
+    norms: int
+    """Every norm weight and bias, including the final norm."""
+    head: int
+    """LM head (0 when tied to the embedding), incl. its bias and any MLM transform."""
+    active: int
+    """Parameters one token touches (MoE: top-k routed experts only); = total for dense models."""
+    moe_layers: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.embedding + self.attention + self.mlp + self.norms + self.head
+
+
+def _i(config: dict, *keys: str, default=None) -> int:
+    for key in keys:
+        if config.get(key) is not None:
+            return int(config[key])
+    if default is None:
+        raise ConfigError(f"config has none of {', '.join(keys)}")
+    return int(default)
+
+
+def _gated_mlp(h: int, i: int, bias: bool = False, group: str = "mlp", copies: int = 1, prefix: str = "") -> list[Linear]:
+    return [
+        Linear(prefix + "gate_proj", h, i, bias, group, copies),
+        Linear(prefix + "up_proj", h, i, bias, group, copies),
+        Linear(prefix + "down_proj", i, h, bias, group, copies),
+    ]
+
+
+def _attention(config: dict, family: str) -> tuple[list[Linear], int]:
+    """Attention projections and any q/k norm parameters of one layer."""
+    h = _i(config, "hidden_size", "n_embd")
+    heads = _i(config, "num_attention_heads", "n_head")
+    hd = _i(config, "head_dim", default=h // heads)
+    kv = _i(config, "num_key_value_heads", default=heads)
+    if family == "deepseek_v2":
+        nope, rope, v_hd = config["qk_nope_head_dim"], config["qk_rope_head_dim"], config["v_head_dim"]
+        kv_rank, q_rank = config["kv_lora_rank"], config.get("q_lora_rank")
+        bias = bool(config.get("attention_bias", False))
+        q = (
+            [Linear("q_proj", h, heads * (nope + rope), False, "attention")]
+            if not q_rank
+            else [
+                Linear("q_a_proj", h, q_rank, bias, "attention"),
+                Linear("q_b_proj", q_rank, heads * (nope + rope), False, "attention"),
+            ]
+        )
+        linears = q + [
+            Linear("kv_a_proj_with_mqa", h, kv_rank + rope, bias, "attention"),
+            Linear("kv_b_proj", kv_rank, heads * (nope + v_hd), False, "attention"),
+            Linear("o_proj", heads * v_hd, h, bias, "attention"),
+        ]
+        return linears, kv_rank + (q_rank or 0)
+    if family == "phi3":
+        return [
+            Linear("qkv_proj", h, (heads + 2 * kv) * hd, False, "attention"),
+            Linear("o_proj", heads * hd, h, False, "attention"),
+        ], 0
+    qwen2_bias = family in ("qwen2", "qwen2_moe")  # Qwen2 attention: q/k/v with bias, o without
+    qkv_bias = qwen2_bias or bool(config.get("attention_bias", False))
+    o_bias = bool(config.get("attention_bias", False)) and not qwen2_bias
+    linears = [
+        Linear("q_proj", h, heads * hd, qkv_bias, "attention"),
+        Linear("k_proj", h, kv * hd, qkv_bias, "attention"),
+        Linear("v_proj", h, kv * hd, qkv_bias, "attention"),
+        Linear("o_proj", heads * hd, h, o_bias, "attention"),
+    ]
+    qk_norm = 2 * hd if family in ("qwen3", "qwen3_moe") else 0
+    return linears, qk_norm
+
+
+def _is_moe_layer(config: dict, family: str, index: int) -> bool:
+    if family == "mixtral":
+        return True
+    if family in ("qwen2_moe", "qwen3_moe"):
+        step = int(config.get("decoder_sparse_step", 1) or 1)
+        only_dense = config.get("mlp_only_layers") or []
+        return index not in only_dense and _i(config, "num_experts") > 0 and (index + 1) % step == 0
+    if family == "deepseek_v2":
+        freq = int(config.get("moe_layer_freq", 1) or 1)
+        return bool(config.get("n_routed_experts")) and index >= config.get("first_k_dense_replace", 0) and index % freq == 0
+    return False
+
+
+def _mlp(config: dict, family: str, index: int, *, active: bool) -> list[Linear]:
+    """MLP of one layer; with `active`, routed experts are counted top-k times instead of E."""
+    h = _i(config, "hidden_size")
+    i = _i(config, "intermediate_size", default=4 * h)
+    if not _is_moe_layer(config, family, index):
+        return _gated_mlp(h, i, bool(config.get("mlp_bias", False)))
+    if family == "mixtral":
+        experts, top_k = _i(config, "num_local_experts"), _i(config, "num_experts_per_tok")
+        width = i
+    else:
+        experts = _i(config, "num_experts", "n_routed_experts")
+        top_k = _i(config, "num_experts_per_tok")
+        width = _i(config, "moe_intermediate_size")
+    linears = [Linear("gate", h, experts, False, "router")]
+    linears += _gated_mlp(h, width, False, "experts", top_k if active else experts, "experts.")
+    if family == "qwen2_moe":
+        linears += _gated_mlp(h, _i(config, "shared_expert_intermediate_size"), False, "mlp", 1, "shared_expert.")
+        linears.append(Linear("shared_expert_gate", h, 1, False, "router"))
+    if family == "deepseek_v2" and config.get("n_shared_experts"):
+        linears += _gated_mlp(h, width * int(config["n_shared_experts"]), False, "mlp", 1, "shared_experts.")
+    return linears
+
+
+def _llama_like_layer(config: dict, family: str, index: int, *, active: bool = False) -> LayerLayout:
+    h = _i(config, "hidden_size")
+    attn, qk_norm = _attention(config, family)
+    if family == "phi3":
+        i = _i(config, "intermediate_size")
+        mlp = [Linear("gate_up_proj", h, 2 * i, False, "mlp"), Linear("down_proj", i, h, False, "mlp")]
+    else:
+        mlp = _mlp(config, family, index, active=active)
+    norms_per_layer = 4 if family == "gemma2" else 2
+    return LayerLayout(tuple(attn + mlp), norms_per_layer * h + qk_norm)
+
+
+def _gpt2_layer(config: dict) -> LayerLayout:
+    h = _i(config, "n_embd", "hidden_size")
+    inner = _i(config, "n_inner", default=4 * h)
+    return LayerLayout(
+        (
+            Linear("c_attn", h, 3 * h, True, "attention"),
+            Linear("attn.c_proj", h, h, True, "attention"),
+            Linear("c_fc", h, inner, True, "mlp"),
+            Linear("mlp.c_proj", inner, h, True, "mlp"),
+        ),
+        2 * 2 * h,
+    )
+
+
+def _neox_layer(config: dict) -> LayerLayout:
+    h = _i(config, "hidden_size")
+    i = _i(config, "intermediate_size", default=4 * h)
+    bias = bool(config.get("attention_bias", True))
+    return LayerLayout(
+        (
+            Linear("query_key_value", h, 3 * h, bias, "attention"),
+            Linear("dense", h, h, bias, "attention"),
+            Linear("dense_h_to_4h", h, i, True, "mlp"),
+            Linear("dense_4h_to_h", i, h, True, "mlp"),
+        ),
+        2 * 2 * h,
+    )
+
+
+def _falcon_layer(config: dict) -> LayerLayout:
+    h = _i(config, "hidden_size")
+    heads = _i(config, "num_attention_heads")
+    hd = h // heads
+    bias = bool(config.get("bias", False))
+    if config.get("new_decoder_architecture"):
+        kv = _i(config, "num_kv_heads", default=heads)
+        qkv_out = (heads + 2 * kv) * hd
+        norms = 2 * 2 * h if config.get("num_ln_in_parallel_attn", 2) == 2 else 2 * h
+    else:
+        qkv_out = h + 2 * hd if config.get("multi_query", True) else 3 * h
+        norms = 2 * h if config.get("parallel_attn", True) else 2 * 2 * h
+    ffn = _i(config, "ffn_hidden_size", default=4 * h)
+    return LayerLayout(
+        (
+            Linear("query_key_value", h, qkv_out, bias, "attention"),
+            Linear("dense", h, h, bias, "attention"),
+            Linear("dense_h_to_4h", h, ffn, bias, "mlp"),
+            Linear("dense_4h_to_h", ffn, h, bias, "mlp"),
+        ),
+        norms,
+    )
+
+
+def _phi_layer(config: dict) -> LayerLayout:
+    h = _i(config, "hidden_size")
+    heads = _i(config, "num_attention_heads")
+    kv = _i(config, "num_key_value_heads", default=heads)
+    hd = h // heads
+    i = _i(config, "intermediate_size")
+    return LayerLayout(
+        (
+            Linear("q_proj", h, heads * hd, True, "attention"),
+            Linear("k_proj", h, kv * hd, True, "attention"),
+            Linear("v_proj", h, kv * hd, True, "attention"),
+            Linear("dense", heads * hd, h, True, "attention"),
+            Linear("fc1", h, i, True, "mlp"),
+            Linear("fc2", i, h, True, "mlp"),
+        ),
+        2 * h,
+    )
+
+
+def _bert_layer(config: dict) -> LayerLayout:
+    h = _i(config, "hidden_size")
+    i = _i(config, "intermediate_size")
+    return LayerLayout(
+        (
+            Linear("query", h, h, True, "attention"),
+            Linear("key", h, h, True, "attention"),
+            Linear("value", h, h, True, "attention"),
+            Linear("attention.output.dense", h, h, True, "attention"),
+            Linear("intermediate.dense", h, i, True, "mlp"),
+            Linear("output.dense", i, h, True, "mlp"),
+        ),
+        2 * 2 * h,
+    )
+
+
+def layer_layout(config: dict, family: str, index: int, *, active: bool = False) -> LayerLayout:
+    """Parameters of decoder layer `index` (layers differ only for MoE / dense mixes)."""
+    if family == "gpt2":
+        return _gpt2_layer(config)
+    if family == "gpt_neox":
+        return _neox_layer(config)
+    if family == "falcon":
+        return _falcon_layer(config)
+    if family == "phi":
+        return _phi_layer(config)
+    if family == "bert":
+        return _bert_layer(config)
+    if family == "unknown":
+        raise UnsupportedArchitecture(f"no analytic layout for model_type {config.get('model_type')!r}")
+    return _llama_like_layer(config, family, index, active=active)
+
+
+def _embedding_norm_head(config: dict, family: str) -> tuple[int, int, int]:
+    """(embedding, final-norm, head) parameters outside the decoder layers."""
+    h = _i(config, "hidden_size", "n_embd")
+    vocab = _i(config, "vocab_size")
+    if family == "gpt2":
+        return vocab * h + _i(config, "n_positions") * h, 2 * h, 0
+    if family == "bert":
+        emb = (vocab + _i(config, "max_position_embeddings") + _i(config, "type_vocab_size", default=2)) * h + 2 * h
+        # BertForMaskedLM: transform dense (h×h + h) and its LayerNorm, decoder tied, decoder bias (vocab).
+        return emb, 0, h * h + h + 2 * h + vocab
+    default_tied = family in ("gemma", "gemma2", "falcon")
+    tied = bool(config.get("tie_word_embeddings", default_tied))
+    head = 0 if tied else vocab * h
+    if family == "phi":
+        head += vocab  # phi-2's lm_head has a bias, also when tied weights would be shared
+    final_norm = 2 * h if family in ("gpt_neox", "falcon", "phi") else h
+    return vocab * h, final_norm, head
+
+
+def count_params(config: dict, *, family: str, model_id: str = "model") -> ParamCounts:
+    """Exact parameter counts of `config` (raises UnsupportedArchitecture for unknown families)."""
+    if family == "unknown":
+        raise UnsupportedArchitecture(f"no analytic layout for {model_id} (model_type {config.get('model_type')!r})")
+    layers = _i(config, "num_hidden_layers", "n_layer")
+    embedding, final_norm, head = _embedding_norm_head(config, family)
+    attention = mlp = norms = active_mlp = moe_layers = 0
+    for index in range(layers):
+        layout = layer_layout(config, family, index)
+        attention += layout.params("attention")
+        mlp += layout.params() - layout.params("attention")
+        norms += layout.norm_params
+        active_layout = layer_layout(config, family, index, active=True)
+        active_mlp += active_layout.params() - active_layout.params("attention")
+        moe_layers += any(l.group == "experts" for l in layout.linears)
+    norms += final_norm
+    total = embedding + attention + mlp + norms + head
+    return ParamCounts(
+        embedding=embedding,
+        attention=attention,
+        mlp=mlp,
+        norms=norms,
+        head=head,
+        active=total - mlp + active_mlp,
+        moe_layers=moe_layers,
+    )

@@ -1,0 +1,145 @@
+"""Model states: weights, gradients and optimizer states, in bytes, before sharding and offload.
+
+Dtype rules (what HF Trainer / peft / bitsandbytes actually allocate):
+* pure bf16/fp16: weights, gradients and optimizer states in 16 bit (no master copy);
+* fp32: everything 4 bytes; AMP (`amp-*`): fp32 weights (they are the master copy), fp32 grads,
+  fp32 states — the 16-bit copies made by autocast are activations (`activations.weight_copies`);
+* LoRA: the frozen base in the compute dtype; adapters in fp32 (peft's default
+  `autocast_adapter_dtype=True` upcasts 16-bit adapters), so their grads and states are fp32;
+* QLoRA: every base `nn.Linear` of the decoder in NF4 — 4 bits per weight, one 8-bit absmax per
+  64-weight block, and one fp32 absmax per 256 of those (bitsandbytes double quantisation:
+  0.5 + 1/64 + 4/16384 bytes per weight); embeddings, norms and the LM head stay 16-bit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from memdoc.core.activations import _saves_input, _targets
+from memdoc.core.model_spec import ModelSpec
+from memdoc.core.params import layer_layout
+from memdoc.core.plan import Method, Optimizer, TrainingPlan
+
+NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)
+"""4-bit code + 8-bit absmax per 64 weights + fp32 second-level absmax per 256 blocks."""
+
+BNB_BLOCK = 256
+"""bitsandbytes 8-bit optimizers quantise states block-wise, one fp32 absmax per 256 values."""
+BNB_MIN_8BIT_SIZE = 4096
+"""bitsandbytes keeps 32-bit states for tensors smaller than this (`min_8bit_size`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelStates:
+    """Weights, gradients and optimizer states of the whole model (unsharded), in bytes."""
+
+    weights: int
+    gradients: int
+    optimizer: int
+    optimizer_step_temp: int
+    """Transient bytes inside `optimizer.step()` (foreach AdamW: one state-sized buffer)."""
+    trainable_params: int
+    largest_layer_params: int
+    """Parameters of the largest decoder layer (all-gather unit under ZeRO-3/FSDP)."""
+
+
+def _lora_params(model: ModelSpec, plan: TrainingPlan) -> tuple[int, list[tuple[int, int]]]:
+    """(adapter parameter count, [(in, out) per adapted matrix]) for the plan's targets."""
+    targets = _targets(model, plan)
+    shapes = []
+    for i in range(model.num_layers):
+        for linear in layer_layout(model.config, model.family, i).linears:
+            if _saves_input(linear, targets):
+                shapes.append((linear.in_features, linear.out_features))
+    return sum(plan.lora_rank * (a + b) for a, b in shapes), shapes
+
+
+def trainable_params(model: ModelSpec, plan: TrainingPlan) -> int:
+    """Trainable parameters: all for full fine-tuning, the adapters for LoRA/QLoRA."""
+    if plan.method is Method.FULL:
+        return model.params.total
+    return _lora_params(model, plan)[0]
+
+
+def _optimizer_bytes(plan: TrainingPlan, shapes: list[tuple[int, int]], state_bytes: int) -> tuple[int, int]:
+    """(state bytes, step temporaries) for tensors of `shapes` (rows, cols) whose states are `state_bytes` wide.
+
+    AdamW (torch): exp_avg + exp_avg_sq; the foreach path builds one sqrt(exp_avg_sq) buffer of
+    the whole group (torch/optim/adamw.py `_multi_tensor_adam`), fused does not.
+    8-bit AdamW (bitsandbytes): 2 uint8 states + fp32 absmax per 256 values; 32-bit below 4096.
+    SGD (momentum 0.9), Lion: one state. Adafactor: factored second moment (row + column) for
+    matrices, full for vectors; no first moment (transformers' default beta1=None).
+    """
+    numels = [r * c for r, c in shapes]
+    n = sum(numels)
+    opt = plan.optimizer
+    if opt in (Optimizer.ADAMW, Optimizer.ADAMW_FUSED):
+        temp = n * state_bytes if opt is Optimizer.ADAMW else 0
+        return 2 * n * state_bytes, temp
+    if opt in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT):
+        total = 0
+        for numel in numels:
+            if numel < BNB_MIN_8BIT_SIZE:
+                total += 2 * numel * 4
+            else:
+                total += 2 * (numel + 4 * math.ceil(numel / BNB_BLOCK))
+        return total, 0
+    if opt in (Optimizer.SGD, Optimizer.LION):
+        return n * state_bytes, n * state_bytes if opt is Optimizer.LION else 0
+    if opt is Optimizer.ADAFACTOR:
+        factored = sum((r + c if c > 1 and r > 1 else r * c) for r, c in shapes)
+        return factored * state_bytes, max(numels) * state_bytes
+    raise AssertionError(opt)
+
+
+def _param_shapes(model: ModelSpec) -> list[tuple[int, int]]:
+    """(rows, cols) of the model's parameter tensors; biases and norms as vectors (n, 1)."""
+    out = []
+    for i in range(model.num_layers):
+        layout = layer_layout(model.config, model.family, i)
+        for linear in layout.linears:
+            out.extend([(linear.out_features, linear.in_features)] * linear.copies)
+            if linear.bias:
+                out.extend([(linear.out_features, 1)] * linear.copies)
+        out.append((layout.norm_params, 1))
+    out.append((model.vocab_size, model.params.embedding // model.vocab_size))
+    if model.params.head:
+        out.append((model.vocab_size, model.params.head // model.vocab_size))
+    return out
+
+
+def model_states(model: ModelSpec, plan: TrainingPlan) -> ModelStates:
+    """Unsharded weights / grads / optimizer states of the plan, in bytes."""
+    param_bytes = plan.precision.param_bits // 8
+    compute_bytes = plan.precision.compute_bits // 8
+    layers = [layer_layout(model.config, model.family, i) for i in range(model.num_layers)]
+    largest_layer = max(l.params() + l.norm_params for l in layers)
+    if plan.method is Method.FULL:
+        states, temp = _optimizer_bytes(plan, _param_shapes(model), param_bytes)
+        return ModelStates(
+            weights=model.params.total * param_bytes,
+            gradients=model.params.total * param_bytes,
+            optimizer=states,
+            optimizer_step_temp=temp,
+            trainable_params=model.params.total,
+            largest_layer_params=largest_layer,
+        )
+    adapters, shapes = _lora_params(model, plan)
+    adapter_shapes = [shape for a, b in shapes for shape in ((plan.lora_rank, a), (b, plan.lora_rank))]
+    base_bytes = compute_bytes
+    if plan.method is Method.QLORA:
+        linear_params = sum(l.params() for l in layers)
+        other = model.params.total - linear_params
+        weights = int(linear_params * NF4_BYTES_PER_WEIGHT) + other * base_bytes
+    else:
+        weights = model.params.total * base_bytes
+    states, temp = _optimizer_bytes(plan, adapter_shapes, 4)
+    return ModelStates(
+        weights=weights + adapters * 4,
+        gradients=adapters * 4,
+        optimizer=states,
+        optimizer_step_temp=temp,
+        trainable_params=adapters,
+        largest_layer_params=largest_layer,
+    )

@@ -1,0 +1,135 @@
+"""MODEL → config dict → `ModelSpec`.
+
+Resolution order (first hit wins):
+1. a local path: a model directory holding `config.json`, or a `.json` file;
+2. the local Hugging Face cache (`$HF_HUB_CACHE`, else `$HF_HOME/hub`, else
+   `~/.cache/huggingface/hub`), read directly — never the network;
+3. the bundled catalog (`memdoc/data/catalog/`), case-insensitive, with aliases such as Meta's
+   original `meta-llama/Llama-2-7b` → `meta-llama/Llama-2-7b-hf`;
+4. the Hub, only when `HF_HUB_OFFLINE` is unset and the Hub answers within a few seconds.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+import os
+from importlib import resources
+from pathlib import Path
+
+from memdoc.core.model_spec import ModelSpec, spec_from_config
+from memdoc.core.params import UnsupportedArchitecture
+from memdoc.errors import ConfigError, UnknownModelError
+
+_CATALOG_PACKAGE = "memdoc.data.catalog"
+
+
+@functools.cache
+def catalog_ids() -> dict[str, str]:
+    """Lowercased id → catalog id, for every bundled config and alias."""
+    folder = resources.files(_CATALOG_PACKAGE)
+    ids = {}
+    for entry in folder.iterdir():
+        if entry.name.endswith(".json") and "--" in entry.name:
+            model_id = entry.name[: -len(".json")].replace("--", "/", 1)
+            ids[model_id.lower()] = model_id
+    aliases = folder / "aliases.json"
+    if aliases.is_file():
+        for alias, target in json.loads(aliases.read_text()).items():
+            if not alias.startswith("_") and target.lower() in ids:
+                ids[alias.lower()] = ids[target.lower()]
+    return ids
+
+
+def catalog_config(model_id: str) -> dict:
+    """The bundled config.json of a catalog id (exact spelling, as `catalog_ids` gives it)."""
+    entry = resources.files(_CATALOG_PACKAGE) / (model_id.replace("/", "--", 1) + ".json")
+    return json.loads(entry.read_text())
+
+
+def _read_config_file(path: Path, model: str) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} is not valid JSON ({exc})") from None
+
+
+def _hf_cache_config(model: str) -> Path | None:
+    if "/" not in model:
+        return None
+    cache = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface"), "hub"
+    )
+    snapshots = Path(cache) / ("models--" + model.replace("/", "--")) / "snapshots"
+    if not snapshots.is_dir():
+        return None
+    candidates = sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    return candidates[0] if candidates else None
+
+
+def _hub_config(model: str) -> dict | None:
+    """config.json from the Hub, or None when offline/unreachable/absent."""
+    if os.environ.get("HF_HUB_OFFLINE") or os.environ.get("MEMDOC_OFFLINE") or model.count("/") != 1:
+        return None
+    try:
+        from huggingface_hub import hf_hub_download
+
+        os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "3")
+        os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "5")
+        path = hf_hub_download(model, "config.json")
+    except Exception:  # any network, auth or not-found failure means: not on the Hub for us
+        return None
+    return json.loads(Path(path).read_text())
+
+
+def suggest(model: str, n: int = 3) -> list[str]:
+    """Closest catalog ids to a mistyped model name."""
+    ids = catalog_ids()
+    key = model.lower()
+    names = difflib.get_close_matches(key, list(ids), n=n, cutoff=0.4)
+    if len(names) < n:  # match on the part after the org as well
+        by_name = {k.split("/")[-1]: k for k in ids}
+        names += [by_name[m] for m in difflib.get_close_matches(key.split("/")[-1], list(by_name), n=n, cutoff=0.5)]
+    return list(dict.fromkeys(ids[name] for name in names))[:n]
+
+
+def load_config(model: str) -> tuple[str, dict, str]:
+    """(canonical id, config dict, source) for MODEL, in the documented resolution order."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        config_file = path / "config.json"
+        if not config_file.is_file():
+            raise ConfigError(f"{path} is a directory without config.json")
+        return str(path), _read_config_file(config_file, model), "local"
+    if path.suffix == ".json" or path.is_file():
+        if not path.is_file():
+            raise ConfigError(f"{path} does not exist")
+        return str(path), _read_config_file(path, model), "local"
+    cached = _hf_cache_config(model)
+    if cached is not None:
+        return model, _read_config_file(cached, model), "cache"
+    catalog_id = catalog_ids().get(model.lower())
+    if catalog_id is not None:
+        return catalog_id, catalog_config(catalog_id), "catalog"
+    hub = _hub_config(model)
+    if hub is not None:
+        return model, hub, "hub"
+    close = suggest(model)
+    hint = f"did you mean {' or '.join(close)}?" if close else "see `memdoc models` for the bundled catalog"
+    raise UnknownModelError(
+        f"unknown model {model!r}: not a local path, not in the HF cache or the catalog, and the Hub is unreachable; {hint}"
+    )
+
+
+def resolve_model(model: str) -> ModelSpec:
+    """MODEL (id, directory or config.json) → ModelSpec; unknown architectures are counted on the meta device."""
+    model_id, config, source = load_config(model)
+    try:
+        return spec_from_config(config, model_id=model_id, source=source)
+    except UnsupportedArchitecture:
+        from memdoc.probe.meta_count import spec_with_meta_count
+
+        return spec_with_meta_count(config, model_id=model_id, source=source)
