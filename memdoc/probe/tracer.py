@@ -231,7 +231,9 @@ def build_optimizer(model, plan: TrainingPlan):
     if opt is Optimizer.ADAFACTOR:
         from transformers.optimization import Adafactor
 
-        return Adafactor(params, lr=None, scale_parameter=True, relative_step=True, warmup_init=False)
+        # relative_step/scale_parameter read tensor values (.item()), impossible on fake tensors;
+        # they change the learning rate, not the memory.
+        return Adafactor(params, lr=1e-3, scale_parameter=False, relative_step=False, warmup_init=False)
     if opt is Optimizer.LION:
         return Lion(params)
     raise ConfigError(f"optimizer {opt.value} is not traceable")  # pragma: no cover
@@ -240,6 +242,7 @@ def build_optimizer(model, plan: TrainingPlan):
 def _storage_bytes(tensors) -> int:
     seen, total = set(), 0
     for t in tensors:
+        t = getattr(t, "_local_tensor", t)  # DTensor: this rank's shard
         st = t.untyped_storage()
         key = id(st) if not hasattr(st, "_cdata") else st._cdata
         if key not in seen:
