@@ -42,3 +42,11 @@ class ScriptError(MemdocError):
 
 class OutputExistsError(MemdocError):
     """A file memdoc would write already exists and `--force` was not given."""
+
+
+class UnknownSymptomError(MemdocError):
+    """`--symptom` names no entry of the symptom knowledge base."""
+
+
+class KnowledgeBaseError(MemdocError):
+    """A bundled data file (symptoms.yaml) is malformed; the message names the entry."""

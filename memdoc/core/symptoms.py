@@ -1,0 +1,285 @@
+"""The symptom knowledge base: `memdoc/data/symptoms.yaml`, loaded, validated and typed.
+
+Each `Symptom` has an ordered list of `Prescription`s, cheapest first. A prescription's `lever` is
+the plan change the bill can evaluate (`{checkpointing: full}`, `{method: qlora}`, …); `LEVERS`
+is its vocabulary and `LADDER_RANK` places the memory levers on the cost ladder
+
+    micro-batch (accumulation) → checkpointing → bf16 → LoRA/QLoRA → 8-bit optimizer
+    → optimizer offload → ZeRO-3/FSDP → weight offload
+
+that a symptom with `ladder: ascending` must follow (and `descending` must follow backwards).
+Everything here is plain data: no torch.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from memdoc.core.plan import Attention, Checkpointing, Method, Offload, Optimizer, Precision, Shard
+from memdoc.errors import KnowledgeBaseError, UnknownSymptomError
+
+__all__ = [
+    "HOW_KEYS",
+    "LADDER_RANK",
+    "LEVERS",
+    "PLAN_LEVERS",
+    "Prescription",
+    "Symptom",
+    "WHY",
+    "get_symptom",
+    "ladder_rank",
+    "list_symptoms",
+    "load_symptoms",
+]
+
+WHY = (
+    "weights",
+    "gradients",
+    "optimizer",
+    "activations",
+    "logits",
+    "temporaries",
+    "fragmentation",
+    "kv_cache",
+    "time",
+    "correctness",
+)
+"""Bill line items a prescription can shrink (`time` and `correctness` for non-memory symptoms)."""
+
+HOW_KEYS = ("hf", "trl", "axolotl", "llamafactory", "deepspeed", "vllm", "pytorch", "env")
+"""Where a prescription's switch lives: HF TrainingArguments, TRL SFTConfig/ModelConfig, Axolotl,
+LLaMA-Factory, DeepSpeed JSON, vLLM engine args (mappings); a PyTorch call (text); env vars (mapping)."""
+
+_RELATIVE = {"micro_batch": ("half", "double", "1"), "seq_len": ("cap", "half")}
+PLAN_LEVERS: dict[str, tuple[Any, ...]] = {
+    "micro_batch": _RELATIVE["micro_batch"],
+    "seq_len": _RELATIVE["seq_len"],
+    "checkpointing": tuple(m.value for m in Checkpointing),
+    "precision": tuple(m.value for m in Precision),
+    "attention": tuple(m.value for m in Attention),
+    "method": tuple(m.value for m in Method),
+    "optimizer": tuple(m.value for m in Optimizer),
+    "offload": tuple(m.value for m in Offload),
+    "shard": tuple(m.value for m in Shard),
+}
+"""Levers that are `TrainingPlan` fields. micro_batch 'half' keeps the effective batch (accumulation
+doubles); seq_len 'cap' means "to the data's p99 length" (the caller supplies the number)."""
+
+LEVERS: dict[str, tuple[Any, ...]] = {
+    **PLAN_LEVERS,
+    "loss": ("chunked",),
+    "activation_offload": (True,),
+    "optimizer_in_backward": (True,),
+}
+"""All lever keys and values. `loss`, `activation_offload` and `optimizer_in_backward` are not
+`TrainingPlan` fields yet: the bill may ignore them until it models them."""
+
+LADDER_RANK: dict[tuple[str, Any], int] = {
+    **{("micro_batch", v): 1 for v in _RELATIVE["micro_batch"]},
+    **{("checkpointing", v): 2 for v in ("full", "selective")},
+    **{("precision", v): 3 for v in ("bf16", "amp-bf16", "fp16", "amp-fp16")},
+    **{("method", v): 4 for v in ("lora", "qlora")},
+    **{("optimizer", v): 5 for v in ("adamw-8bit", "paged-adamw-8bit", "adamw-fused", "adafactor", "sgd", "lion")},
+    ("offload", "optimizer"): 6,
+    ("offload", "none"): 6,  # undoing offload (descending ladders)
+    **{("shard", v): 7 for v in ("zero1", "zero2", "zero3", "fsdp")},
+    ("offload", "optimizer+params"): 8,
+}
+"""Position of a lever on the cost ladder (1 = cheapest). Levers not listed are off the ladder."""
+
+
+def ladder_rank(lever: dict[str, Any] | None) -> int | None:
+    """The highest ladder rank among a lever's changes, or None when none of them is on the ladder."""
+    if not lever:
+        return None
+    ranks = [LADDER_RANK[(k, v)] for k, v in lever.items() if (k, v) in LADDER_RANK]
+    return max(ranks) if ranks else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prescription:
+    """One thing to try for a symptom."""
+
+    id: str
+    """Kebab-case, unique across all symptoms."""
+    action: str
+    """What to do, one sentence."""
+    why: str
+    """The bill line item it shrinks (one of `WHY`)."""
+    time_cost: str
+    """Its cost in step time, as text ('+33% compute')."""
+    lever: dict[str, Any] | None
+    """The plan change the bill can evaluate, or None."""
+    how: dict[str, Any]
+    """Switches per tool (keys from `HOW_KEYS`)."""
+    detail: str | None = None
+    """Caveats and reasoning."""
+
+    @property
+    def rank(self) -> int | None:
+        """Ladder rank of the lever (see `LADDER_RANK`), None when off the ladder."""
+        return ladder_rank(self.lever)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Symptom:
+    """A symptom, its causes and its prescriptions in the order to try them."""
+
+    id: str
+    title: str
+    description: str
+    ladder: str
+    """'ascending', 'descending' or 'none': how prescriptions with ranked levers are ordered."""
+    causes: tuple[str, ...]
+    prescriptions: tuple[Prescription, ...]
+
+
+_KEBAB = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+
+
+def _fail(where: str, problem: str) -> KnowledgeBaseError:
+    return KnowledgeBaseError(f"symptoms.yaml, {where}: {problem}")
+
+
+def _text(entry: dict, key: str, where: str) -> str:
+    value = entry.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise _fail(where, f"'{key}' must be a non-empty string")
+    return value.strip()
+
+
+def _prescription(raw: Any, where: str) -> Prescription:
+    if not isinstance(raw, dict):
+        raise _fail(where, "a prescription must be a mapping")
+    known = {"id", "action", "why", "time_cost", "lever", "how", "detail"}
+    extra = set(raw) - known
+    if extra:
+        raise _fail(where, f"unknown keys {sorted(extra)}")
+    pid = _text(raw, "id", where)
+    where = f"{where} ({pid})"
+    if not _KEBAB.match(pid):
+        raise _fail(where, "id must be kebab-case")
+    why = _text(raw, "why", where)
+    if why not in WHY:
+        raise _fail(where, f"why {why!r} is not one of {', '.join(WHY)}")
+    lever = raw.get("lever")
+    if lever is not None:
+        if not isinstance(lever, dict) or not lever:
+            raise _fail(where, "lever must be a non-empty mapping or null")
+        for key, value in lever.items():
+            if key not in LEVERS:
+                raise _fail(where, f"unknown lever {key!r}; known: {', '.join(LEVERS)}")
+            if value not in LEVERS[key]:
+                raise _fail(where, f"lever {key}: {value!r} is not one of {list(LEVERS[key])}")
+    how = raw.get("how")
+    if how is None:
+        how = {}
+    if not isinstance(how, dict):
+        raise _fail(where, "how must be a mapping")
+    for key, value in how.items():
+        if key not in HOW_KEYS:
+            raise _fail(where, f"unknown how key {key!r}; known: {', '.join(HOW_KEYS)}")
+        if key == "pytorch":
+            if not isinstance(value, str) or not value.strip():
+                raise _fail(where, "how.pytorch must be a call written as text")
+        elif not isinstance(value, dict) or not value:
+            raise _fail(where, f"how.{key} must be a non-empty mapping of setting to value")
+    detail = raw.get("detail")
+    if detail is not None and not isinstance(detail, str):
+        raise _fail(where, "detail must be text")
+    return Prescription(
+        id=pid,
+        action=_text(raw, "action", where),
+        why=why,
+        time_cost=_text(raw, "time_cost", where),
+        lever=dict(lever) if lever else None,
+        how=dict(how),
+        detail=detail,
+    )
+
+
+def _symptom(name: Any, raw: Any) -> Symptom:
+    where = f"symptom {name!r}"
+    if not isinstance(name, str) or not _KEBAB.match(name):
+        raise _fail(where, "symptom names must be kebab-case strings")
+    if not isinstance(raw, dict):
+        raise _fail(where, "must be a mapping")
+    extra = set(raw) - {"title", "description", "ladder", "causes", "prescriptions"}
+    if extra:
+        raise _fail(where, f"unknown keys {sorted(extra)}")
+    ladder = raw.get("ladder", "none")
+    if ladder not in ("ascending", "descending", "none"):
+        raise _fail(where, "ladder must be ascending, descending or none")
+    causes = raw.get("causes")
+    if not isinstance(causes, list) or not causes or not all(isinstance(c, str) and c.strip() for c in causes):
+        raise _fail(where, "causes must be a non-empty list of strings")
+    items = raw.get("prescriptions")
+    if not isinstance(items, list) or len(items) < 3:
+        raise _fail(where, "needs at least 3 prescriptions")
+    prescriptions = tuple(_prescription(p, f"{where}, prescription {i + 1}") for i, p in enumerate(items))
+    ranks = [p.rank for p in prescriptions if p.rank is not None]
+    ordered = sorted(ranks) if ladder == "ascending" else sorted(ranks, reverse=True)
+    if ladder != "none" and ranks != ordered:
+        raise _fail(where, f"prescriptions break the {ladder} cost ladder (ranks {ranks})")
+    return Symptom(
+        id=name,
+        title=_text(raw, "title", where),
+        description=" ".join(_text(raw, "description", where).split()),
+        ladder=ladder,
+        causes=tuple(c.strip() for c in causes),
+        prescriptions=prescriptions,
+    )
+
+
+def load_symptoms(text: str | None = None) -> dict[str, Symptom]:
+    """Parse and validate the knowledge base (the bundled file unless `text` is given).
+
+    Raises KnowledgeBaseError naming the entry on malformed data.
+    """
+    if text is None:
+        text = resources.files("memdoc").joinpath("data", "symptoms.yaml").read_text(encoding="utf-8")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise KnowledgeBaseError(f"symptoms.yaml is not valid YAML: {exc}") from None
+    if not isinstance(data, dict) or not data:
+        raise KnowledgeBaseError("symptoms.yaml must map symptom names to entries")
+    symptoms = {name: _symptom(name, raw) for name, raw in data.items()}
+    seen: dict[str, str] = {}
+    for symptom in symptoms.values():
+        for p in symptom.prescriptions:
+            if p.id in seen:
+                raise _fail(f"symptom {symptom.id!r}", f"prescription id {p.id!r} is already used by {seen[p.id]!r}")
+            seen[p.id] = symptom.id
+    return symptoms
+
+
+@lru_cache(maxsize=1)
+def _bundled() -> dict[str, Symptom]:
+    return load_symptoms()
+
+
+def list_symptoms() -> list[Symptom]:
+    """All symptoms, in file order."""
+    return list(_bundled().values())
+
+
+def get_symptom(name: str) -> Symptom:
+    """The symptom called `name` (case and '_' vs '-' forgiven); UnknownSymptomError otherwise."""
+    symptoms = _bundled()
+    key = str(name).strip().lower().replace("_", "-").replace(" ", "-")
+    if key in symptoms:
+        return symptoms[key]
+    close = difflib.get_close_matches(key, list(symptoms), n=3, cutoff=0.5)
+    hint = f"did you mean {' or '.join(close)}?" if close else None
+    raise UnknownSymptomError(
+        f"unknown symptom {name!r}; known symptoms: {', '.join(symptoms)}",
+        hint=hint,
+    )

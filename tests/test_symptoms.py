@@ -1,0 +1,158 @@
+"""The symptom knowledge base: shape, ladder order, ids, and the switches it names."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+import yaml
+
+from memdoc.core.symptoms import (
+    HOW_KEYS,
+    LADDER_RANK,
+    LEVERS,
+    PLAN_LEVERS,
+    WHY,
+    get_symptom,
+    ladder_rank,
+    list_symptoms,
+    load_symptoms,
+)
+from memdoc.errors import KnowledgeBaseError, MemdocError, UnknownSymptomError
+
+EXPECTED = [
+    "startup-oom", "mid-run-oom", "long-sample-oom", "slow-but-fits", "inference-oom",
+    "ckpt-no-savings", "ckpt-too-slow", "nan-with-amp", "grad-mismatch", "custom-op-error",
+]
+SYMPTOMS = list_symptoms()
+PRESCRIPTIONS = [(s.id, p) for s in SYMPTOMS for p in s.prescriptions]
+
+
+def test_all_symptoms_present_in_order():
+    assert [s.id for s in SYMPTOMS] == EXPECTED
+
+
+@pytest.mark.parametrize("symptom", SYMPTOMS, ids=lambda s: s.id)
+def test_symptom_shape(symptom):
+    assert symptom.title and symptom.description and symptom.causes
+    assert len(symptom.prescriptions) >= 3
+
+
+@pytest.mark.parametrize("symptom", SYMPTOMS, ids=lambda s: s.id)
+def test_ladder_order(symptom):
+    ranks = [p.rank for p in symptom.prescriptions if p.rank is not None]
+    if symptom.ladder == "ascending":
+        assert ranks == sorted(ranks)
+    elif symptom.ladder == "descending":
+        assert ranks == sorted(ranks, reverse=True)
+
+
+def test_memory_symptoms_climb_the_ladder():
+    for name in ("startup-oom", "mid-run-oom", "long-sample-oom", "ckpt-no-savings"):
+        assert get_symptom(name).ladder == "ascending"
+    assert get_symptom("slow-but-fits").ladder == "descending"
+    startup = [p.rank for p in get_symptom("startup-oom").prescriptions if p.rank]
+    assert startup == [3, 4, 5, 6, 7, 8]  # bf16 → QLoRA → 8-bit → offload → ZeRO-3 → weight offload
+
+
+def test_ladder_table_is_the_documented_order():
+    order = [("micro_batch", "half"), ("checkpointing", "full"), ("precision", "bf16"), ("method", "qlora"),
+             ("optimizer", "paged-adamw-8bit"), ("offload", "optimizer"), ("shard", "zero3"),
+             ("offload", "optimizer+params")]
+    assert [LADDER_RANK[k] for k in order] == list(range(1, 9))
+    assert ladder_rank(None) is None and ladder_rank({"loss": "chunked"}) is None
+    assert ladder_rank({"micro_batch": "half", "shard": "fsdp"}) == 7
+
+
+def test_prescription_ids_are_unique_and_kebab():
+    ids = [p.id for _, p in PRESCRIPTIONS]
+    assert len(ids) == len(set(ids))
+    assert all(re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", i) for i in ids)
+
+
+@pytest.mark.parametrize(("symptom", "p"), PRESCRIPTIONS, ids=[p.id for _, p in PRESCRIPTIONS])
+def test_prescription_fields(symptom, p):
+    assert p.action and p.time_cost
+    assert p.why in WHY
+    assert set(p.how) <= set(HOW_KEYS)
+    if p.lever is not None:
+        for key, value in p.lever.items():
+            assert value in LEVERS[key]
+
+
+def test_plan_levers_use_plan_values():
+    from memdoc.core.plan import TrainingPlan
+
+    fields = {f.name for f in dataclasses.fields(TrainingPlan)}
+    assert set(PLAN_LEVERS) <= fields
+    base = TrainingPlan(gpus_per_node=8)
+    for _, p in PRESCRIPTIONS:
+        changes = {
+            key: type(getattr(base, key))(value)  # a real enum value
+            for key, value in (p.lever or {}).items()
+            if key in PLAN_LEVERS and key not in ("micro_batch", "seq_len")
+        }
+        base.replace(**changes)  # the changed plan passes TrainingPlan's own validation
+
+
+def test_hf_keys_exist_in_installed_training_arguments():
+    transformers = pytest.importorskip("transformers")
+    fields = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
+    from transformers.training_args import OptimizerNames
+
+    optims = {o.value for o in OptimizerNames}
+    for _, p in PRESCRIPTIONS:
+        for key, value in p.how.get("hf", {}).items():
+            assert key in fields, f"{p.id}: TrainingArguments has no {key!r}"
+            if key == "optim":
+                assert value in optims, f"{p.id}: unknown optim {value!r}"
+
+
+def test_beyond_the_articles_is_covered():
+    text = " ".join(repr(p) for _, p in PRESCRIPTIONS)
+    for needle in ("use_liger_kernel", "cut_cross_entropy", "activation_offloading", "register_post_accumulate_grad_hook",
+                   "kv_cache_dtype", "expandable_segments", "paged_adamw_8bit", "sample_packing", "cutoff_len"):
+        assert needle in text, needle
+
+
+def test_get_symptom_forgives_case_and_underscores():
+    assert get_symptom("Mid_Run_OOM").id == "mid-run-oom"
+
+
+def test_unknown_symptom_suggests_close_matches():
+    with pytest.raises(UnknownSymptomError) as info:
+        get_symptom("midrun-oom")
+    assert isinstance(info.value, MemdocError) and info.value.exit_code == 2
+    assert "mid-run-oom" in (info.value.hint or "")
+    assert "known symptoms" in str(info.value)
+
+
+def _bundled_yaml() -> dict:
+    from importlib import resources
+
+    return yaml.safe_load(resources.files("memdoc").joinpath("data", "symptoms.yaml").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d["mid-run-oom"]["prescriptions"][0].update(why="vibes"), "mid-run-oom"),
+        (lambda d: d["startup-oom"]["prescriptions"][1].update(lever={"warp": 9}), "startup-lora"),
+        (lambda d: d["startup-oom"]["prescriptions"][1].update(how={"keras": {"x": 1}}), "unknown how key"),
+        (lambda d: d["inference-oom"].update(prescriptions=d["inference-oom"]["prescriptions"][:2]), "at least 3"),
+        (lambda d: d["startup-oom"]["prescriptions"].reverse(), "cost ladder"),
+        (lambda d: d["nan-with-amp"]["prescriptions"][0].update(id="midrun-checkpointing"), "already used"),
+        (lambda d: d["grad-mismatch"]["prescriptions"][0].pop("action"), "grad-preserve-rng"),
+    ],
+)
+def test_malformed_data_names_the_entry(mutate, message):
+    data = _bundled_yaml()
+    mutate(data)
+    with pytest.raises(KnowledgeBaseError, match=re.escape(message)):
+        load_symptoms(yaml.safe_dump(data))
+
+
+def test_invalid_yaml_is_a_memdoc_error():
+    with pytest.raises(KnowledgeBaseError):
+        load_symptoms("a: [")
