@@ -187,9 +187,10 @@ def test_baseline_full_bf16_items(small, base):
 def test_checkpointing_cuts_activations(small, base):
     full = trace(small, checkpointing="full")
     sel = trace(small, checkpointing="selective")
-    act = lambda m: m.phases["forward"]["activations"]  # noqa: E731
-    assert act(full) < 0.6 * act(base)
-    assert act(full) < act(sel) < act(base)
+    per_layer = lambda m: dict(m.modules).get("model.layers.*", 0)  # noqa: E731
+    assert per_layer(full) < 0.2 * per_layer(base)  # a checkpointed layer keeps about its output only
+    assert per_layer(full) < per_layer(sel) < per_layer(base)
+    assert full.phases["forward"]["activations"] < sel.phases["forward"]["activations"] < base.phases["forward"]["activations"]
 
 
 def test_lora_removes_full_size_grads_and_states(small, base):
@@ -217,7 +218,8 @@ def test_fp32_doubles_weights_and_amp_adds_master(small, base):
     assert fp32.weights == pytest.approx(2 * base.weights, rel=1e-3)
     assert amp.weights == fp32.weights  # fp32 master weights
     assert amp.optimizer == pytest.approx(2 * base.optimizer, rel=1e-3)
-    assert amp.phases["forward"]["activations"] < fp32.phases["forward"]["activations"]
+    # autocast keeps bf16 copies of the weights (its cast cache) alive through forward, as on CUDA
+    assert amp.phases["forward"]["activations"] > base.phases["forward"]["activations"] + base.weights // 2
 
 
 def test_eager_attention_exceeds_sdpa_at_long_sequence(small):
