@@ -143,7 +143,10 @@ def _attention_saved(layer: _Layer, model: ModelSpec, plan: TrainingPlan, linear
         if model.num_kv_heads != heads and family != "deepseek_v2":
             layer.add("attention.repeat_kv", dt * T * 2 * q_dim)
     o_proj = by_name.get("o_proj") or by_name.get("dense")
-    if o_proj is not None and targets is None:
+    # `attn_output.transpose(1, 2).contiguous()` copies only for eager: flash-style SDPA returns its
+    # output in (batch, seq, heads, head_dim) memory already (CUDA flash and the fake CPU kernel),
+    # so o_proj saves the very tensor SDPA saved.
+    if o_proj is not None and targets is None and plan.attention is Attention.EAGER:
         layer.add("attention.o_proj_input", 2 * T * o_proj.in_features if amp else dt * T * o_proj.in_features)
 
 

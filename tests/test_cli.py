@@ -1,0 +1,94 @@
+"""CLI contract: help everywhere, one-line errors with exit code 2, --json shapes."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from memdoc.cli import app
+
+runner = CliRunner()
+
+
+def run(*args):
+    return runner.invoke(app, list(args))
+
+
+@pytest.mark.parametrize("command", ["bill", "models", "gpus"])
+def test_every_command_has_help_with_examples(command):
+    result = run(command, "--help")
+    assert result.exit_code == 0
+    assert "Example" in result.output
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["bill", "meta-llama/Llama-2-7x", "--gpu", "24"], "unknown model 'meta-llama/Llama-2-7x'"),
+        (["bill", "/nonexistent/config.json", "--gpu", "24"], "does not exist"),
+        (["bill", "meta-llama/Llama-2-7b", "--gpu", "24", "--batch", "0"], "--batch must be a positive integer"),
+        (["bill", "meta-llama/Llama-2-7b", "--gpu", "24", "--seq", "100000"], "exceeds meta-llama/Llama-2-7b-hf's context of 4096"),
+        (["bill", "meta-llama/Llama-2-7b", "--gpu", "24", "--method", "lora", "--lora-rank", "4096"], "--lora-rank 4096 must be smaller"),
+        (["bill", "meta-llama/Llama-2-7b", "--gpu", "24", "--method", "qlora", "--precision", "fp32"], "QLoRA"),
+        (["bill", "meta-llama/Llama-2-7b", "--gpu", "24", "--shard", "zero3"], "needs more than one GPU"),
+        (["bill", "meta-llama/Llama-2-7b", "--gpu", "rtx-9999"], "rtx-9999"),
+        (["bill", "meta-llama/Llama-2-7b"], "pass --gpu"),
+        (["bill", "--gpu", "24"], "no MODEL given"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(args, message):
+    result = run(*args)
+    assert result.exit_code == 2, result.output
+    lines = [l for l in result.output.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    assert message in lines[0]
+
+
+def test_malformed_recipe(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model: meta-llama/Llama-2-7b\nplan: {batch: two}\n")
+    result = run("bill", "--recipe", str(recipe), "--gpu", "24")
+    assert result.exit_code == 2 and "--batch must be an integer" in result.output
+
+
+def test_recipe_flags_override(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model: meta-llama/Llama-2-7b\ngpu: rtx-4090\nplan: {method: lora, micro_batch: 4}\n")
+    data = json.loads(run("bill", "--recipe", str(recipe), "--batch", "2", "--json").output)
+    assert data["plan"]["method"] == "lora" and data["plan"]["micro_batch"] == 2
+    assert data["gpu"]["name"] == "NVIDIA GeForce RTX 4090" or "4090" in data["gpu"]["name"]
+
+
+def test_bill_json_contract():
+    data = json.loads(run("bill", "meta-llama/Llama-2-7b", "--gpu", "24", "--json").output)
+    assert data["model"] == {"id": "meta-llama/Llama-2-7b-hf", "params": 6_738_415_616, "trainable_params": 6_738_415_616}
+    assert data["gpu"]["memory_bytes"] == 24 * 1024**3 and data["gpu"]["count"] == 1
+    for key in ("weights", "gradients", "optimizer", "activations", "other", "peak_allocated", "peak_reserved", "process_total"):
+        assert isinstance(data["per_gpu"][key], int)
+    assert data["fits"] is False and data["headroom_bytes"] < 0
+    assert data["ladder"] and data["ladder"][-1]["fits"] is True
+
+
+def test_check_exit_status():
+    assert run("bill", "meta-llama/Llama-2-7b", "--gpu", "24", "--check").exit_code == 3
+    assert run("bill", "Qwen/Qwen2.5-0.5B", "--gpu", "80", "--check").exit_code == 0
+
+
+def test_models_and_gpus_json():
+    models = json.loads(run("models", "--json").output)
+    assert len(models) >= 35 and any(m["id"] == "mistralai/Mixtral-8x7B-v0.1" and m["experts"] == "2/8" for m in models)
+    gpus = json.loads(run("gpus", "--json").output)
+    assert any(g["id"] == "h100-sxm" for g in gpus)
+
+
+def test_python_dash_m_and_no_torch_on_the_bill_path():
+    code = (
+        "import sys, runpy; sys.argv=['memdoc','bill','meta-llama/Llama-2-7b','--gpu','24','--json'];"
+        "\ntry:\n    runpy.run_module('memdoc', run_name='__main__')\nexcept SystemExit: pass\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'; assert 'transformers' not in sys.modules"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["per_gpu"]["peak_allocated"] > 0
