@@ -168,8 +168,11 @@ def _selective_context_fn():
     return functools.partial(create_selective_checkpoint_contexts, policy)
 
 
-def build_model(config: dict, plan: TrainingPlan, layers: int | None = None):
-    """The model for `plan`, built with fake (CPU) tensors. Call inside FakeTensorMode."""
+def build_model(config: dict, plan: TrainingPlan, layers: int | None = None, notes: list[str] | None = None):
+    """The model for `plan`, built with fake (CPU) tensors. Call inside FakeTensorMode.
+
+    Architectures without an SDPA implementation in transformers (e.g. Gemma-2's logit
+    softcapping) fall back to eager attention, with a note."""
     import torch
     from transformers import AutoModelForCausalLM
     from transformers.initialization import no_init_weights
@@ -184,7 +187,14 @@ def build_model(config: dict, plan: TrainingPlan, layers: int | None = None):
         store = "float32"
     attn = "eager" if plan.attention is Attention.EAGER else "sdpa"
     with no_init_weights():
-        model = AutoModelForCausalLM.from_config(conf, dtype=_torch_dtype(store), attn_implementation=attn)
+        try:
+            model = AutoModelForCausalLM.from_config(conf, dtype=_torch_dtype(store), attn_implementation=attn)
+        except ValueError as exc:
+            if attn != "sdpa" or "attention implementation" not in str(exc):
+                raise
+            model = AutoModelForCausalLM.from_config(conf, dtype=_torch_dtype(store), attn_implementation="eager")
+            if notes is not None:
+                notes.append(f"{type(model).__name__} has no SDPA attention in transformers: traced eager attention")
     model.tie_weights()
     model.train()
     if plan.checkpointing is not Checkpointing.NONE:
@@ -315,7 +325,7 @@ def _trace_once(config: dict, plan: TrainingPlan, layers: int | None) -> tuple[d
 
             mesh = init_device_mesh("cpu", (plan.world_size,))
         with FakeTensorMode():
-            model = build_model(config, plan, layers)
+            model = build_model(config, plan, layers, notes)
             if fsdp:
                 model = _shard_fsdp(model, plan, mesh)
             opt = build_optimizer(model, plan)
@@ -460,7 +470,8 @@ def trace_training_step(
         for i, k in enumerate(ks):
             report(f"tracing {k} of {n_layers} layers", i / (len(ks) + 1))
             results.append(_trace_once(config, plan, k))
-        (pa, _, _), (pb, acts, _), (pc, _, _) = results
+        (pa, _, _), (pb, acts, _), (pc, _, more) = results
+        notes += more
         predicted = _extrapolate(pa, pb, ks[0], ks[1], ks[2])
         if _agrees(predicted, pc):
             phases = _extrapolate(pb, pc, ks[1], ks[2], n_layers)
