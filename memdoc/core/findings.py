@@ -1,0 +1,200 @@
+"""Lint rules for a measured training run: what the seeds warn about, as findings with a prescription.
+
+Pure Python (no torch): `lint(facts)` reads a `RunFacts` — plain data collected by
+`memdoc.probe.script_runner` while the user's script ran (or built by hand in tests) — and returns
+`Finding`s, most important first. Each finding names the `memdoc prescribe --symptom …` that
+treats it.
+
+Rules (ids are stable, used by --json and tests):
+
+- ``ckpt-not-active``: modules have gradient checkpointing switched on (HF sets
+  ``gradient_checkpointing=True`` on each decoder layer) but none of them, or not all, ran under
+  ``torch.utils.checkpoint`` during the measured forward passes — e.g. the model is in eval mode,
+  or grad was disabled. Names the modules that were not wrapped.
+- ``ckpt-reentrant``: checkpointing ran with ``use_reentrant=True`` (the legacy implementation:
+  no nested checkpoints, inputs must require grad, breaks with frozen embeddings under LoRA).
+- ``amp-off``: trainable weights are fp32 and no autocast was active in forward.
+- ``optimizer-dominates``: optimizer states are at least as large as the activations at the peak
+  and ≥ 30% of it — checkpointing would not help; shrink the states.
+- ``foreach-temporaries``: the peak is in the optimizer step and its temporaries (foreach AdamW
+  keeps parameter-sized scratch lists) are ≥ 25% of the trainable weights.
+- ``dataloader-workers-0``: a DataLoader iterated with ``num_workers=0`` (data loading in the
+  training process: on a GPU, the GPU waits for it).
+- ``fragmentation``: (CUDA) reserved − allocated is ≥ 20% of reserved, or the allocator retried
+  (``num_alloc_retries`` > 0), while ``expandable_segments`` is not set in
+  ``PYTORCH_CUDA_ALLOC_CONF``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+FRAGMENTATION_RATIO = 0.20
+"""(reserved − allocated) / reserved at the peak above which the cache is called fragmented."""
+OPTIMIZER_SHARE = 0.30
+"""Optimizer states ≥ this share of the peak (and ≥ activations) ⇒ 'optimizer-dominates'."""
+FOREACH_SHARE = 0.25
+"""Optimizer-step temporaries ≥ this share of the trainable weights ⇒ 'foreach-temporaries'."""
+
+_SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str
+    severity: str
+    """'error', 'warning' or 'info'."""
+    message: str
+    symptom: str
+    """The `memdoc prescribe --symptom` entry that treats it."""
+    modules: tuple[str, ...] = ()
+    detail: str = ""
+
+    @property
+    def prescribe(self) -> str:
+        return f"memdoc prescribe --symptom {self.symptom}"
+
+    def to_json(self) -> dict:
+        return {
+            "id": self.id,
+            "severity": self.severity,
+            "message": self.message,
+            "detail": self.detail,
+            "modules": list(self.modules),
+            "prescribe": self.prescribe,
+        }
+
+
+@dataclass
+class RunFacts:
+    """What was observed while the script ran (plain data; every field optional)."""
+
+    measured: dict = field(default_factory=dict)
+    """Line items at the peak: weights, gradients, optimizer, activations, other, peak_allocated."""
+    peak_phase: str | None = None
+    trainable_bytes: int = 0
+    trainable_dtypes: list[str] = field(default_factory=list)
+    """dtype names of trainable parameters ('float32', 'bfloat16', …)."""
+    autocast: bool = False
+    """Whether autocast was enabled during any root forward."""
+    forward_seen: bool = False
+    ckpt_requested: list[str] = field(default_factory=list)
+    """Modules with gradient checkpointing switched on."""
+    ckpt_wrapped: list[str] = field(default_factory=list)
+    """Modules that ran under torch.utils.checkpoint in a training forward."""
+    ckpt_reentrant_calls: int = 0
+    ckpt_calls: int = 0
+    ckpt_not_training: list[str] = field(default_factory=list)
+    """Requested modules that were in eval mode when called."""
+    optimizers: list[dict] = field(default_factory=list)
+    """{"class": "AdamW", "foreach": bool | None, "fused": bool | None}."""
+    steps: int = 0
+    """Optimizer steps completed."""
+    uses_cuda: bool = False
+    dataloader_workers: list[int] = field(default_factory=list)
+    cuda: dict | None = None
+    """{"allocated_peak", "reserved_peak", "inactive_split", "num_alloc_retries", "num_ooms", "alloc_conf"}."""
+
+
+def _fmt(n: int) -> str:
+    from memdoc.units import format_bytes
+
+    return format_bytes(n)
+
+
+def _short(names: list[str], limit: int = 6) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def lint(f: RunFacts) -> list[Finding]:
+    """All findings for one run, errors first."""
+    out: list[Finding] = []
+    m = f.measured or {}
+    peak = int(m.get("peak_allocated", 0) or 0)
+
+    requested = list(f.ckpt_requested)
+    wrapped = set(f.ckpt_wrapped)
+    missing = [name for name in requested if name not in wrapped]
+    if requested and f.forward_seen and missing:
+        why = ""
+        if f.ckpt_not_training:
+            why = f" — {_short(f.ckpt_not_training)} ran in eval mode (HF checkpoints only when module.training); call model.train()"
+        elif not f.ckpt_calls:
+            why = " — no torch.utils.checkpoint call happened in forward (grad disabled, or the forward ignores the flag)"
+        out.append(Finding(
+            id="ckpt-not-active",
+            severity="error",
+            message=f"gradient checkpointing is switched on for {len(requested)} module(s) but {len(missing)} ran without it{why}",
+            symptom="ckpt-no-savings",
+            modules=tuple(missing),
+            detail="wrapped: " + (_short(sorted(wrapped)) if wrapped else "none"),
+        ))
+    if f.ckpt_reentrant_calls:
+        out.append(Finding(
+            id="ckpt-reentrant",
+            severity="warning",
+            message=f"checkpointing uses use_reentrant=True ({f.ckpt_reentrant_calls} call(s)): pass "
+                    "gradient_checkpointing_kwargs={'use_reentrant': False}",
+            symptom="custom-op-error",
+            detail="the reentrant implementation needs inputs that require grad (breaks with frozen embeddings under LoRA) and cannot nest",
+        ))
+    if f.forward_seen and f.trainable_dtypes and not f.autocast and all(d == "float32" for d in f.trainable_dtypes):
+        out.append(Finding(
+            id="amp-off",
+            severity="warning",
+            message="trainable weights are fp32 and no autocast ran in forward: activations are fp32 (2× bf16) and tensor cores idle",
+            symptom="slow-but-fits",
+            detail="use bf16 mixed precision (TrainingArguments(bf16=True), or torch.autocast('cuda', torch.bfloat16)) or load the model in bf16",
+        ))
+    opt = int(m.get("optimizer", 0) or 0)
+    acts = int(m.get("activations", 0) or 0)
+    if peak and opt and opt >= acts and opt >= OPTIMIZER_SHARE * peak:
+        out.append(Finding(
+            id="optimizer-dominates",
+            severity="warning",
+            message=f"optimizer states ({_fmt(opt)}, {opt / peak:.0%} of the peak) outweigh activations ({_fmt(acts)}): "
+                    "checkpointing would not help; shrink the states (8-bit/paged AdamW, LoRA, ZeRO/FSDP, optimizer offload)",
+            symptom="ckpt-no-savings",
+        ))
+    other = int(m.get("other", 0) or 0)
+    # foreach is explicit, or torch's default for CUDA tensors (foreach=None means "default")
+    foreach = any(o.get("foreach") or (o.get("foreach") is None and not o.get("fused") and f.uses_cuda) for o in f.optimizers)
+    if foreach and f.steps and f.peak_phase == "optimizer" and f.trainable_bytes and other >= FOREACH_SHARE * f.trainable_bytes:
+        out.append(Finding(
+            id="foreach-temporaries",
+            severity="warning",
+            message=f"the peak is in the optimizer step, with {_fmt(other)} of step temporaries "
+                    f"({other / f.trainable_bytes:.0%} of the trainable weights); foreach AdamW keeps parameter-sized "
+                    "scratch lists: use fused=True (optim='adamw_torch_fused')",
+            symptom="startup-oom",
+        ))
+    if any(w == 0 for w in f.dataloader_workers):
+        out.append(Finding(
+            id="dataloader-workers-0",
+            severity="info",
+            message="a DataLoader runs with num_workers=0: batches are prepared in the training process while the GPU waits "
+                    "(set num_workers / dataloader_num_workers ≥ 2, pin_memory=True)",
+            symptom="slow-but-fits",
+        ))
+    cuda = f.cuda or {}
+    reserved = int(cuda.get("reserved_peak", 0) or 0)
+    allocated = int(cuda.get("allocated_peak", 0) or 0)
+    retries = int(cuda.get("num_alloc_retries", 0) or 0)
+    conf = str(cuda.get("alloc_conf") or "")
+    expandable = "expandable_segments:true" in conf.replace(" ", "").lower()
+    fragmented = (reserved and (reserved - allocated) >= FRAGMENTATION_RATIO * reserved) or retries > 0
+    if cuda and fragmented and not expandable:
+        out.append(Finding(
+            id="fragmentation",
+            severity="warning",
+            message=f"the caching allocator is fragmented: reserved {_fmt(reserved)} vs allocated {_fmt(allocated)}, "
+                    f"{_fmt(int(cuda.get('inactive_split', 0) or 0))} in inactive split blocks, {retries} alloc retries; "
+                    "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+            symptom="mid-run-oom",
+        ))
+    out.sort(key=lambda x: _SEVERITY_ORDER.get(x.severity, 3))
+    return out
+
+
+__all__ = ["Finding", "RunFacts", "lint"]
