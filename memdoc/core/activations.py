@@ -29,6 +29,8 @@ from memdoc.core.params import Linear, layer_layout
 from memdoc.core.plan import ALL_LINEAR, Attention, Checkpointing, Method, Precision, TrainingPlan
 
 FP32 = 4
+LORA_DROPOUT = 0.05
+"""LoRA dropout memdoc assumes (and emits); dropout > 0 keeps a mask and a copy per adapted input."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -210,7 +212,8 @@ def layer_activations(model: ModelSpec, plan: TrainingPlan, index: int = 0) -> d
     dt = plan.precision.compute_bits // 8
     targets = _targets(model, plan)
     full = targets is None
-    amp = plan.precision.is_amp and full  # LoRA under AMP: 16-bit base, autocast is a no-op for it
+    # LoRA under AMP: 16-bit base, autocast is a no-op for it; DeepSpeed AMP runs 16-bit weights.
+    amp = plan.precision.is_amp and full and not plan.sharded_mixed_precision
     T = plan.micro_batch * plan.seq_len
     linears = list(layer_layout(model.config, model.family, index).linears)
     gemma = model.family in ("gemma", "gemma2")
@@ -257,7 +260,7 @@ def _head(model: ModelSpec, plan: TrainingPlan, *, dt: int, amp: bool) -> tuple[
 def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:
     """Activation memory for the plan: saved tensors per layer × layers, with checkpointing, plus the head."""
     dt = plan.precision.compute_bits // 8
-    amp = plan.precision.is_amp and plan.method is Method.FULL
+    amp = plan.precision.is_amp and plan.method is Method.FULL and not plan.sharded_mixed_precision
     T = plan.micro_batch * plan.seq_len
     h = model.hidden_size
     per_layer = [sum(layer_activations(model, plan, i).values()) for i in _distinct_layers(model)]

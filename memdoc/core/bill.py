@@ -124,21 +124,23 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
     host = 0
     notes = []
     if plan.offload is not Offload.NONE:
-        host += optim
-        optim = 0
-        step_temp = 0
-        notes.append("optimizer states and the optimizer step run on the host (ZeRO-Offload)")
+        host += optim + grads
+        optim = grads = step_temp = 0
+        notes.append("gradients, fp32 master weights, optimizer states and the step live on the host (ZeRO-Offload); "
+                     "DeepSpeed's reduce buckets on the GPU are not counted")
     if plan.offload is Offload.OPTIMIZER_PARAMS:
         host += weights
         weights = 0
         notes.append("weights live on the host; each layer is fetched to the GPU when used (ZeRO-Infinity)")
-    # ZeRO-3/FSDP all-gather one layer while the next is prefetched; the root unit (embeddings,
-    # final norm, head) stays gathered for the step.
+    # ZeRO-3/FSDP all-gather one layer while the next is prefetched (DeepSpeed's estimator counts
+    # 4 bytes × largest layer: two 16-bit layers); FSDP2's root unit (embeddings, final norm, head)
+    # also stays gathered for the step.
     gather = 0
     if shard.shards_weights:
-        bytes_per_param = plan.precision.compute_bits // 8 if plan.method is Method.FULL else plan.precision.compute_bits // 8
+        bytes_per_param = plan.precision.compute_bits // 8
         gather = 2 * states.largest_layer_params * bytes_per_param
-        gather += (model.params.embedding + model.params.head) * bytes_per_param * (world - 1) // world
+        if shard is Shard.FSDP:
+            gather += (model.params.embedding + model.params.head) * bytes_per_param * (world - 1) // world
     grad_gather = 2 * states.largest_layer_params * (plan.precision.param_bits // 8) if shard.shards_gradients and plan.method is Method.FULL else 0
 
     saved = acts.layers_saved + acts.head_saved
@@ -152,13 +154,20 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
     # Backward: the larger of its start (all activations + fp32 logit gradients) and its end
     # (all gradients + one layer's recompute/gradient buffers).
     start = saved + acts.loss_backward_peak + acts.weight_copies
-    end = grads + acts.layer_backward_peak + grad_gather
+    # At the very end, full fine-tuning's embedding backward builds a dense vocab × hidden gradient
+    # before accumulating it; with tied embeddings the LM head's gradient is already there and
+    # the trace shows two such tensors in flight (fake-tensor trace of Llama-3.2-1B, fp32).
+    embed_grad = 0
+    if plan.method is Method.FULL:
+        embed_grad = model.params.embedding * (plan.precision.param_bits // 8) * (2 if model.tie_embeddings else 1)
+        embed_grad = _sharded(embed_grad, shard.shards_gradients, world)
+    end = grads + max(acts.layer_backward_peak, embed_grad) + grad_gather
     backward = (
         PhaseBill(weights=weights, gradients=0, optimizer=optim, activations=saved,
                   other=acts.loss_backward_peak + acts.weight_copies + gather)
         if start >= end
         else PhaseBill(weights=weights, gradients=grads, optimizer=optim, activations=0,
-                       other=acts.layer_backward_peak + grad_gather + gather)
+                       other=max(acts.layer_backward_peak, embed_grad) + grad_gather + gather)
     )
     optimizer = PhaseBill(weights=weights, gradients=grads, optimizer=optim, activations=0, other=step_temp)
     return Bill(

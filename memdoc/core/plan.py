@@ -219,6 +219,15 @@ class TrainingPlan:
         return self.method is not Method.FULL
 
     @property
+    def sharded_mixed_precision(self) -> bool:
+        """AMP under ZeRO/FSDP/offload: 16-bit working weights + fp32 master in the optimizer (DeepSpeed layout)."""
+        return (
+            self.method is Method.FULL
+            and self.precision.is_amp
+            and (self.shard is not Shard.NONE or self.offload is not Offload.NONE)
+        )
+
+    @property
     def effective_batch(self) -> int:
         """Sequences per optimizer step across all GPUs."""
         return self.micro_batch * self.grad_accum * self.world_size

@@ -4,6 +4,10 @@ Dtype rules (what HF Trainer / peft / bitsandbytes actually allocate):
 * pure bf16/fp16: weights, gradients and optimizer states in 16 bit (no master copy);
 * fp32: everything 4 bytes; AMP (`amp-*`): fp32 weights (they are the master copy), fp32 grads,
   fp32 states — the 16-bit copies made by autocast are activations (`activations.weight_copies`);
+* DeepSpeed/FSDP mixed precision (AMP with any sharding or offload): 16-bit working weights and
+  gradients on the GPU, fp32 master weights + fp32 states as the optimizer's (12 bytes/param for
+  AdamW), stepped by DeepSpeed's fused / CPU Adam (no foreach temporaries) — the layout behind
+  DeepSpeed's `estimate_zero2/3_model_states_mem_needs`;
 * LoRA: the frozen base in the compute dtype; adapters in fp32 (peft's default
   `autocast_adapter_dtype=True` upcasts 16-bit adapters), so their grads and states are fp32;
 * QLoRA: every base `nn.Linear` of the decoder in NF4 — 4 bits per weight, one 8-bit absmax per
@@ -106,6 +110,9 @@ def _param_shapes(model: ModelSpec) -> list[tuple[int, int]]:
     out.append((model.vocab_size, model.params.embedding // model.vocab_size))
     if model.params.head:
         out.append((model.vocab_size, model.params.head // model.vocab_size))
+    rest = model.params.total - sum(r * c for r, c in out)  # final norm, position embeddings, head bias
+    if rest:
+        out.append((rest, 1))
     return out
 
 
@@ -115,6 +122,16 @@ def model_states(model: ModelSpec, plan: TrainingPlan) -> ModelStates:
     compute_bytes = plan.precision.compute_bits // 8
     layers = [layer_layout(model.config, model.family, i) for i in range(model.num_layers)]
     largest_layer = max(l.params() + l.norm_params for l in layers)
+    if plan.sharded_mixed_precision:
+        states, _ = _optimizer_bytes(plan, _param_shapes(model), 4)
+        return ModelStates(
+            weights=model.params.total * 2,
+            gradients=model.params.total * 2,
+            optimizer=model.params.total * 4 + states,
+            optimizer_step_temp=0,
+            trainable_params=model.params.total,
+            largest_layer_params=largest_layer,
+        )
     if plan.method is Method.FULL:
         states, temp = _optimizer_bytes(plan, _param_shapes(model), param_bytes)
         return ModelStates(

@@ -1,0 +1,148 @@
+"""Bill vs truth: the analytic bill against fake-tensor traces of the real HF code, and against
+published measured peaks (../shared/references.md).
+
+    python benchmarks/accuracy.py            # 30+ traced cases (minutes) + published rows
+    python benchmarks/accuracy.py --fast     # the subset the tests run
+    python benchmarks/accuracy.py --published
+
+Prints one row per case: traced peak_allocated, billed peak_allocated, relative error, and the
+phase each puts the peak in. The traced step is `memdoc diagnose MODEL` (layers extrapolated).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+from memdoc.core.bill import compute_bill
+from memdoc.core.plan import parse_plan
+from memdoc.probe.resolve import load_config, resolve_model
+
+GiB = 1024**3
+GB = 10**9
+
+# (model, plan flags). ≥6 families incl. MoE; full/LoRA/QLoRA; bf16/AMP/fp32; checkpointing;
+# sdpa/eager; batch 1–8; seq 512–8192; sharding over 8.
+CASES = [
+    ("meta-llama/Llama-2-7b-hf", {}),
+    ("meta-llama/Llama-2-7b-hf", {"method": "lora"}),
+    ("meta-llama/Llama-2-7b-hf", {"method": "lora", "checkpointing": "full", "batch": 2}),
+    ("meta-llama/Llama-2-7b-hf", {"precision": "amp-bf16"}),
+    ("meta-llama/Llama-2-7b-hf", {"method": "qlora", "checkpointing": "full", "lora_targets": "all-linear"}),
+    ("meta-llama/Llama-2-7b-hf", {"attention": "eager", "seq": 1024}),
+    ("meta-llama/Llama-2-7b-hf", {"shard": "fsdp", "gpus": 8}),
+    ("meta-llama/Llama-3.1-8B", {"method": "lora", "checkpointing": "full", "batch": 4}),
+    ("meta-llama/Llama-3.1-8B", {"batch": 2, "seq": 4096, "checkpointing": "full"}),
+    ("meta-llama/Llama-3.2-1B", {"batch": 8, "seq": 1024}),
+    ("meta-llama/Llama-3.2-1B", {"precision": "fp32", "seq": 512}),
+    ("meta-llama/Llama-3.2-3B", {"method": "lora", "seq": 8192, "checkpointing": "full"}),
+    ("meta-llama/Llama-3.2-3B", {"optimizer": "adamw-fused", "batch": 2}),
+    ("Qwen/Qwen2.5-0.5B", {"batch": 4, "seq": 2048}),
+    ("Qwen/Qwen2.5-1.5B", {"precision": "amp-bf16", "seq": 1024}),
+    ("Qwen/Qwen2.5-7B", {"method": "lora", "lora_targets": "all-linear", "checkpointing": "full"}),
+    ("Qwen/Qwen2.5-7B", {"method": "qlora", "checkpointing": "full", "batch": 2}),
+    ("Qwen/Qwen3-0.6B", {"attention": "eager", "seq": 512, "batch": 2}),
+    ("Qwen/Qwen3-8B", {"method": "lora", "checkpointing": "full"}),
+    ("Qwen/Qwen3-1.7B", {"checkpointing": "selective"}),
+    ("mistralai/Mistral-7B-v0.1", {"method": "lora", "batch": 2, "seq": 1024}),
+    ("mistralai/Mistral-7B-v0.1", {"optimizer": "adamw-8bit", "checkpointing": "full"}),
+    ("google/gemma-2b", {"seq": 1024}),
+    ("google/gemma-2b", {"method": "lora", "checkpointing": "full", "batch": 4}),
+    ("google/gemma-2-2b", {"method": "lora", "seq": 1024}),
+    ("microsoft/Phi-3-mini-4k-instruct", {"method": "lora", "checkpointing": "full"}),
+    ("microsoft/Phi-3-mini-4k-instruct", {"seq": 1024}),
+    ("mistralai/Mixtral-8x7B-v0.1", {"method": "qlora", "checkpointing": "full", "seq": 1024}),
+    ("Qwen/Qwen3-30B-A3B", {"method": "lora", "checkpointing": "full", "seq": 1024}),
+    ("meta-llama/Llama-3.1-8B", {"shard": "zero3", "gpus": 8, "checkpointing": "full"}),
+    ("meta-llama/Llama-2-13b-hf", {"method": "lora", "checkpointing": "full", "optimizer": "sgd"}),
+]
+
+FAST = [
+    ("Qwen/Qwen2.5-0.5B", {"seq": 512}),
+    ("Qwen/Qwen2.5-0.5B", {"method": "lora", "seq": 512, "batch": 2}),
+    ("meta-llama/Llama-3.2-1B", {"seq": 512, "checkpointing": "full"}),
+    ("meta-llama/Llama-3.2-1B", {"seq": 512, "precision": "amp-bf16"}),
+    ("Qwen/Qwen3-0.6B", {"seq": 512, "attention": "eager"}),
+    ("google/gemma-2b", {"seq": 512, "method": "lora", "checkpointing": "full"}),
+    ("meta-llama/Llama-3.2-1B", {"seq": 512, "precision": "fp32", "optimizer": "adamw-fused"}),
+]
+
+
+def traced_vs_billed(model_id: str, flags: dict) -> dict:
+    """Trace the step and bill it; returns both peaks and the relative error of the bill."""
+    from memdoc.probe.tracer import trace_training_step
+
+    spec = resolve_model(model_id)
+    _, config, _ = load_config(model_id)
+    plan = parse_plan(**flags)
+    start = time.perf_counter()
+    measured = trace_training_step(config, plan)
+    seconds = time.perf_counter() - start
+    bill = compute_bill(spec, plan)
+    return {
+        "model": model_id,
+        "flags": flags,
+        "traced": measured.peak_allocated,
+        "traced_phase": measured.peak_phase,
+        "billed": bill.peak_allocated,
+        "billed_phase": bill.peak_phase,
+        "error": bill.peak_allocated / measured.peak_allocated - 1,
+        "seconds": seconds,
+    }
+
+
+# Published measured peaks (../shared/references.md). Each row: our plan for it, the figure, its unit, its metric.
+PUBLISHED = [
+    ("P2", "meta-llama/Llama-3.2-3B", {"batch": 2, "seq": 4096, "checkpointing": "full"}, 24.9 * GiB, "active"),
+    ("P4", "meta-llama/Llama-3.2-3B", {"method": "lora", "lora_rank": 64, "lora_targets": "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "batch": 2, "seq": 4096, "checkpointing": "full"}, 8.5 * GiB, "active"),
+    ("P5", "meta-llama/Llama-3.2-3B", {"method": "qlora", "lora_rank": 64, "lora_targets": "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "batch": 2, "seq": 4096, "checkpointing": "full"}, 4.6 * GiB, "active"),
+    ("P7", "meta-llama/Llama-2-7b-hf", {"method": "lora", "lora_rank": 64, "lora_targets": "all-linear", "shard": "fsdp", "gpus": 2, "seq": 2048, "checkpointing": "full"}, 9.16 * GiB, "allocated"),
+    ("P9", "meta-llama/Llama-2-7b-hf", {"method": "lora", "lora_rank": 64, "lora_targets": "all-linear", "shard": "fsdp", "gpus": 2, "batch": 4, "seq": 2048, "checkpointing": "full"}, 16.14 * GiB, "reserved"),
+    ("P8", "meta-llama/Llama-2-7b-hf", {"method": "qlora", "lora_rank": 64, "lora_targets": "all-linear", "shard": "fsdp", "gpus": 2, "batch": 4, "seq": 2048, "checkpointing": "full"}, 11.22 * GiB, "reserved"),
+    ("P10", "meta-llama/Llama-2-7b-hf", {"method": "lora", "lora_rank": 8, "batch": 2, "seq": 512, "checkpointing": "full"}, 15.57 * GB, "reserved"),
+    ("P11", "meta-llama/Llama-2-7b-hf", {"method": "lora", "lora_rank": 64, "lora_targets": "all-linear", "batch": 2, "seq": 512, "checkpointing": "full"}, 17.04 * GB, "reserved"),
+    ("P12", "meta-llama/Llama-2-7b-hf", {"method": "qlora", "lora_rank": 8, "lora_targets": "all-linear", "batch": 2, "seq": 512, "checkpointing": "full"}, 9.29 * GB, "reserved"),
+    ("P13", "meta-llama/Meta-Llama-3-8B", {"method": "lora", "lora_rank": 8, "batch": 2, "seq": 512, "checkpointing": "full"}, 18.5 * GB, "reserved"),
+    ("P14", "meta-llama/Llama-2-7b-hf", {"method": "lora", "batch": 4, "seq": 2048, "checkpointing": "full"}, 21.3 * GB, "reserved"),
+]
+
+
+def published_rows() -> list[dict]:
+    rows = []
+    for ref, model_id, flags, measured, metric in PUBLISHED:
+        bill = compute_bill(resolve_model(model_id), parse_plan(**flags))
+        ours = bill.peak_reserved if metric == "reserved" else bill.peak_allocated
+        rows.append({"ref": ref, "model": model_id, "metric": metric, "measured": measured, "billed": ours,
+                     "error": ours / measured - 1})
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--fast", action="store_true", help="only the fast subset (small models)")
+    parser.add_argument("--published", action="store_true", help="only the published-figure comparison")
+    args = parser.parse_args()
+    if not args.published:
+        cases = FAST if args.fast else CASES
+        errors = []
+        print(f"{'model':36} {'plan':58} {'traced':>10} {'billed':>10} {'error':>7}  phase (traced/billed)")
+        for model_id, flags in cases:
+            row = traced_vs_billed(model_id, flags)
+            errors.append(abs(row["error"]))
+            plan = " ".join(f"{k}={v}" for k, v in flags.items()) or "defaults"
+            print(f"{model_id:36} {plan[:58]:58} {row['traced'] / GiB:8.2f}Gi {row['billed'] / GiB:8.2f}Gi "
+                  f"{row['error'] * 100:+6.1f}%  {row['traced_phase']}/{row['billed_phase']}  ({row['seconds']:.1f}s)",
+                  flush=True)
+        print(f"\n{len(errors)} cases: median |error| {statistics.median(errors) * 100:.1f}%, max {max(errors) * 100:.1f}%")
+    if args.published or not args.fast:
+        print(f"\n{'ref':4} {'model':28} {'metric':9} {'measured':>10} {'memdoc':>10} {'error':>7}")
+        for row in published_rows():
+            print(f"{row['ref']:4} {row['model']:28} {row['metric']:9} {row['measured'] / GiB:8.2f}Gi "
+                  f"{row['billed'] / GiB:8.2f}Gi {row['error'] * 100:+6.1f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
