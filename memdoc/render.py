@@ -123,3 +123,194 @@ def render_inference(result) -> None:
     if result.gpu is not None:
         verdict = "[green]✔ fits[/]" if result.fits else "[red]✘ does not fit[/]"
         stdout.print(f"{verdict} {result.gpu.name} ({gib(result.gpu.memory_bytes)})")
+
+
+# ------------------------------------------------------------------------------------ diagnose
+_DIAG_ITEMS = ("weights", "gradients", "optimizer", "activations", "other")
+
+
+class _ProgressReporter:
+    """`progress(message, fraction)` for long work: a transient Rich progress bar on stderr."""
+
+    def __init__(self, title: str):
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                                  console=stderr, transient=True)
+        self._title = title
+        self._task = None
+
+    def __enter__(self):
+        self._progress.__enter__()
+        self._task = self._progress.add_task(self._title, total=1.0)
+        return self
+
+    def __exit__(self, *exc):
+        return self._progress.__exit__(*exc)
+
+    def __call__(self, message: str, fraction: float) -> None:
+        self._progress.update(self._task, description=f"{self._title}: {message}", completed=max(0.0, min(1.0, fraction)))
+
+
+def progress_reporter(title: str) -> _ProgressReporter:
+    return _ProgressReporter(title)
+
+
+def _delta(measured: int | None, billed: int | None) -> tuple[str, str]:
+    if measured is None or billed is None:
+        return "—", "—"
+    diff = billed - measured
+    sign = "+" if diff > 0 else ("−" if diff < 0 else "±")
+    pct = f"{diff / measured:+.1%}" if measured else ("—" if not billed else "new")
+    return f"{sign}{format_bytes(abs(diff))}", pct
+
+
+def _compare_table(title: str, measured: dict, billed: dict | None, *, caption: str | None = None) -> None:
+    t = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+    t.add_column("item", justify="left")
+    t.add_column("measured", justify="right")
+    if billed is not None:
+        for header in ("billed", "bill − measured", "%"):
+            t.add_column(header, justify="right")
+    for item in (*_DIAG_ITEMS, "peak_allocated"):
+        label = f"[{_COLORS[item]}]■[/] {item}" if item in _COLORS else "[b]peak allocated[/b]"
+        row = [label, format_bytes(int(measured.get(item, 0)))]
+        if billed is not None:
+            d, pct = _delta(int(measured.get(item, 0)), int(billed.get(item, 0)))
+            row += [format_bytes(int(billed.get(item, 0))), d, pct]
+        t.add_row(*row)
+    stdout.print(t)
+
+
+def render_traced(measurement, bill, cuda: dict | None = None) -> None:
+    """`memdoc diagnose MODEL`: the traced step next to the analytic bill, peak phase, top modules."""
+    from memdoc.core.bill import bill_json
+
+    billed = bill_json(bill)["per_gpu"]
+    plan = bill.plan
+    title = (f"{bill.model.id} · traced step vs bill · {plan.method.value} {plan.precision.value} {plan.optimizer.value}"
+             f" · batch {plan.micro_batch} × seq {plan.seq_len}"
+             + (f" · ckpt {plan.checkpointing.value}" if plan.checkpointing.value != "none" else ""))
+    measured = {**measurement.line_items, "peak_allocated": measurement.peak_allocated}
+    _compare_table(title, measured, billed)
+    stdout.print(f"  peak in [b]{measurement.peak_phase}[/b] (bill: {bill.peak_phase})"
+                 f" · peak allocated {format_bytes(measurement.peak_allocated)} ≈ torch.cuda.max_memory_allocated()")
+    if measurement.phases:
+        stdout.print("  per phase: " + " · ".join(f"{p} {format_bytes(v['peak_allocated'])}" for p, v in measurement.phases.items()))
+    if cuda:
+        d, pct = _delta(cuda["peak_allocated"], measurement.peak_allocated)
+        stdout.print(f"  real CUDA step on {cuda.get('device')}: max_memory_allocated {format_bytes(cuda['peak_allocated'])}, "
+                     f"max_memory_reserved {format_bytes(cuda['peak_reserved'])} (trace − real: {d}, {pct})")
+    if measurement.modules:
+        rows = [[name, format_bytes(b)] for name, b in measurement.modules[:8]]
+        table("Top modules by activations kept after their forward", [("module", "left"), ("activations", "right")], rows)
+    for line in measurement.notes:
+        stdout.print(f"  note: {line}")
+
+
+_SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def render_script_report(result, bill=None, *, summary: bool = False, written: list[str] | None = None) -> None:
+    """`memdoc diagnose train.py`: the outcome, the measured line items, measured vs billed, findings."""
+    from rich.rule import Rule
+
+    stdout.print(Rule(f"memdoc diagnose · {result.script}", style="dim"))
+    how = {
+        "steps": f"[green]stopped after {result.steps} optimizer step(s)[/]",
+        "finished": f"the script finished ({result.steps} optimizer step(s))",
+        "exit": f"the script exited with status {result.script_exit_code or 0} ({result.steps} optimizer step(s))",
+        "timeout": f"[yellow]stopped by --timeout[/] after {result.steps} optimizer step(s)",
+        "oom": f"[bold red]OUT OF MEMORY[/] in {(result.oom or {}).get('phase')} of step {(result.oom or {}).get('step')}",
+        "error": f"[red]the script raised an exception[/] after {result.steps} optimizer step(s) (traceback above)",
+    }[result.stop_reason]
+    stdout.print(f"  {how} · {', '.join(result.models) or 'no nn.Module called'} · "
+                 f"{', '.join(o['class'] for o in result.optimizers) or 'no optimizer step'} · {result.elapsed_s:.1f} s")
+    if result.oom:
+        stdout.print(f"  [red]{result.oom['message']}[/]")
+    if result.peak_phase is None:
+        stdout.print("  no forward pass of an nn.Module was seen: nothing to attribute")
+    else:
+        from memdoc.core.measurement import PHASES
+
+        t = Table(title="Measured tensor memory, itemised at each phase's peak", title_justify="left")
+        t.add_column("item", justify="left")
+        phases = [p for p in PHASES if p in result.phases]
+        for p in phases:
+            t.add_column(p + (" ◀ peak" if p == result.peak_phase else ""), justify="right")
+        for item in _DIAG_ITEMS:
+            t.add_row(f"[{_COLORS[item]}]■[/] {item}", *[format_bytes(result.phases[p][item]) for p in phases])
+        t.add_row("[b]allocated[/b]", *[f"[b]{format_bytes(result.phases[p]['peak_allocated'])}[/b]" for p in phases])
+        stdout.print(t)
+        s = result.states
+        stdout.print(f"  model states at the stop: weights {format_bytes(s['weights'])} · gradients {format_bytes(s['gradients'])}"
+                     f" · optimizer {format_bytes(s['optimizer'])} · trainable {format_bytes(s['trainable'])}")
+    if result.cuda:
+        c = result.cuda
+        stdout.print(f"  CUDA: peak allocated {format_bytes(c['allocated_peak'])} · peak reserved {format_bytes(c['reserved_peak'])}"
+                     f" · inactive split {format_bytes(c['inactive_split'])} · alloc retries {c['num_alloc_retries']} · OOMs {c['num_ooms']}")
+        if summary and result.cuda_summary:
+            stdout.print(result.cuda_summary, markup=False)
+    elif summary:
+        stdout.print("  --summary: no CUDA memory was used, so there is no memory_summary()")
+    if bill is not None and result.hf:
+        from memdoc.core.bill import bill_json
+
+        det = result.hf["detected"]
+        title = (f"{result.hf['model_id']} · measured vs billed for the detected plan: "
+                 + " ".join(f"{k}={v if not isinstance(v, (list, tuple)) else ','.join(v)}" for k, v in det.items()))
+        _compare_table(title, result.measured, bill_json(bill)["per_gpu"],
+                       caption=f"measured peak in {result.peak_phase}, bill peak in {bill.peak_phase}; the bill counts the "
+                               "steady state at the bill's own peak phase, the script's data tensors count as other")
+    if result.findings:
+        stdout.print("[b]Findings[/b]")
+        for f in result.findings:
+            stdout.print(f"  [{_SEVERITY_STYLE.get(f.severity, '')}]{f.severity}[/] [b]{f.id}[/b]: {f.message}")
+            if f.modules:
+                stdout.print(f"      modules: {', '.join(f.modules[:8])}" + (" …" if len(f.modules) > 8 else ""))
+            stdout.print(f"      → [b]{f.prescribe}[/b]")
+    else:
+        stdout.print("  no findings")
+    for line in result.notes:
+        stdout.print(f"  note: {line}")
+    for path in written or []:
+        stdout.print(f"  wrote {path}")
+
+
+def render_prescriptions(symptom, oom, guess, quantified, base) -> None:
+    """Symptom, what the log said, and the prescriptions in ladder order (quantified when billed)."""
+    from memdoc.units import format_bytes
+
+    if oom is not None:
+        figures = [f"{name.replace('_', ' ')} {format_bytes(getattr(oom, name))}"
+                   for name in ("requested", "total", "free", "allocated_by_pytorch", "reserved_unallocated")
+                   if getattr(oom, name, None) is not None]
+        stdout.print(f"[b]OOM found[/b] ({oom.format}): " + ", ".join(figures))
+    if guess is not None:
+        for reason in guess.reasons:
+            stdout.print(f"  because: {reason}")
+        for unknown in guess.unknowns:
+            stdout.print(f"  [yellow]could not tell:[/] {unknown}")
+    stdout.print(f"[b]{symptom.id}[/b]: {symptom.title}")
+    for cause in symptom.causes:
+        stdout.print(f"  cause: {cause}")
+    by_id = {q.prescription.id: q for q in quantified or []}
+    columns = [("#", "right"), ("prescription", "left"), ("shrinks", "left"), ("time cost", "left")]
+    if quantified is not None:
+        columns += [("saves", "right"), ("fits alone", "left")]
+    rows = []
+    for i, p in enumerate(symptom.prescriptions, 1):
+        row = [i, p.action, p.why, p.time_cost]
+        if quantified is not None:
+            q = by_id[p.id]
+            row += [gib(q.saves_bytes) if q.saves_bytes is not None else q.note,
+                    {True: "[green]yes[/]", False: "no", None: "—"}[q.fits_alone]]
+        rows.append(row)
+    title = "Prescriptions, cheapest first"
+    if base is not None:
+        title += f" (your plan: {gib(base.process_total)} per GPU" + ("" if base.fits is None else (", fits)" if base.fits else ", does not fit)"))
+    table(title, columns, rows)
+    for i, p in enumerate(symptom.prescriptions, 1):
+        switches = "; ".join(f"{tool}: {value}" for tool, value in p.how.items())
+        if switches:
+            stdout.print(f"  {i}. {switches}")

@@ -1,0 +1,183 @@
+"""`memdoc diagnose`: measure a training step — a dry run of a model, or the user's own script."""
+
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from memdoc.cli import command
+from memdoc.commands.options import JsonOpt, PlanArgs, plan_options
+
+EXAMPLES = """
+Examples:
+
+  memdoc diagnose meta-llama/Llama-3.2-1B --batch 4 --seq 2048
+
+  memdoc diagnose Qwen/Qwen2.5-7B --method lora --checkpointing full --json
+
+  memdoc diagnose train.py -- --lr 1e-4 --batch-size 8
+
+  memdoc diagnose train.py --steps 3 --snapshot mem.pickle --summary
+
+Exit status: 0 measured, 1 the script raised an exception (its traceback is shown),
+2 bad input (unknown model, unreadable script, syntax error), 3 the script ran out of memory.
+A script's own non-zero sys.exit status is passed through.
+"""
+
+RUN = "Script mode"
+
+
+@command("diagnose", epilog=EXAMPLES)
+@plan_options
+def diagnose(
+    target: Annotated[str, typer.Argument(help="A training script (train.py) to run and measure, or an HF model id / directory / config.json to dry-run.", show_default=False)],
+    script_args: Annotated[Optional[list[str]], typer.Argument(help="Arguments for the script, after `--`.", show_default=False)] = None,
+    *,
+    plan: PlanArgs,
+    json_out: JsonOpt = False,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Stop the script after this many optimizer steps (the 2nd is the steady state: optimizer states exist).", rich_help_panel=RUN)] = 2,
+    timeout: Annotated[float, typer.Option("--timeout", min=0, help="Stop the script after this many seconds (0 = never).", rich_help_panel=RUN)] = 300.0,
+    snapshot: Annotated[Optional[Path], typer.Option("--snapshot", help="Write the CUDA memory snapshot pickle here (for pytorch.org/memory_viz) and an offline HTML timeline next to it (FILE.html).", rich_help_panel=RUN)] = None,
+    summary: Annotated[bool, typer.Option("--summary", help="Print torch.cuda.memory_summary() (CUDA scripts).", rich_help_panel=RUN)] = False,
+    device: Annotated[str, typer.Option("--device", help="Dry run: 'cpu' traces under fake tensors (no GPU needed); 'cuda' also runs the step for real on the local GPU.")] = "cpu",
+) -> None:
+    """Measure the memory of a training step and explain it.
+
+    Given a MODEL: trace one steady-state training step of the real transformers model under fake
+    tensors (no GPU, no weights) and print the measured line items next to the analytic bill.
+
+    Given a SCRIPT: run it in-process (like `python train.py ARGS`), stop it after --steps optimizer
+    steps (or when it ends, fails, runs out of memory or times out), and report the peak tensor
+    memory itemised as weights, gradients, optimizer states, activations and other — measured vs
+    billed for HF models — with findings that each name a `memdoc prescribe` entry.
+    """
+    from memdoc.errors import PlanError
+    from memdoc.probe.script_runner import is_script_target
+
+    if device not in ("cpu", "cuda"):
+        raise PlanError(f"--device {device!r} must be 'cpu' or 'cuda'")
+    if is_script_target(target):
+        _diagnose_script(target, list(script_args or []), plan=plan, json_out=json_out, steps=steps,
+                         timeout=timeout, snapshot=snapshot, summary=summary)
+        return
+    if script_args:
+        raise PlanError(f"arguments after the model are for scripts only: {' '.join(script_args)}",
+                        hint="a script must end with .py or be an existing file")
+    _diagnose_model(target, plan=plan, json_out=json_out, device=device)
+
+
+def _diagnose_model(target: str, *, plan: PlanArgs, json_out: bool, device: str) -> None:
+    from memdoc import render
+    from memdoc.core.bill import bill_json, compute_bill
+    from memdoc.probe.resolve import load_config
+
+    setup = plan.resolve(target, need_gpu=False)
+    _, config, _ = load_config(setup.model.id if setup.model.source == "catalog" else target)
+    from memdoc.probe.tracer import trace_training_step
+
+    if json_out:
+        measurement = trace_training_step(config, setup.plan)
+    else:
+        with render.progress_reporter(f"tracing {setup.model.id}") as progress:
+            measurement = trace_training_step(config, setup.plan, progress=progress)
+    the_bill = compute_bill(setup.model, setup.plan, setup.gpu)
+    cuda = None
+    if device == "cuda":
+        from memdoc.probe.cuda_step import run_cuda_step
+
+        cuda = run_cuda_step(config, setup.plan)
+    if json_out:
+        data = measurement.to_json()
+        data["billed"] = bill_json(the_bill)["per_gpu"]
+        data["bill_peak_phase"] = the_bill.peak_phase
+        data["model"] = setup.model.id
+        data["plan"] = setup.plan.to_dict()
+        if cuda is not None:
+            data["cuda"] = cuda
+        render.print_json(data)
+    else:
+        render.render_traced(measurement, the_bill, cuda)
+
+
+def _diagnose_script(target: str, args: list[str], *, plan: PlanArgs, json_out: bool, steps: int, timeout: float,
+                     snapshot: Optional[Path], summary: bool) -> None:
+    import pickle
+    import sys
+
+    from memdoc import render
+    from memdoc.probe.script_runner import run_script
+
+    if any(v not in (None, False) for v in plan.values.values()):
+        render.note("note: plan flags are ignored for scripts: the plan is detected from what the script runs")
+    result = run_script(target, args, steps=steps, timeout=timeout or None, stdout_to_stderr=json_out,
+                        want_snapshot=snapshot is not None)
+    sys.stdout.flush()
+    if result.traceback:
+        sys.stderr.write(result.traceback)
+        sys.stderr.flush()
+    bill = None
+    if result.hf:
+        bill = _bill_for(result, render)
+    written = []
+    if snapshot is not None:
+        written = _write_snapshot(result, snapshot, pickle)
+    if json_out:
+        data = result.to_json()
+        if bill is not None:
+            from memdoc.core.bill import bill_json
+
+            data["hf"] = {"model_id": result.hf["model_id"], "detected_plan": result.hf["detected"],
+                          "billed": bill_json(bill)["per_gpu"], "bill_peak_phase": bill.peak_phase}
+        data["written"] = written
+        render.print_json(data)
+    else:
+        render.render_script_report(result, bill, summary=summary, written=written)
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)
+
+
+def _bill_for(result, render):
+    """The bill of the detected plan for the script's HF model (None when the config is not billable)."""
+    from memdoc.core.bill import compute_bill
+    from memdoc.core.model_spec import spec_from_config
+    from memdoc.errors import MemdocError
+
+    try:
+        spec = spec_from_config(result.hf["config"], model_id=result.hf["model_id"], source="local")
+        return compute_bill(spec, result.hf["plan"], None)
+    except (MemdocError, Exception) as exc:  # an architecture the bill does not know: report without it
+        render.note(f"note: no bill for {result.hf['model_id']}: {exc}")
+        return None
+
+
+def _write_snapshot(result, path: Path, pickle) -> list[str]:
+    from memdoc.errors import ScriptError
+    from memdoc.probe.cuda_stats import snapshot_timeline, timeline_html
+
+    written = []
+    html_path = path.with_name(path.name + ".html") if path.suffix != ".html" else path
+    try:
+        if result.snapshot is not None:
+            with open(path, "wb") as fh:
+                pickle.dump(result.snapshot, fh)
+            written.append(str(path))
+            points = snapshot_timeline(result.snapshot, result.categories)
+            source = "CUDA allocator trace"
+        else:
+            points = [{"t": p["op"], "activations+other": p["total"], "total": p["total"]} for p in result.cpu_timeline]
+            source = "tensor ops traced on CPU (no CUDA snapshot: the script did not use CUDA)"
+        marks = []
+        if result.snapshot is None:
+            last = None
+            for i, p in enumerate(result.cpu_timeline):
+                if p["phase"] != last and len(marks) < 16:
+                    marks.append((i, p["phase"]))
+                last = p["phase"]
+        html_text = timeline_html(points, title=f"memdoc diagnose {result.script}: allocated memory",
+                                  notes=[f"Source: {source}.", f"Peak phase: {result.peak_phase}."], marks=marks)
+        html_path.write_text(html_text, encoding="utf-8")
+        written.append(str(html_path))
+    except OSError as exc:
+        raise ScriptError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return written
