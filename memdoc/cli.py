@@ -75,7 +75,7 @@ def command(name: str, **kwargs):
 
 
 def _register_commands() -> None:
-    from memdoc.commands import bill, catalog, diagnose, emit  # noqa: F401  (registration)
+    from memdoc.commands import bill, catalog, diagnose, emit, prescribe  # noqa: F401  (registration)
 
 
 _register_commands()

@@ -10,7 +10,8 @@ from rich.table import Table
 
 from memdoc.units import format_bytes
 
-stdout = Console(highlight=False, soft_wrap=False)
+# Piped output (files, CI logs) gets 120 columns instead of Rich's 80 so tables stay readable.
+stdout = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 120)
 stderr = Console(stderr=True, highlight=False)
 
 

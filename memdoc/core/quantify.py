@@ -1,0 +1,78 @@
+"""Quantified prescriptions: what each lever saves on the user's plan, computed with the bill.
+
+A lever is a plan change (`{checkpointing: full}`, `{micro_batch: half}`, …). Applied alone to
+the user's plan, the bill gives the bytes it saves (process total before − after) and whether
+it alone makes the run fit; "ladder up to it" applies every cheaper ladder rung first, as
+`memdoc bill` would. Levers that are not plan fields (chunked loss, activation offload,
+optimizer-in-backward) are not modelled: `saves_bytes` is None and the text says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memdoc.core.bill import Bill, compute_bill
+from memdoc.core.gpu import GpuSpec
+from memdoc.core.model_spec import ModelSpec
+from memdoc.core.plan import TrainingPlan, parse_plan
+from memdoc.core.symptoms import PLAN_LEVERS, Prescription
+from memdoc.errors import PlanError
+
+
+@dataclass(frozen=True)
+class Quantified:
+    prescription: Prescription
+    saves_bytes: int | None
+    """process_total saved on this plan; None when the lever is not a plan change the bill models."""
+    fits_alone: bool | None
+    """Does this prescription alone make the plan fit? (None without a GPU or a lever)"""
+    note: str = ""
+
+
+def apply_lever(plan: TrainingPlan, lever: dict) -> TrainingPlan | None:
+    """The plan with the lever applied; None when the lever is not a plan change or changes nothing."""
+    if not lever or any(key not in PLAN_LEVERS for key in lever):
+        return None
+    values = plan.to_dict()
+    for key, value in lever.items():
+        if key == "micro_batch":
+            if plan.micro_batch == 1:
+                return None
+            new = {"half": max(1, plan.micro_batch // 2), "1": 1, "double": plan.micro_batch * 2}[str(value)]
+            values["grad_accum"] = plan.grad_accum * plan.micro_batch // new
+            values["micro_batch"] = new
+        elif key == "seq_len":
+            if str(value) != "half":
+                return None  # "cap to the data's p99 length" needs the data
+            values["seq_len"] = max(1, plan.seq_len // 2)
+        else:
+            values[key] = value
+    if key == "offload" and values.get("optimizer") in ("adamw-8bit", "paged-adamw-8bit"):
+        values["optimizer"] = "adamw"
+    try:
+        new_plan = parse_plan(**values)
+    except PlanError:
+        return None
+    return None if new_plan == plan else new_plan
+
+
+def quantify(prescriptions, model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> tuple[Bill, list[Quantified]]:
+    """Bill the plan, then each prescription's lever alone on top of it."""
+    base = compute_bill(model, plan, gpu)
+    out = []
+    for p in prescriptions:
+        changed = apply_lever(plan, p.lever or {})
+        if changed is None:
+            note = "not a plan change the bill models" if p.lever else "no memory lever"
+            if p.lever and all(k in PLAN_LEVERS for k in p.lever):
+                note = "already in this plan or not applicable to it"
+            out.append(Quantified(p, None, None, note))
+            continue
+        if changed.shard.value != "none" and changed.world_size == 1:
+            out.append(Quantified(p, None, None, "needs more than one GPU"))
+            continue
+        after = compute_bill(model, changed, gpu)
+        saved = base.process_total - after.process_total
+        note = "saves nothing on this plan" if saved <= 0 else ""
+        out.append(Quantified(p, saved, after.fits, note))
+    return base, out
