@@ -1,0 +1,185 @@
+"""`memdoc emit`: write the plan as a config the trainer runs as is (TRL, HF, Axolotl, LLaMA-Factory)."""
+
+
+import json
+import os
+import sys
+import tempfile
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from memdoc.cli import command
+from memdoc.commands.options import JsonOpt, PlanArgs, plan_options
+
+EXAMPLES = """
+Examples:
+
+  memdoc emit --recipe recipes/llama2-7b-lora-24gb.yaml --format trl -o sft.yaml
+
+  memdoc emit meta-llama/Llama-3.1-8B --gpu 24 --fit --format axolotl -o axolotl.yaml
+
+  memdoc emit Qwen/Qwen2.5-14B --gpu rtx-4090 --method qlora --checkpointing full --format llamafactory
+
+  memdoc emit --recipe recipes/llama3.1-8b-full-zero3-8x80gb.yaml --format hf -o run/args.yaml --dataset my/data
+
+Multi-GPU plans also write ds_config.json (ZeRO) or fsdp.yaml (FSDP) next to -o FILE.
+Without -o the config is printed on stdout. Existing files are kept unless --force.
+Exit status: 0 written, 2 bad input (or an existing file without --force), 3 with --fit when nothing fits.
+"""
+
+
+class Format(str, Enum):
+    trl = "trl"
+    hf = "hf"
+    axolotl = "axolotl"
+    llamafactory = "llamafactory"
+
+
+_FLAGS = {"micro_batch": "--batch", "seq_len": "--seq", "grad_accum": "--accum", "gpus_per_node": "--gpus"}
+
+
+def command_line(setup, fmt: str, *, output: Optional[str]) -> str:
+    """The explicit memdoc command that reproduces this plan (non-default flags only)."""
+    from memdoc.core.plan import TrainingPlan
+
+    parts = ["memdoc", "emit", setup.model.id]
+    if setup.gpu is not None:
+        parts += ["--gpu", setup.gpu.id]
+    default = TrainingPlan().to_dict()
+    for key, value in setup.plan.to_dict().items():
+        if value == default.get(key) or (key == "lora_alpha" and value is None):
+            continue
+        if not setup.plan.is_peft and key.startswith("lora_"):
+            continue
+        flag = _FLAGS.get(key, "--" + key.replace("_", "-"))
+        if isinstance(value, bool):
+            parts.append(flag)
+        else:
+            parts += [flag, ",".join(value) if isinstance(value, list) else str(value)]
+    parts += ["--format", fmt]
+    if output:
+        parts += ["-o", output]
+    return " ".join(parts)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write via a temp file in the same directory and os.replace: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _note(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+@command("emit", epilog=EXAMPLES)
+@plan_options
+def emit(
+    model: Annotated[Optional[str], typer.Argument(help="HF model id, model directory or config.json (optional with --recipe).")] = None,
+    *,
+    plan: PlanArgs,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="Target trainer config.")] = Format.trl,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the config here (side files go next to it). Default: print it.")] = None,
+    fit: Annotated[bool, typer.Option("--fit", help="If the plan does not fit the GPU, emit the cheapest ladder plan that does.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite existing files.")] = False,
+    dataset: Annotated[Optional[str], typer.Option("--dataset", help="Dataset (Hub id, path or LLaMA-Factory name) instead of the placeholder.")] = None,
+    output_dir: Annotated[Optional[str], typer.Option("--output-dir", help="Training output directory instead of the placeholder.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Write the training plan as a config your trainer runs as is.
+
+    TRL `trl sft --config` YAML, HF TrainingArguments YAML, Axolotl YAML or LLaMA-Factory YAML,
+    mapping precision, LoRA/QLoRA, optimizer, batch, accumulation, sequence length,
+    checkpointing, attention, sharding and offload; knobs a format cannot express are listed as
+    comments at the top and on stderr. ZeRO plans also get a DeepSpeed JSON, FSDP plans an
+    accelerate config. Every file starts with the memdoc command and the billed peak per GPU.
+    """
+    from memdoc.core.bill import compute_bill
+    from memdoc.core.emit import DEFAULT_FILENAMES, EmitContext, emit as emit_plan, render_main, render_side
+    from memdoc.errors import OutputExistsError, PlanError
+
+    setup = plan.resolve(model, need_gpu=fit)
+    the_bill = compute_bill(setup.model, setup.plan, setup.gpu)
+    fit_message = None
+    if fit and the_bill.fits is False:
+        from dataclasses import replace
+
+        from memdoc.core.ladder import climb
+
+        steps = climb(setup.model, setup.plan, setup.gpu)
+        if not steps or not steps[-1].fits:
+            _note(f"Error: no plan on the ladder fits {setup.gpu.name}; nothing emitted")
+            raise typer.Exit(3)
+        setup = replace(setup, plan=steps[-1].plan)
+        the_bill = steps[-1].bill
+        fit_message = "--fit: the plan did not fit; emitting the ladder plan after: " + ", ".join(s.rung.id for s in steps)
+    fmt_value = fmt.value
+    config_path = str(output) if output else DEFAULT_FILENAMES[fmt_value]
+    side_dir = os.path.dirname(str(output)) if output else ""
+    ctx = EmitContext(
+        model_id=setup.model.id,
+        plan=setup.plan,
+        peak_allocated=the_bill.peak_allocated,
+        process_total=the_bill.process_total,
+        gpu_name=setup.gpu.name if setup.gpu else None,
+        gpu_memory=setup.gpu.memory_bytes if setup.gpu else None,
+        command=command_line(setup, fmt_value, output=str(output) if output else None),
+        dataset=dataset,
+        output_dir=output_dir,
+        side_dir=side_dir,
+        config_path=config_path,
+    )
+    emitted = emit_plan(fmt_value, ctx)
+    files = [(Path(config_path), render_main(ctx, emitted))]
+    files += [(Path(ctx.side_path(side.name)), render_side(ctx, side)) for side in emitted.side_files]
+    if output is not None:
+        if output.exists() and output.is_dir():
+            raise PlanError(f"-o {output} is a directory; give a file name such as {output / DEFAULT_FILENAMES[fmt_value]}")
+        existing = [str(path) for path, _ in files if path.exists()]
+        if existing and not force:
+            raise OutputExistsError(f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}", hint="pass --force to overwrite")
+        for path, text in files:
+            _write_atomic(path, text)
+    if json_out:
+        print(json.dumps({
+            "format": fmt_value,
+            "model": setup.model.id,
+            "plan": setup.plan.to_dict(),
+            "gpu": setup.gpu.id if setup.gpu else None,
+            "peak_allocated": the_bill.peak_allocated,
+            "process_total": the_bill.process_total,
+            "fits": the_bill.fits,
+            "written": output is not None,
+            "files": [{"path": str(path), "content": text} for path, text in files],
+            "launch": emitted.launch,
+            "notes": emitted.notes,
+        }, indent=2))
+        return
+    if fit_message:
+        _note(fit_message)
+    for text in emitted.notes:
+        _note(f"note: {text}")
+    if the_bill.fits is False:
+        _note(f"warning: this plan does not fit {setup.gpu.name} per the bill; use --fit for one that does")
+    if output is None:
+        sys.stdout.write(files[0][1])
+        for path, _ in files[1:]:
+            _note(f"note: this plan also needs {path}; pass -o FILE to write it next to the config")
+        _note(f"Launch: {emitted.launch}")
+        return
+    for path, _ in files:
+        print(f"Wrote {path}")
+    print(f"Launch: {emitted.launch}")

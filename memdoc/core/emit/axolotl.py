@@ -1,0 +1,118 @@
+"""Axolotl YAML (`axolotl train config.yaml`). FSDP lives in the config itself (fsdp_config);
+ZeRO stages point to the DeepSpeed JSON written next to it."""
+
+from __future__ import annotations
+
+from memdoc.core.emit.base import (
+    DATASET_PLACEHOLDER,
+    DS_CONFIG_NAME,
+    OUTPUT_DIR_PLACEHOLDER,
+    EmitContext,
+    Emitted,
+    HF_OPTIMIZERS,
+    SGD_OPTIM_ARGS,
+    SideFile,
+    all_linear,
+    checkpointing_keys,
+    default_learning_rate,
+    lora_alpha,
+    uses_deepspeed,
+    uses_fsdp,
+)
+from memdoc.core.emit.common import multinode_note
+from memdoc.core.emit.deepspeed import deepspeed_config
+from memdoc.core.plan import Method, Offload, OffloadTarget, Optimizer, Precision
+
+
+def _precision(plan, notes: list[str]) -> dict:
+    p = plan.precision
+    if p is Precision.BF16:
+        notes.append("precision bf16 (pure): Axolotl loads the weights in bfloat16 when bf16 is set; bfloat16: true marks no fp32 master copy")
+        return {"bf16": True, "bfloat16": True, "fp16": False}
+    if p is Precision.AMP_BF16:
+        notes.append(
+            "precision amp-bf16: Axolotl has no key for fp32 master weights — with bf16: true it loads the weights in "
+            "bfloat16 (trainable LoRA weights are upcast to fp32 by peft), so a full fine-tune runs as pure bf16 "
+            "and uses less memory than billed"
+        )
+        return {"bf16": True, "fp16": False}
+    if p is Precision.FP16:
+        return {"bf16": False, "fp16": True, "float16": True}
+    if p is Precision.AMP_FP16:
+        notes.append("precision amp-fp16: Axolotl loads the weights in float16 when fp16 is set (no fp32 master copy)")
+        return {"bf16": False, "fp16": True}
+    return {"bf16": False, "fp16": False, "float32": True}
+
+
+def _fsdp(plan, notes: list[str]) -> dict:
+    offload = plan.offload is not Offload.NONE
+    if plan.offload is Offload.OPTIMIZER:
+        notes.append("FSDP cannot offload only the optimizer: offload_params offloads weights, gradients and optimizer states (less GPU memory than billed, slower)")
+    if offload and plan.offload_to is OffloadTarget.NVME:
+        notes.append("FSDP offloads to CPU memory only: --offload-to nvme emitted as cpu")
+    return {
+        "fsdp_version": 2,
+        "fsdp_config": {
+            "offload_params": offload,
+            "cpu_ram_efficient_loading": True,
+            "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+            "state_dict_type": "SHARDED_STATE_DICT",
+            "reshard_after_forward": True,
+            "activation_checkpointing": False,
+        },
+    }
+
+
+def emit_axolotl(ctx: EmitContext) -> Emitted:
+    plan = ctx.plan
+    notes: list[str] = []
+    placeholders: dict[str, str] = {}
+    config: dict = {"base_model": ctx.model_id}
+    if plan.method is Method.QLORA:
+        config.update(
+            adapter="qlora",
+            load_in_4bit=True,
+            bnb_config_kwargs={"bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True},
+        )
+    elif plan.method is Method.LORA:
+        config["adapter"] = "lora"
+    if plan.is_peft:
+        config["lora_r"] = plan.lora_rank
+        config["lora_alpha"] = lora_alpha(plan)
+        config["lora_dropout"] = 0.05
+        if all_linear(plan):
+            config["lora_target_linear"] = True
+        else:
+            config["lora_target_modules"] = list(plan.lora_targets)
+    config["datasets"] = [{"path": ctx.dataset or DATASET_PLACEHOLDER, "type": "alpaca"}]
+    if not ctx.dataset:
+        placeholders["datasets"] = "set path (--dataset) and the prompt format type"
+    config["output_dir"] = ctx.output_dir or OUTPUT_DIR_PLACEHOLDER
+    if not ctx.output_dir:
+        placeholders["output_dir"] = "where checkpoints go (--output-dir)"
+    config["sequence_len"] = plan.seq_len
+    config["sample_packing"] = False
+    config["micro_batch_size"] = plan.micro_batch
+    config["gradient_accumulation_steps"] = plan.grad_accum
+    config["num_epochs"] = 1
+    config["learning_rate"] = default_learning_rate(plan)
+    placeholders["learning_rate"] = "a common default for this method; tune it"
+    config["lr_scheduler"] = "cosine"
+    config["optimizer"] = HF_OPTIMIZERS[plan.optimizer]
+    if plan.optimizer is Optimizer.SGD:
+        config["optim_args"] = SGD_OPTIM_ARGS
+    config.update(_precision(plan, notes))
+    config["attn_implementation"] = plan.attention.value
+    config.update(checkpointing_keys(plan, notes))
+    side: list[SideFile] = []
+    if uses_deepspeed(plan):
+        config["deepspeed"] = ctx.side_path(DS_CONFIG_NAME)
+        side.append(SideFile(DS_CONFIG_NAME, deepspeed_config(ctx, notes), "json"))
+    elif uses_fsdp(plan):
+        config.update(_fsdp(plan, notes))
+    config["logging_steps"] = 10
+    multinode_note(ctx, notes)
+    launch = f"axolotl train {ctx.config_path}"
+    if ctx.multi_gpu:
+        launch += f"  # uses all {plan.gpus_per_node} local GPUs via accelerate"
+    return Emitted("axolotl", config, launch, notes, side, placeholders)

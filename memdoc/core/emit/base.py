@@ -1,0 +1,255 @@
+"""Shared ground of the emitters: the context, the result, and the knob mappings every format uses.
+
+An emitter is a pure function `EmitContext -> Emitted`: the config as a dict, side files
+(DeepSpeed JSON, accelerate FSDP YAML), the launch command, and notes for knobs the target
+format cannot express (written as YAML comments at the top and printed on stderr).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+import yaml
+
+from memdoc.core.plan import (
+    ALL_LINEAR,
+    Checkpointing,
+    Method,
+    Offload,
+    Optimizer,
+    Precision,
+    Shard,
+    TrainingPlan,
+)
+
+FORMATS = ("trl", "hf", "axolotl", "llamafactory")
+
+DATASET_PLACEHOLDER = "CHANGE_ME_dataset"
+OUTPUT_DIR_PLACEHOLDER = "CHANGE_ME_output_dir"
+NVME_PLACEHOLDER = "/CHANGE_ME_local_nvme"
+TRAIN_SCRIPT_PLACEHOLDER = "YOUR_TRAIN_SCRIPT.py"
+
+DS_CONFIG_NAME = "ds_config.json"
+FSDP_CONFIG_NAME = "fsdp.yaml"
+
+HF_OPTIMIZERS = {
+    Optimizer.ADAMW: "adamw_torch",
+    Optimizer.ADAMW_FUSED: "adamw_torch_fused",
+    Optimizer.ADAMW_8BIT: "adamw_bnb_8bit",
+    Optimizer.PAGED_ADAMW_8BIT: "paged_adamw_8bit",
+    Optimizer.SGD: "sgd",
+    Optimizer.ADAFACTOR: "adafactor",
+    Optimizer.LION: "lion_32bit",
+}
+"""memdoc optimizer → transformers `OptimizerNames` value (the `optim` key of every HF-based trainer)."""
+
+SGD_OPTIM_ARGS = "momentum=0.9"
+"""memdoc bills SGD with momentum (1 state); HF's `sgd` has no momentum unless optim_args sets it."""
+
+GRADIENT_CHECKPOINTING_KWARGS = {"use_reentrant": False}
+
+
+@dataclass(frozen=True)
+class EmitContext:
+    """Everything an emitter needs: the model id, the plan, the bill's peak and the user's fill-ins."""
+
+    model_id: str
+    plan: TrainingPlan
+    peak_allocated: int
+    """Billed peak allocated bytes per GPU."""
+    process_total: int
+    """Billed process total per GPU (what nvidia-smi shows)."""
+    gpu_name: str | None = None
+    gpu_memory: int | None = None
+    command: str = "memdoc emit"
+    """The memdoc command line that made the file (first comment line)."""
+    dataset: str | None = None
+    output_dir: str | None = None
+    side_dir: str = ""
+    """Directory prefix (as the user typed it) under which side files are referenced."""
+    config_path: str = "config.yaml"
+    """How the launch command names the main config file."""
+
+    @property
+    def multi_gpu(self) -> bool:
+        return self.plan.world_size > 1
+
+    def side_path(self, name: str) -> str:
+        return os.path.join(self.side_dir, name) if self.side_dir else name
+
+
+@dataclass(frozen=True)
+class SideFile:
+    name: str
+    """File name; written next to the main config."""
+    data: dict
+    kind: str
+    """'json' or 'yaml'."""
+
+
+@dataclass
+class Emitted:
+    """One emitted config: the main dict, side files, the launch command, notes and placeholders."""
+
+    format: str
+    config: dict
+    launch: str
+    notes: list[str] = field(default_factory=list)
+    side_files: list[SideFile] = field(default_factory=list)
+    placeholders: dict[str, str] = field(default_factory=dict)
+    """Top-level key → why the user must set it (rendered as a trailing comment)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Knob mappings shared by the formats
+
+
+def lora_alpha(plan: TrainingPlan) -> int:
+    return plan.lora_alpha if plan.lora_alpha is not None else 2 * plan.lora_rank
+
+
+def all_linear(plan: TrainingPlan) -> bool:
+    return ALL_LINEAR in plan.lora_targets
+
+
+def load_dtype(plan: TrainingPlan) -> str:
+    """dtype the weights are loaded in: the storage dtype; QLoRA loads non-quantised parts in the compute dtype."""
+    if plan.method is Method.QLORA:
+        return plan.precision.compute_dtype_name
+    return plan.precision.torch_dtype_name
+
+
+def trainer_amp_flags(plan: TrainingPlan, notes: list[str]) -> dict:
+    """`bf16`/`fp16` of HF TrainingArguments (which mean autocast, not storage)."""
+    p = plan.precision
+    if p in (Precision.BF16, Precision.AMP_BF16):
+        return {"bf16": True, "fp16": False}
+    if p is Precision.AMP_FP16:
+        return {"bf16": False, "fp16": True}
+    if p is Precision.FP16:
+        if plan.method is Method.FULL:
+            notes.append(
+                "precision fp16 (pure fp16 weights, no fp32 master copy): the HF Trainer's loss scaler refuses fp16 "
+                "gradients, so fp16 AMP is off and the model is loaded in float16 without loss scaling — expect "
+                "overflow/underflow; prefer --precision bf16 or amp-fp16"
+            )
+            return {"bf16": False, "fp16": False}
+        return {"bf16": False, "fp16": True}
+    return {"bf16": False, "fp16": False}
+
+
+def precision_note(plan: TrainingPlan) -> str:
+    """One sentence on how the plan's precision is realised by HF-based trainers."""
+    p = plan.precision
+    if plan.is_peft and p in (Precision.BF16, Precision.FP16):
+        return (
+            f"precision {p.value}: frozen base weights loaded in {p.torch_dtype_name} ({'4-bit NF4 with ' + p.compute_dtype_name + ' compute' if plan.method is Method.QLORA else 'no fp32 copy'}); "
+            "peft keeps the small trainable adapters in fp32"
+        )
+    if p is Precision.BF16:
+        return "precision bf16 (pure): weights loaded in bfloat16, so gradients and optimizer states are bf16 too; `bf16: true` only turns on autocast"
+    if p is Precision.AMP_BF16:
+        return "precision amp-bf16: weights loaded in float32 (master copy), `bf16: true` = bf16 autocast"
+    if p is Precision.AMP_FP16:
+        return "precision amp-fp16: weights loaded in float32 (master copy), `fp16: true` = fp16 autocast + loss scaler"
+    if p is Precision.FP32:
+        return "precision fp32: weights float32, no autocast"
+    return "precision fp16 (pure): weights loaded in float16"
+
+
+def checkpointing_keys(plan: TrainingPlan, notes: list[str]) -> dict:
+    """`gradient_checkpointing` (+ non-reentrant kwargs); selective has no HF key, emitted as full."""
+    if plan.checkpointing is Checkpointing.NONE:
+        return {"gradient_checkpointing": False}
+    if plan.checkpointing is Checkpointing.SELECTIVE:
+        notes.append(
+            "checkpointing selective has no equivalent here (HF-based trainers checkpoint whole decoder layers): "
+            "emitted as full checkpointing — at most the billed memory, ~+1 forward of compute"
+        )
+    return {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": dict(GRADIENT_CHECKPOINTING_KWARGS)}
+
+
+def optimizer_keys(plan: TrainingPlan, notes: list[str]) -> dict:
+    out = {"optim": HF_OPTIMIZERS[plan.optimizer]}
+    if plan.optimizer is Optimizer.SGD:
+        out["optim_args"] = SGD_OPTIM_ARGS
+    if plan.optimizer is Optimizer.ADAMW:
+        notes.append("optimizer adamw: `adamw_torch` uses torch's foreach implementation on CUDA (as billed)")
+    return out
+
+
+def default_learning_rate(plan: TrainingPlan) -> float:
+    return 2.0e-4 if plan.is_peft else 1.0e-5
+
+
+def uses_deepspeed(plan: TrainingPlan) -> bool:
+    """ZeRO stages, or offload without FSDP (ZeRO-Offload needs DeepSpeed)."""
+    if plan.shard in (Shard.ZERO1, Shard.ZERO2, Shard.ZERO3):
+        return True
+    return plan.shard is Shard.NONE and plan.offload is not Offload.NONE
+
+
+def uses_fsdp(plan: TrainingPlan) -> bool:
+    return plan.shard is Shard.FSDP
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering
+
+
+def _gib(n: int) -> str:
+    from memdoc.units import format_bytes
+
+    return format_bytes(n, unit="GiB")
+
+
+def header_text(ctx: EmitContext, *, one_line: bool = False) -> str | list[str]:
+    gpu = f" on {ctx.gpu_name} ({_gib(ctx.gpu_memory)})" if ctx.gpu_name and ctx.gpu_memory else ""
+    made = f"Made by memdoc: {ctx.command}"
+    peak = (
+        f"Billed peak per GPU: {_gib(ctx.peak_allocated)} allocated, {_gib(ctx.process_total)} process total{gpu}"
+        f" ({ctx.plan.world_size} GPU{'s' if ctx.plan.world_size > 1 else ''})"
+    )
+    return f"{made} | {peak}" if one_line else [made, peak]
+
+
+def _represent_str(dumper, data):
+    style = '"' if data == "" else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
+def dump_yaml(data: dict) -> str:
+    """YAML that round-trips: floats keep a dot and an exponent sign (`1.0e-04`), key order kept."""
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True)
+
+
+def render_main(ctx: EmitContext, emitted: Emitted) -> str:
+    """The main config file text: header and notes as comments, then the YAML with placeholder comments."""
+    lines = [f"# {line}" for line in header_text(ctx)]
+    lines.append(f"# Launch: {emitted.launch}")
+    if emitted.notes:
+        lines.append("# Notes (knobs this format cannot express exactly):")
+        lines += [f"#   - {note}" for note in emitted.notes]
+    body = []
+    for line in dump_yaml(emitted.config).splitlines():
+        key = line.split(":", 1)[0] if line and not line.startswith((" ", "-")) else None
+        if key in emitted.placeholders:
+            line = f"{line}  # PLACEHOLDER: {emitted.placeholders[key]}"
+        body.append(line)
+    return "\n".join(lines + body) + "\n"
+
+
+def render_side(ctx: EmitContext, side: SideFile) -> str:
+    if side.kind == "json":
+        return json.dumps(side.data, indent=2) + "\n"
+    head = "\n".join(f"# {line}" for line in header_text(ctx))
+    return head + "\n" + dump_yaml(side.data)

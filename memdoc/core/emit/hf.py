@@ -1,0 +1,61 @@
+"""HF `TrainingArguments` YAML (for a script that calls `HfArgumentParser(TrainingArguments).parse_yaml_file`).
+
+TrainingArguments has no keys for how the model is loaded (dtype, attention kernel, 4-bit
+quantisation) or for LoRA: those become notes with the exact `from_pretrained` / peft arguments.
+"""
+
+from __future__ import annotations
+
+from memdoc.core.emit.base import (
+    FSDP_CONFIG_NAME,
+    TRAIN_SCRIPT_PLACEHOLDER,
+    EmitContext,
+    Emitted,
+    all_linear,
+    load_dtype,
+    lora_alpha,
+    precision_note,
+    uses_deepspeed,
+    uses_fsdp,
+)
+from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
+from memdoc.core.plan import Method
+
+
+def emit_hf(ctx: EmitContext) -> Emitted:
+    plan = ctx.plan
+    notes: list[str] = []
+    placeholders: dict[str, str] = {}
+    config = training_arguments(ctx, notes, placeholders)
+    load = [f"dtype=torch.{load_dtype(plan)}", f'attn_implementation="{plan.attention.value}"']
+    if plan.method is Method.QLORA:
+        load.append(
+            "quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"nf4\", "
+            f"bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.{plan.precision.compute_dtype_name}"
+            + (f", bnb_4bit_quant_storage=torch.{plan.precision.compute_dtype_name}" if uses_fsdp(plan) else "")
+            + ")"
+        )
+    notes.append(
+        f"TrainingArguments cannot load the model: in your script use "
+        f"AutoModelForCausalLM.from_pretrained(\"{ctx.model_id}\", {', '.join(load)}) — {precision_note(plan)}"
+    )
+    if plan.is_peft:
+        targets = '"all-linear"' if all_linear(plan) else repr(list(plan.lora_targets))
+        notes.append(
+            f"TrainingArguments has no LoRA keys: wrap the model with peft get_peft_model(model, LoraConfig(r={plan.lora_rank}, "
+            f"lora_alpha={lora_alpha(plan)}, target_modules={targets}, task_type=\"CAUSAL_LM\"))"
+            + (" after prepare_model_for_kbit_training(model, use_gradient_checkpointing=...)" if plan.method is Method.QLORA else "")
+        )
+    notes.append(f"sequence length {plan.seq_len}: TrainingArguments has no sequence-length key; truncate/pack your dataset to {plan.seq_len} tokens")
+    multinode_note(ctx, notes)
+    side = distributed_side_files(ctx, notes)
+    script = f"{TRAIN_SCRIPT_PLACEHOLDER} {ctx.config_path}"
+    if uses_deepspeed(plan):
+        launch = f"deepspeed --num_gpus {plan.gpus_per_node} {script}"
+    elif uses_fsdp(plan):
+        launch = f"accelerate launch --config_file {ctx.side_path(FSDP_CONFIG_NAME)} {script}"
+    elif ctx.multi_gpu:
+        launch = f"accelerate launch --num_processes {plan.world_size} {script}"
+    else:
+        launch = f"python {script}"
+    return Emitted("hf", config, launch, notes, side, placeholders)

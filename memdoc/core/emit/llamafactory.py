@@ -1,0 +1,64 @@
+"""LLaMA-Factory YAML (`llamafactory-cli train config.yaml`): model, method, dataset, finetuning and
+TrainingArguments keys in one file. FSDP runs through `accelerate launch` with the side YAML."""
+
+from __future__ import annotations
+
+from memdoc.core.emit.base import (
+    DATASET_PLACEHOLDER,
+    FSDP_CONFIG_NAME,
+    EmitContext,
+    Emitted,
+    all_linear,
+    lora_alpha,
+    uses_deepspeed,
+    uses_fsdp,
+)
+from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
+from memdoc.core.plan import Method, Precision
+
+
+def emit_llamafactory(ctx: EmitContext) -> Emitted:
+    plan = ctx.plan
+    notes: list[str] = []
+    placeholders: dict[str, str] = {}
+    config: dict = {
+        "model_name_or_path": ctx.model_id,
+        "flash_attn": "sdpa" if plan.attention.value == "sdpa" else "disabled",
+        "stage": "sft",
+        "do_train": True,
+        "finetuning_type": "full" if plan.method is Method.FULL else "lora",
+    }
+    if plan.is_peft:
+        config["lora_rank"] = plan.lora_rank
+        config["lora_alpha"] = lora_alpha(plan)
+        config["lora_target"] = "all" if all_linear(plan) else ",".join(plan.lora_targets)
+    if plan.method is Method.QLORA:
+        config.update(quantization_bit=4, quantization_method="bnb", quantization_type="nf4", double_quantization=True)
+    config["dataset"] = ctx.dataset or DATASET_PLACEHOLDER
+    if not ctx.dataset:
+        placeholders["dataset"] = "a dataset name from your dataset_info.json (--dataset)"
+    config["template"] = "default"
+    placeholders["template"] = "the chat template of your model (llama3, qwen, mistral, …)"
+    config["cutoff_len"] = plan.seq_len
+    args = training_arguments(ctx, notes, placeholders)
+    checkpointing = args.pop("gradient_checkpointing")
+    args.pop("gradient_checkpointing_kwargs", None)
+    # LLaMA-Factory checkpoints by default (non-reentrant unless use_reentrant_gc); switch it off explicitly.
+    config["disable_gradient_checkpointing"] = not checkpointing
+    if checkpointing:
+        config["use_reentrant_gc"] = False
+    config.update(args)
+    if plan.precision is Precision.BF16:
+        config["pure_bf16"] = True
+        notes.append("precision bf16 (pure): pure_bf16: true keeps weights, gradients and optimizer states in bf16")
+    elif plan.precision is Precision.AMP_BF16:
+        notes.append("precision amp-bf16: bf16: true; LLaMA-Factory upcasts the trainable weights to fp32 (master copy) and autocasts in bf16")
+    multinode_note(ctx, notes)
+    side = distributed_side_files(ctx, notes)
+    if uses_fsdp(plan):
+        launch = f"accelerate launch --config_file {ctx.side_path(FSDP_CONFIG_NAME)} -m llamafactory.launcher {ctx.config_path}"
+    elif uses_deepspeed(plan) or ctx.multi_gpu:
+        launch = f"FORCE_TORCHRUN=1 NNODES={plan.nodes} NPROC_PER_NODE={plan.gpus_per_node} llamafactory-cli train {ctx.config_path}"
+    else:
+        launch = f"llamafactory-cli train {ctx.config_path}"
+    return Emitted("llamafactory", config, launch, notes, side, placeholders)

@@ -1,0 +1,55 @@
+"""TRL `trl sft --config` YAML: SFTConfig + ModelConfig + ScriptArguments keys in one file."""
+
+from __future__ import annotations
+
+from memdoc.core.emit.base import (
+    DATASET_PLACEHOLDER,
+    FSDP_CONFIG_NAME,
+    EmitContext,
+    Emitted,
+    all_linear,
+    load_dtype,
+    lora_alpha,
+    precision_note,
+    uses_deepspeed,
+    uses_fsdp,
+)
+from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
+from memdoc.core.plan import Method
+
+
+def emit_trl(ctx: EmitContext) -> Emitted:
+    plan = ctx.plan
+    notes: list[str] = []
+    placeholders: dict[str, str] = {}
+    config: dict = {
+        "model_name_or_path": ctx.model_id,
+        "dtype": load_dtype(plan),
+        "attn_implementation": plan.attention.value,
+        "dataset_name": ctx.dataset or DATASET_PLACEHOLDER,
+    }
+    if not ctx.dataset:
+        placeholders["dataset_name"] = "a Hub dataset id or local path (--dataset)"
+    config["max_length"] = plan.seq_len
+    config.update(training_arguments(ctx, notes, placeholders))
+    notes.append(precision_note(plan))
+    if plan.is_peft:
+        config["use_peft"] = True
+        config["lora_r"] = plan.lora_rank
+        config["lora_alpha"] = lora_alpha(plan)
+        config["lora_target_modules"] = "all-linear" if all_linear(plan) else list(plan.lora_targets)
+    if plan.method is Method.QLORA:
+        config["load_in_4bit"] = True
+        config["bnb_4bit_quant_type"] = "nf4"
+        config["use_bnb_nested_quant"] = True
+        if uses_fsdp(plan):
+            config["bnb_4bit_quant_storage"] = plan.precision.compute_dtype_name
+    multinode_note(ctx, notes)
+    side = distributed_side_files(ctx, notes)
+    if uses_fsdp(plan):
+        launch = f"accelerate launch --config_file {ctx.side_path(FSDP_CONFIG_NAME)} -m trl.scripts.sft --config {ctx.config_path}"
+    elif uses_deepspeed(plan) or ctx.multi_gpu:
+        launch = f"accelerate launch --num_processes {plan.world_size} -m trl.scripts.sft --config {ctx.config_path}"
+    else:
+        launch = f"trl sft --config {ctx.config_path}"
+    return Emitted("trl", config, launch, notes, side, placeholders)
