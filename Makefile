@@ -2,6 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+export DS_BUILD_OPS := 0
 PIP := $(BIN)/pip install --disable-pip-version-check -q -c requirements/constraints.txt
 
 .PHONY: run test test-all bench clean
