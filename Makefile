@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export DS_BUILD_OPS := 0
 PIP := $(BIN)/pip install --disable-pip-version-check -q -c requirements/constraints.txt
 
-.PHONY: run test test-all bench clean
+.PHONY: run test bench clean
 
 $(BIN)/memdoc: pyproject.toml requirements/constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -23,9 +23,6 @@ run: $(BIN)/memdoc
 
 test: $(BIN)/memdoc $(VENV)/.validators
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
-
-test-all: $(BIN)/memdoc $(VENV)/.validators
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q --runslow
 
 bench: $(BIN)/memdoc
 	$(BIN)/python benchmarks/speed.py
