@@ -33,11 +33,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--foreach", action="store_true", help="AdamW(foreach=True), CUDA's default implementation")
     args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)
     model = TinyMLP().to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True if args.foreach else None)
     for step in range(args.steps):
         x = torch.randn(args.batch, WIDTH, device=device)
         y = torch.randint(0, CLASSES, (args.batch,), device=device)

@@ -47,10 +47,10 @@ from pathlib import Path
 from memdoc.core.findings import Finding, RunFacts, lint
 from memdoc.errors import ScriptError
 
-PHASE_BUCKET = {"setup": "setup", "forward": "forward", "idle": "forward", "backward": "backward",
+PHASE_BUCKET = {"setup": "setup", "forward": "forward", "idle": "optimizer", "backward": "backward",
                 "between": "optimizer", "optimizer": "optimizer"}
-"""Tracker phase → reported phase. Ops between backward and the step (clipping, unscaling) count
-to the optimizer phase; ops after a step before the next forward (moving the next batch) to forward."""
+"""Tracker phase → reported phase. Ops between backward and the step (clipping, unscaling) and after
+the step until the next forward (zero_grad, the next batch) count to the optimizer phase."""
 
 
 class _Stop(BaseException):
@@ -290,7 +290,7 @@ class _Session:
             self.total -= old[0]
         if not self.uses_cuda and t.device.type == "cuda":
             self.uses_cuda = True
-        self.live[key] = (nbytes, ref, PHASE_BUCKET.get(self.phase, "forward"), self.step_index)
+        self.live[key] = (nbytes, ref, self.bucket(), self.step_index)
         self.total += nbytes
 
     def breakdown(self) -> dict:
@@ -316,8 +316,14 @@ class _Session:
         items["peak_allocated"] = sum(items.values())
         return items
 
+    def bucket(self) -> str:
+        """The reported phase now; after backward it is the optimizer's only once the script has stepped."""
+        if self.phase == "between" and not self.optimizers:
+            return "backward"
+        return PHASE_BUCKET.get(self.phase, "forward")
+
     def after_op(self) -> None:
-        bucket = PHASE_BUCKET.get(self.phase, "forward")
+        bucket = self.bucket()
         self._ops += 1
         if self.total > self.phase_peak_total.get(bucket, -1):
             self.phase_peak_total[bucket] = self.total
@@ -660,7 +666,7 @@ def run_script(
                 stop_reason = "oom"
                 oom = {
                     "message": str(exc).strip().splitlines()[0] if str(exc).strip() else "out of memory",
-                    "phase": PHASE_BUCKET.get(session.phase, "forward"),
+                    "phase": session.bucket(),
                     "step": session.step_index + 1,
                 }
                 tb_text = _filtered_traceback(exc, path)
