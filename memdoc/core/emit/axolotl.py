@@ -54,7 +54,8 @@ def _fsdp(plan, notes: list[str]) -> dict:
         "fsdp_version": 2,
         "fsdp_config": {
             "offload_params": offload,
-            "cpu_ram_efficient_loading": True,
+            # FSDP2 + bitsandbytes 4-bit deadlocks with rank-0-only loading (Axolotl refuses it).
+            "cpu_ram_efficient_loading": plan.method is not Method.QLORA,
             "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
             "state_dict_type": "SHARDED_STATE_DICT",
             "reshard_after_forward": True,

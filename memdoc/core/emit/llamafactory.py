@@ -14,7 +14,7 @@ from memdoc.core.emit.base import (
     uses_fsdp,
 )
 from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
-from memdoc.core.plan import Method, Precision
+from memdoc.core.plan import Method, Precision, Shard
 
 
 def emit_llamafactory(ctx: EmitContext) -> Emitted:
@@ -48,7 +48,9 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
     if checkpointing:
         config["use_reentrant_gc"] = False
     config.update(args)
-    if plan.precision is Precision.BF16:
+    if plan.precision is Precision.BF16 and plan.shard is Shard.ZERO3:
+        notes.append("precision bf16 (pure): LLaMA-Factory refuses pure_bf16 with DeepSpeed ZeRO-3; emitted as bf16 AMP (fp32 master weights in DeepSpeed)")
+    elif plan.precision is Precision.BF16:
         config["pure_bf16"] = True
         notes.append("precision bf16 (pure): pure_bf16: true keeps weights, gradients and optimizer states in bf16")
     elif plan.precision is Precision.AMP_BF16:
