@@ -11,7 +11,6 @@ The copies handed to the parsers only add `use_cpu: true` (bf16 raises on a CPU 
 drop unknown keys silently, so the keys are also checked against each format's known key set.
 """
 
-import dataclasses
 import json
 import os
 from pathlib import Path

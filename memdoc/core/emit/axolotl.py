@@ -16,6 +16,7 @@ from memdoc.core.emit.base import (
     checkpointing_keys,
     default_learning_rate,
     lora_alpha,
+    precision_note,
     uses_deepspeed,
     uses_fsdp,
 )
@@ -26,6 +27,9 @@ from memdoc.core.plan import Method, Offload, OffloadTarget, Optimizer, Precisio
 
 def _precision(plan, notes: list[str]) -> dict:
     p = plan.precision
+    if plan.is_peft and p in (Precision.BF16, Precision.FP16):
+        notes.append(precision_note(plan))
+        return {"bf16": True, "fp16": False} if p is Precision.BF16 else {"bf16": False, "fp16": True}
     if p is Precision.BF16:
         notes.append("precision bf16 (pure): Axolotl loads the weights in bfloat16 when bf16 is set; bfloat16: true marks no fp32 master copy")
         return {"bf16": True, "bfloat16": True, "fp16": False}
@@ -115,5 +119,5 @@ def emit_axolotl(ctx: EmitContext) -> Emitted:
     multinode_note(ctx, notes)
     launch = f"axolotl train {ctx.config_path}"
     if ctx.multi_gpu:
-        launch += f"  # uses all {plan.gpus_per_node} local GPUs via accelerate"
+        notes.append(f"axolotl train launches on all local GPUs through accelerate ({plan.gpus_per_node} per node billed)")
     return Emitted("axolotl", config, launch, notes, side, placeholders)

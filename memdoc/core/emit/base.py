@@ -175,8 +175,6 @@ def optimizer_keys(plan: TrainingPlan, notes: list[str]) -> dict:
     out = {"optim": HF_OPTIMIZERS[plan.optimizer]}
     if plan.optimizer is Optimizer.SGD:
         out["optim_args"] = SGD_OPTIM_ARGS
-    if plan.optimizer is Optimizer.ADAMW:
-        notes.append("optimizer adamw: `adamw_torch` uses torch's foreach implementation on CUDA (as billed)")
     return out
 
 
@@ -237,7 +235,7 @@ def render_main(ctx: EmitContext, emitted: Emitted) -> str:
     lines = [f"# {line}" for line in header_text(ctx)]
     lines.append(f"# Launch: {emitted.launch}")
     if emitted.notes:
-        lines.append("# Notes (knobs this format cannot express exactly):")
+        lines.append("# Notes (how the plan maps here; knobs without an exact equivalent):")
         lines += [f"#   - {note}" for note in emitted.notes]
     body = []
     for line in dump_yaml(emitted.config).splitlines():
