@@ -73,6 +73,10 @@ def _diagnose_model(target: str, *, plan: PlanArgs, json_out: bool, device: str)
     from memdoc.probe.resolve import load_config
 
     setup = plan.resolve(target, need_gpu=False)
+    if device == "cuda":
+        from memdoc.probe.cuda_step import require_cuda
+
+        require_cuda(setup.plan)
     _, config, _ = load_config(setup.model.id if setup.model.source == "catalog" else target)
     from memdoc.probe.tracer import trace_training_step
 

@@ -16,16 +16,23 @@ class NoCudaError(MemdocError):
     """--device cuda without a CUDA device."""
 
 
-def run_cuda_step(config: dict, plan: TrainingPlan) -> dict:
-    """Peak allocated/reserved and the digested memory_stats() of one real steady-state step."""
-    import contextlib
-
+def require_cuda(plan: TrainingPlan) -> None:
+    """Refuse --device cuda early (before any tracing) when it cannot run."""
     import torch
 
     if not torch.cuda.is_available():
         raise NoCudaError("--device cuda: no CUDA device is available here", hint="omit --device to trace the step under fake tensors")
     if plan.shard is not Shard.NONE or plan.offload is not Offload.NONE:
         raise PlanError("--device cuda runs on one GPU: drop --shard/--offload (the fake-tensor trace covers them)")
+
+
+def run_cuda_step(config: dict, plan: TrainingPlan) -> dict:
+    """Peak allocated/reserved and the digested memory_stats() of one real steady-state step."""
+    import contextlib
+
+    import torch
+
+    require_cuda(plan)
     from memdoc.probe.cuda_stats import digest_stats
     from memdoc.probe.tracer import _torch_dtype, build_model, build_optimizer
 
@@ -70,4 +77,4 @@ def run_cuda_step(config: dict, plan: TrainingPlan) -> dict:
     return out
 
 
-__all__ = ["NoCudaError", "run_cuda_step"]
+__all__ = ["NoCudaError", "require_cuda", "run_cuda_step"]
