@@ -228,7 +228,10 @@ def render_script_report(result, bill=None, *, summary: bool = False, written: l
     stdout.print(f"  {how} · {', '.join(result.models) or 'no nn.Module called'} · "
                  f"{', '.join(o['class'] for o in result.optimizers) or 'no optimizer step'} · {result.elapsed_s:.1f} s")
     if result.oom:
-        stdout.print(f"  [red]{result.oom['message']}[/]")
+        from rich.markup import escape
+
+        stdout.print(f"  [red]{escape(result.oom['message'])}[/]")
+        stdout.print(f"      → [b]{result.oom.get('prescribe', 'memdoc prescribe --symptom mid-run-oom')}[/b] (or `memdoc prescribe --log` with the full error)")
     if result.peak_phase is None:
         stdout.print("  no forward pass of an nn.Module was seen: nothing to attribute")
     else:

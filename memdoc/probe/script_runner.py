@@ -668,6 +668,7 @@ def run_script(
                     "message": str(exc).strip().splitlines()[0] if str(exc).strip() else "out of memory",
                     "phase": session.bucket(),
                     "step": session.step_index + 1,
+                    "prescribe": "memdoc prescribe --symptom " + ("startup-oom" if session.steps == 0 else "mid-run-oom"),
                 }
                 tb_text = _filtered_traceback(exc, path)
             except KeyboardInterrupt:
