@@ -28,7 +28,7 @@ Exit status: 0 computed (fits or not), 2 bad input, 3 with --check when the plan
 @command("bill", epilog=EXAMPLES)
 @plan_options
 def bill(
-    model: Annotated[Optional[str], typer.Argument(help="HF model id, model directory or config.json (optional with --recipe).")] = None,
+    model: Annotated[Optional[str], typer.Argument(metavar="MODEL", help="HF model id, model directory or config.json (optional with --recipe).")] = None,
     *,
     plan: PlanArgs,
     json_out: JsonOpt = False,

@@ -31,8 +31,8 @@ RUN = "Script mode"
 @command("diagnose", epilog=EXAMPLES)
 @plan_options
 def diagnose(
-    target: Annotated[str, typer.Argument(help="A training script (train.py) to run and measure, or an HF model id / directory / config.json to dry-run.", show_default=False)],
-    script_args: Annotated[Optional[list[str]], typer.Argument(help="Arguments for the script, after `--`.", show_default=False)] = None,
+    target: Annotated[str, typer.Argument(metavar="TARGET", help="A training script (train.py) to run and measure, or an HF model id / directory / config.json to dry-run.", show_default=False)],
+    script_args: Annotated[Optional[list[str]], typer.Argument(metavar="SCRIPT_ARGS", help="Arguments for the script, after `--`.", show_default=False)] = None,
     *,
     plan: PlanArgs,
     json_out: JsonOpt = False,

@@ -88,7 +88,7 @@ def _note(text: str) -> None:
 @command("emit", epilog=EXAMPLES)
 @plan_options
 def emit(
-    model: Annotated[Optional[str], typer.Argument(help="HF model id, model directory or config.json (optional with --recipe).")] = None,
+    model: Annotated[Optional[str], typer.Argument(metavar="MODEL", help="HF model id, model directory or config.json (optional with --recipe).")] = None,
     *,
     plan: PlanArgs,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Target trainer config.")] = Format.trl,

@@ -25,7 +25,7 @@ Examples:
 @command("prescribe", epilog=EXAMPLES)
 @plan_options
 def prescribe(
-    model: Annotated[Optional[str], typer.Argument(help="Optional model: quantify each prescription with the bill.")] = None,
+    model: Annotated[Optional[str], typer.Argument(metavar="MODEL", help="Optional model: quantify each prescription with the bill.")] = None,
     *,
     plan: PlanArgs,
     symptom: Annotated[Optional[str], typer.Option("--symptom", help="Symptom id (see --list).")] = None,

@@ -125,10 +125,8 @@ def _attention_saved(layer: _Layer, model: ModelSpec, plan: TrainingPlan, linear
         layer.add("attention.input_casts", 2 * T * model.hidden_size * len(savers))
     elif savers:
         layer.add("attention.input", dt * T * model.hidden_size)
-    if family in ("qwen3", "qwen3_moe"):  # q_norm / k_norm over head_dim, fp32 copies
-        layer.add("attention.qk_norm", FP32 * T * (q_dim + kv_dim) * (2 if targets is None else 1))
-        if targets is None:
-            layer.add("attention.qk_norm", 0)
+    if family in ("qwen3", "qwen3_moe"):  # q_norm / k_norm: RMSNorm over each head's q and k
+        _norm(layer, "attention.qk_norm", T, q_dim + kv_dim, dt=dt, trainable=targets is None, gemma=False, amp=amp)
     if family == "deepseek_v2":  # MLA: compressed kv (kv_lora_rank) normed, then expanded
         rank = int(model.config["kv_lora_rank"])
         layer.add("attention.kv_compress", FP32 * T * rank + dt * T * rank * 2)
@@ -171,27 +169,28 @@ def _mlp_saved(layer: _Layer, model: ModelSpec, plan: TrainingPlan, linears: lis
     if dense:
         up_in = [l for l in dense if l.name.endswith(("gate_proj", "up_proj", "gate_up_proj", "fc1", "c_fc", "dense_h_to_4h"))]
         down = [l for l in dense if l not in up_in]
-        width = sum(l.out_features for l in up_in if not l.name.endswith("gate_proj")) if up_in else 0
-        gated = any(l.name.endswith(("gate_proj", "gate_up_proj")) for l in up_in)
         savers = up_in if targets is None else []
         if amp:
             layer.add("mlp.input_casts", 2 * T * h * len(savers))
         elif savers:
             layer.add("mlp.input", dt * T * h)
-        prefix_groups = {}
-        for l in up_in:  # dense MLP and a shared expert are separate blocks
-            prefix_groups.setdefault(l.name.rsplit(".", 1)[0] if "." in l.name else "", []).append(l)
-        for prefix, block in prefix_groups.items():
-            w = max(l.out_features for l in block)
-            if any(l.name.endswith("gate_up_proj") for l in block):
-                w = w // 2
-            block_gated = any(l.name.endswith(("gate_proj", "gate_up_proj")) for l in block)
-            # gated: gate out (act input), act out, up out; plain: fc1 out (act input)
-            layer.add("mlp.act", cdt * T * w * (3 if block_gated else 1))
-            down_l = next((l for l in down if (l.name.rsplit(".", 1)[0] if "." in l.name else "") == prefix), None)
-            if down_l is not None and targets is None:
-                layer.add("mlp.down_input", cdt * T * w)
-        del width, gated
+        blocks: dict[str, list[Linear]] = {}
+        for l in up_in:  # the dense MLP and a shared expert are separate blocks
+            blocks.setdefault(_block(l), []).append(l)
+        for prefix, block in blocks.items():
+            fused = any(l.name.endswith("gate_up_proj") for l in block)
+            width = max(l.out_features for l in block) // (2 if fused else 1)
+            gated = fused or any(l.name.endswith("gate_proj") for l in block)
+            # gated: gate output (the activation's input), activation output, up output; plain: fc1 output
+            layer.add("mlp.act", cdt * T * width * (3 if gated else 1))
+            has_down = any(_block(l) == prefix for l in down)
+            if has_down and targets is None:
+                layer.add("mlp.down_input", cdt * T * width)
+
+
+def _block(linear: Linear) -> str:
+    """'shared_expert' for 'shared_expert.up_proj', '' for a top-level 'up_proj'."""
+    return linear.name.rsplit(".", 1)[0] if "." in linear.name else ""
 
 
 def _lora_saved(layer: _Layer, plan: TrainingPlan, linears: list[Linear], targets) -> None:

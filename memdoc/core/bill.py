@@ -151,24 +151,28 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
         activations=saved,
         other=acts.loss_forward_peak + acts.weight_copies + gather,
     )
-    # Backward: the larger of its start (all activations + fp32 logit gradients) and its end
-    # (all gradients + one layer's recompute/gradient buffers).
-    start = saved + acts.loss_backward_peak + acts.weight_copies
-    # At the very end, full fine-tuning's embedding backward builds a dense vocab × hidden gradient
-    # before accumulating it; with tied embeddings the LM head's gradient is already there and
-    # the trace shows two such tensors in flight (fake-tensor trace of Llama-3.2-1B, fp32).
-    embed_grad = 0
+    # Backward peaks at one of three moments:
+    # * its start: every saved activation plus the fp32 gradients of the logits;
+    # * the first decoder layer it reaches: the layers' saved tensors, that layer's recompute
+    #   (checkpointing) and gradient buffers, and the LM head's gradient (full fine-tuning);
+    # * its end: every gradient, plus the embedding's dense vocab × hidden gradient, built before it
+    #   is accumulated — with tied embeddings the head's gradient is already there and the trace
+    #   shows two such tensors in flight (fake-tensor trace of Llama-3.2-1B, fp32).
+    param_bytes = plan.precision.param_bits // 8
+    head_grad = embed_grad = 0
     if plan.method is Method.FULL:
-        embed_grad = model.params.embedding * (plan.precision.param_bits // 8) * (2 if model.tie_embeddings else 1)
+        head_grad = _sharded(model.params.head * param_bytes, shard.shards_gradients, world)
+        embed_grad = model.params.embedding * param_bytes * (2 if model.tie_embeddings else 1)
         embed_grad = _sharded(embed_grad, shard.shards_gradients, world)
-    end = grads + max(acts.layer_backward_peak, embed_grad) + grad_gather
-    backward = (
+    candidates = [
         PhaseBill(weights=weights, gradients=0, optimizer=optim, activations=saved,
-                  other=acts.loss_backward_peak + acts.weight_copies + gather)
-        if start >= end
-        else PhaseBill(weights=weights, gradients=grads, optimizer=optim, activations=0,
-                       other=max(acts.layer_backward_peak, embed_grad) + grad_gather + gather)
-    )
+                  other=acts.loss_backward_peak + acts.weight_copies + gather),
+        PhaseBill(weights=weights, gradients=head_grad, optimizer=optim, activations=acts.layers_saved,
+                  other=acts.layer_backward_peak + acts.weight_copies + grad_gather + gather),
+        PhaseBill(weights=weights, gradients=grads, optimizer=optim, activations=0,
+                  other=max(acts.layer_backward_peak, embed_grad) + grad_gather + gather),
+    ]
+    backward = max(candidates, key=lambda phase: phase.total)
     optimizer = PhaseBill(weights=weights, gradients=grads, optimizer=optim, activations=0, other=step_temp)
     return Bill(
         model=model,
