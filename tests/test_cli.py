@@ -34,6 +34,8 @@ def test_every_command_has_help_with_examples(command):
         (["bill", "meta-llama/Llama-2-7b", "--gpu", "24", "--method", "qlora", "--precision", "fp32"], "QLoRA"),
         (["bill", "meta-llama/Llama-2-7b", "--gpu", "24", "--shard", "zero3"], "needs more than one GPU"),
         (["bill", "meta-llama/Llama-2-7b", "--gpu", "rtx-9999"], "rtx-9999"),
+        (["bill", "microsoft/Phi-3-mini-4k-instruct", "--gpu", "24", "--method", "lora", "--lora-targets", "q_proj"],
+         "match no module of microsoft/Phi-3-mini-4k-instruct"),
         (["bill", "meta-llama/Llama-2-7b"], "pass --gpu"),
         (["bill", "--gpu", "24"], "no MODEL given"),
     ],
@@ -92,3 +94,10 @@ def test_python_dash_m_and_no_torch_on_the_bill_path():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["per_gpu"]["peak_allocated"] > 0
+
+
+def test_lora_defaults_follow_the_architecture():
+    # Phi-3 fuses q/k/v into qkv_proj: peft's default target there, r=16 over 32 layers × (3072 + 9216).
+    data = json.loads(run("bill", "microsoft/Phi-3-mini-4k-instruct", "--gpu", "24", "--method", "lora", "--json").output)
+    assert data["plan"]["lora_targets"] == ["qkv_proj"]
+    assert data["model"]["trainable_params"] == 32 * 16 * (3072 + 9216)

@@ -99,7 +99,12 @@ class PlanArgs:
             plan_values[_FLAG_TO_FIELD.get(flag, flag)] = value.value if hasattr(value, "value") else value
         plan = parse_plan(**plan_values)
         model = resolve_model(model_name)
-        check_plan_against_model(plan, hidden_size=model.hidden_size, max_positions=model.max_positions, model_id=model.id)
+        if plan.is_peft and "lora_targets" not in plan_values:
+            plan = plan.replace(lora_targets=model.default_lora_targets)
+        check_plan_against_model(
+            plan, hidden_size=model.hidden_size, max_positions=model.max_positions, model_id=model.id,
+            linear_names=model.linear_names,
+        )
         gpu = None
         if need_gpu or gpu_text:
             gpu = resolve_gpu(gpu_text) if gpu_text else detect_local_gpu()

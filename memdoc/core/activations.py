@@ -104,6 +104,11 @@ def _norm(layer: _Layer, name: str, T: int, width: int, *, dt: int, trainable: b
         layer.add(name, out_bytes * T * width)
 
 
+def eager_attention(model: ModelSpec, plan: TrainingPlan) -> bool:
+    """Eager attention is what runs: asked for, or the only kernel transformers has (Gemma-2)."""
+    return plan.attention is Attention.EAGER or model.family == "gemma2"
+
+
 def _attention_saved(layer: _Layer, model: ModelSpec, plan: TrainingPlan, linears: list[Linear], targets, *, dt: int, amp: bool) -> None:
     T = plan.micro_batch * plan.seq_len
     b, s, heads = plan.micro_batch, plan.seq_len, model.num_heads
@@ -130,23 +135,27 @@ def _attention_saved(layer: _Layer, model: ModelSpec, plan: TrainingPlan, linear
     if family == "deepseek_v2":  # MLA: compressed kv (kv_lora_rank) normed, then expanded
         rank = int(model.config["kv_lora_rank"])
         layer.add("attention.kv_compress", FP32 * T * rank + dt * T * rank * 2)
-    if family == "phi3":  # fused qkv output stays alive through the v view
-        layer.add("attention.sdpa_inputs", dt * T * (q_dim + 2 * kv_dim) + dt * T * (q_dim + kv_dim))
-    else:
-        # rotary outputs q_embed, k_embed (new tensors) and v (the projection output)
-        layer.add("attention.sdpa_inputs", dt * T * (q_dim + kv_dim + v_dim))
-    if plan.attention is Attention.SDPA:
+    # rotary outputs q_embed, k_embed (new tensors) and v: the projection output, or for Phi-3's
+    # fused qkv a contiguous copy of its v slice (the fused output itself is not kept).
+    layer.add("attention.sdpa_inputs", dt * T * (q_dim + kv_dim + v_dim))
+    if not eager_attention(model, plan):
         layer.add("attention.sdpa", dt * T * (v_dim if family == "deepseek_v2" else q_dim) + FP32 * b * heads * s)
     else:
         # eager: scores → fp32 softmax (saved) → 16-bit copy (saved by probs @ v), plus the output
         layer.add("attention.eager_probs", (FP32 + dt) * b * heads * s * s)
+        if model.config.get("attn_logit_softcapping"):  # Gemma-2: tanh(scores / cap) saves its output
+            layer.add("attention.softcap", dt * b * heads * s * s)
         if model.num_kv_heads != heads and family != "deepseek_v2":
-            layer.add("attention.repeat_kv", dt * T * 2 * q_dim)
+            # repeat_kv copies k and v to every query head; the matmuls save the copies instead
+            layer.add("attention.repeat_kv", dt * T * (2 * q_dim - kv_dim - v_dim))
     o_proj = by_name.get("o_proj") or by_name.get("dense")
     # `attn_output.transpose(1, 2).contiguous()` copies only for eager: flash-style SDPA returns its
     # output in (batch, seq, heads, head_dim) memory already (CUDA flash and the fake CPU kernel),
     # so o_proj saves the very tensor SDPA saved.
-    if o_proj is not None and targets is None and plan.attention is Attention.EAGER:
+    # Phi-3 slices q/k/v out of one fused projection, and SDPA's output then needs the copy too
+    # (saved-tensor census of a real CPU step).
+    copies = eager_attention(model, plan) or family == "phi3"
+    if o_proj is not None and targets is None and copies:
         layer.add("attention.o_proj_input", 2 * T * o_proj.in_features if amp else dt * T * o_proj.in_features)
 
 
@@ -200,11 +209,11 @@ def _lora_saved(layer: _Layer, plan: TrainingPlan, linears: list[Linear], target
     `lora_B(lora_A(dropout(x)))`: `lora_A` saves the fp32 x (a new tensor unless x already is
     fp32), `lora_B` saves lora_A's output (T × r, fp32). The frozen base linear saves nothing.
     With `lora_dropout` > 0 (memdoc assumes 0.05, the value TRL/Axolotl recipes use) dropout also
-    keeps its bool mask and `lora_A` saves the dropped-out fp32 copy while the cast input stays
-    referenced: a census of saved tensors on a real CPU step shows 4 + 4 + 1 bytes per input.
+    has `lora_A` save the dropped-out fp32 copy while the cast input stays referenced: a census of
+    saved tensors on a real CPU step shows 4 + 4 bytes per input element.
     """
     T = plan.micro_batch * plan.seq_len
-    per_input = FP32 + (FP32 + 1 if LORA_DROPOUT else 0)
+    per_input = FP32 + (FP32 if LORA_DROPOUT else 0)
     for linear in linears:
         if _saves_input(linear, targets):
             layer.add(f"lora.{linear.name}", per_input * T * linear.in_features + FP32 * T * plan.lora_rank)

@@ -16,9 +16,22 @@ from typing import Callable
 from memdoc.core.bill import Bill, compute_bill
 from memdoc.core.gpu import GpuSpec
 from memdoc.core.model_spec import ModelSpec
-from memdoc.core.plan import Checkpointing, Method, Offload, Optimizer, Precision, Shard, TrainingPlan
+from memdoc.core.plan import ALL_LINEAR, Checkpointing, Method, Offload, Optimizer, Precision, Shard, TrainingPlan
 from memdoc.core.steptime import step_seconds
 from memdoc.errors import PlanError
+
+
+def fit_lora_targets(plan: TrainingPlan, model: ModelSpec) -> TrainingPlan:
+    """A LoRA plan whose targets name no module of `model` gets peft's default targets for it.
+
+    The ladder and prescriptions switch plans to LoRA with the default q_proj,v_proj; Phi-3,
+    GPT-2, NeoX, Falcon and DeepSeek-V2 name their projections differently.
+    """
+    if not plan.is_peft or ALL_LINEAR in plan.lora_targets or not model.linear_names:
+        return plan
+    if set(plan.lora_targets) & model.linear_names:
+        return plan
+    return plan.replace(lora_targets=model.default_lora_targets)
 
 
 @dataclass(frozen=True)
@@ -130,6 +143,7 @@ def climb(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec, *, stop_when_fits:
             candidate = None
         if candidate is None:
             continue
+        candidate = fit_lora_targets(candidate, model)
         bill = compute_bill(model, candidate, gpu)
         steps.append(
             LadderStep(

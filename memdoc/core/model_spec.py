@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from memdoc.core.params import ParamCounts, count_params, family_of
+from memdoc.core.params import ParamCounts, count_params, family_of, layer_layout
 from memdoc.errors import ConfigError
 
 # Each architecture number and the config keys that may hold it, in order of preference.
@@ -18,6 +18,18 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "num_layers": ("num_hidden_layers", "n_layer", "num_layers"),
     "num_heads": ("num_attention_heads", "n_head"),
     "vocab_size": ("vocab_size",),
+}
+
+
+# peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING for the families whose attention has
+# no q_proj/v_proj (DeepSeek-V2's MLA: the query and the key/value up-projection).
+_DEFAULT_LORA_TARGETS = {
+    "phi3": ("qkv_proj",),
+    "gpt2": ("c_attn",),
+    "gpt_neox": ("query_key_value",),
+    "falcon": ("query_key_value",),
+    "bert": ("query", "value"),
+    "deepseek_v2": ("q_proj", "kv_b_proj"),
 }
 
 
@@ -68,6 +80,23 @@ class ModelSpec:
     @property
     def kv_dim(self) -> int:
         return self.num_kv_heads * self.head_dim
+
+    @property
+    def linear_names(self) -> frozenset[str]:
+        """Names of the decoder's adaptable linear modules (as LoRA targets match them)."""
+        if self.family == "unknown":
+            return frozenset()
+        names = set()
+        for index in {0, self.num_layers - 1}:
+            for linear in layer_layout(self.config, self.family, index).linears:
+                if linear.group not in ("experts", "router"):
+                    names.add(linear.name.split(".")[-1])
+        return frozenset(names)
+
+    @property
+    def default_lora_targets(self) -> tuple[str, ...]:
+        """The adapters peft puts on this architecture when none are named (its per-model defaults)."""
+        return _DEFAULT_LORA_TARGETS.get(self.family, ("q_proj", "v_proj"))
 
     def summary(self) -> dict:
         """Plain-data form for --json and `memdoc models`."""

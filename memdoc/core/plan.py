@@ -315,8 +315,25 @@ def parse_plan(**values) -> TrainingPlan:
     return TrainingPlan.from_dict({k: v for k, v in values.items() if v is not None})
 
 
-def check_plan_against_model(plan: TrainingPlan, *, hidden_size: int, max_positions: int | None, model_id: str) -> None:
-    """Refuse plans that cannot run on this model (the model-dependent half of validation)."""
+def check_plan_against_model(
+    plan: TrainingPlan,
+    *,
+    hidden_size: int,
+    max_positions: int | None,
+    model_id: str,
+    linear_names: frozenset[str] = frozenset(),
+) -> None:
+    """Refuse plans that cannot run on this model (the model-dependent half of validation).
+
+    `linear_names` are the model's LoRA-targetable module names (empty: not known, not checked);
+    like peft, a target list that matches none of them is an error.
+    """
+    if plan.is_peft and linear_names and ALL_LINEAR not in plan.lora_targets:
+        if not set(plan.lora_targets) & linear_names:
+            raise PlanError(
+                f"--lora-targets {','.join(plan.lora_targets)} match no module of {model_id} "
+                f"(its linear modules: {', '.join(sorted(linear_names))}; or use all-linear)"
+            )
     if plan.is_peft and plan.lora_rank >= hidden_size:
         raise PlanError(f"--lora-rank {plan.lora_rank} must be smaller than the hidden size {hidden_size} of {model_id}")
     if max_positions and plan.seq_len > max_positions and not plan.allow_long:

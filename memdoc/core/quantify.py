@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from memdoc.core.bill import Bill, compute_bill
 from memdoc.core.gpu import GpuSpec
+from memdoc.core.ladder import fit_lora_targets
 from memdoc.core.model_spec import ModelSpec
 from memdoc.core.plan import TrainingPlan, parse_plan
 from memdoc.core.symptoms import PLAN_LEVERS, Prescription
@@ -71,7 +72,7 @@ def quantify(prescriptions, model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec |
         if changed.shard.value != "none" and changed.world_size == 1:
             out.append(Quantified(p, None, None, "needs more than one GPU"))
             continue
-        after = compute_bill(model, changed, gpu)
+        after = compute_bill(model, fit_lora_targets(changed, model), gpu)
         saved = base.process_total - after.process_total
         note = "saves nothing on this plan" if saved <= 0 else ""
         out.append(Quantified(p, saved, after.fits, note))

@@ -1,0 +1,79 @@
+"""The activation model against autograd itself: a census of the tensors a real CPU forward saves.
+
+For each case the real transformers model is built twice (2 and 3 decoder layers, bf16, random
+weights, no download) and run forward with `torch.autograd.graph.saved_tensors_hooks`; every
+distinct storage saved for backward that is not a parameter is counted once. The difference
+between the two runs is what one decoder layer saves — an independent truth for
+`memdoc.core.activations.layer_activations`, which never sees torch.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from memdoc.core.activations import layer_activations  # noqa: E402
+from memdoc.core.model_spec import spec_from_config  # noqa: E402
+from memdoc.core.plan import parse_plan  # noqa: E402
+
+CATALOG = Path(__file__).resolve().parents[1] / "memdoc" / "data" / "catalog"
+SEQ = 128
+
+
+def saved_bytes(config: dict, layers: int, *, attention: str, lora_targets: list[str] | None) -> int:
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
+
+    hf_config = AutoConfig.for_model(**dict(config, num_hidden_layers=layers))
+    hf_config._attn_implementation = attention
+    with no_init_weights():
+        model = AutoModelForCausalLM.from_config(hf_config).to(torch.bfloat16)
+    if lora_targets:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=16, target_modules=lora_targets, lora_dropout=0.05))
+    model.train()
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            seen.setdefault(storage.data_ptr(), storage.nbytes())
+        return t
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, 100, (1, SEQ))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(input_ids=ids, labels=ids)
+    return sum(seen.values())
+
+
+CASES = [
+    ("meta-llama--Llama-3.2-1B", "full", "sdpa", None),
+    ("meta-llama--Llama-3.2-1B", "lora", "sdpa", ["q_proj", "v_proj"]),
+    ("meta-llama--Llama-3.2-1B", "full", "eager", None),
+    ("Qwen--Qwen2.5-0.5B", "full", "sdpa", None),
+    ("Qwen--Qwen2.5-0.5B", "lora", "sdpa", ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
+    ("Qwen--Qwen3-0.6B", "full", "sdpa", None),
+    ("google--gemma-2b", "lora", "sdpa", ["q_proj", "v_proj"]),
+    ("google--gemma-2-2b", "full", "eager", None),
+    ("microsoft--Phi-3-mini-4k-instruct", "full", "sdpa", None),
+    ("microsoft--Phi-3-mini-4k-instruct", "lora", "sdpa", ["qkv_proj"]),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,method,attention,targets", CASES)
+def test_layer_activations_equal_autograd_census(name, method, attention, targets):
+    config = json.loads((CATALOG / f"{name}.json").read_text())
+    real = saved_bytes(config, 3, attention=attention, lora_targets=targets) - saved_bytes(
+        config, 2, attention=attention, lora_targets=targets
+    )
+    spec = spec_from_config(config, model_id=name)
+    plan = parse_plan(seq=SEQ, method=method, attention=attention, lora_targets=targets or ["q_proj"])
+    billed = sum(layer_activations(spec, plan, 2).values())
+    # Exact up to the per-token rsqrt/logsumexp vectors (a few hundred bytes per token).
+    assert billed == pytest.approx(real, rel=0.005, abs=256 * SEQ), (billed, real)
