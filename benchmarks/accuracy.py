@@ -17,6 +17,7 @@ import sys
 import time
 
 from memdoc.core.bill import compute_bill
+from memdoc.core.ladder import fit_lora_targets
 from memdoc.core.plan import parse_plan
 from memdoc.probe.resolve import load_config, resolve_model
 
@@ -76,7 +77,7 @@ def traced_vs_billed(model_id: str, flags: dict) -> dict:
 
     spec = resolve_model(model_id)
     _, config, _ = load_config(model_id)
-    plan = parse_plan(**flags)
+    plan = fit_lora_targets(parse_plan(**flags), spec)  # peft's defaults where q_proj/v_proj do not exist
     start = time.perf_counter()
     measured = trace_training_step(config, plan)
     seconds = time.perf_counter() - start
@@ -109,14 +110,61 @@ PUBLISHED = [
 ]
 
 
+def other_estimators(model_id: str, flags: dict) -> dict:
+    """What today's estimators say for the same row (bytes, None where they have no answer).
+
+    * accelerate `estimate-memory` (its own `estimate_training_usage`): full fine-tuning with Adam
+      = the largest of model / gradients / optimizer / step sizes (8 bytes/param in fp16); for
+      LoRA/QLoRA it only has the weights ("Total Size", 16-bit or int4).
+    * DeepSpeed `estimate_zero2/3_model_states_mem_needs` (its own functions, buffer factor 1):
+      model states of full fine-tuning on the row's GPUs; no answer for LoRA.
+    * LLaMA-Factory's README table, x = billions of parameters: full pure bf16 8x GB, LoRA 2x GB,
+      QLoRA 4-bit x/2 GB.
+    """
+    spec = resolve_model(model_id)
+    params = spec.params.total
+    plan = parse_plan(**flags)
+    method = plan.method.value
+    out = {"accelerate": None, "deepspeed": None, "llamafactory": None}
+    try:
+        from accelerate.commands.estimate import estimate_training_usage
+
+        if method == "full":
+            out["accelerate"] = max(estimate_training_usage(params * 4, "float16").values())
+        else:
+            out["accelerate"] = params * 2 if method == "lora" else params // 2
+    except ImportError:
+        pass
+    if method == "full":
+        try:
+            from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+            from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+
+            if plan.shard.value in ("zero3", "fsdp"):
+                largest = compute_bill(spec, plan).states.largest_layer_params
+                out["deepspeed"] = estimate_zero3_model_states_mem_needs(
+                    params, largest, plan.gpus_per_node, plan.nodes, False, False, False, 1)[1]
+            else:
+                out["deepspeed"] = estimate_zero2_model_states_mem_needs(params, plan.world_size, 1, False, 1)[1]
+        except ImportError:
+            pass
+    x = params / 1e9
+    out["llamafactory"] = int({"full": 8 * x, "lora": 2 * x, "qlora": x / 2}[method] * GB)
+    return out
+
+
 def published_rows() -> list[dict]:
     rows = []
     for ref, model_id, flags, measured, metric in PUBLISHED:
         bill = compute_bill(resolve_model(model_id), parse_plan(**flags))
         ours = bill.peak_reserved if metric == "reserved" else bill.peak_allocated
         rows.append({"ref": ref, "model": model_id, "metric": metric, "measured": measured, "billed": ours,
-                     "error": ours / measured - 1})
+                     "error": ours / measured - 1, **other_estimators(model_id, flags)})
     return rows
+
+
+def _gib(value) -> str:
+    return f"{value / GiB:8.2f}Gi" if value is not None else f"{'n/a':>10}"
 
 
 def main() -> int:
@@ -137,10 +185,12 @@ def main() -> int:
                   flush=True)
         print(f"\n{len(errors)} cases: median |error| {statistics.median(errors) * 100:.1f}%, max {max(errors) * 100:.1f}%")
     if args.published or not args.fast:
-        print(f"\n{'ref':4} {'model':28} {'metric':9} {'measured':>10} {'memdoc':>10} {'error':>7}")
+        print(f"\n{'ref':4} {'model':28} {'metric':9} {'measured':>10} {'memdoc':>10} {'error':>7} "
+              f"{'accelerate':>10} {'DeepSpeed':>10} {'LLaMA-Fac.':>10}")
         for row in published_rows():
             print(f"{row['ref']:4} {row['model']:28} {row['metric']:9} {row['measured'] / GiB:8.2f}Gi "
-                  f"{row['billed'] / GiB:8.2f}Gi {row['error'] * 100:+6.1f}%")
+                  f"{row['billed'] / GiB:8.2f}Gi {row['error'] * 100:+6.1f}% {_gib(row['accelerate'])} "
+                  f"{_gib(row['deepspeed'])} {_gib(row['llamafactory'])}")
     return 0
 
 

@@ -126,3 +126,17 @@ def test_bill_within_a_few_percent_of_traces():
     errors = [abs(traced_vs_billed(m, f)["error"]) for m, f in FAST]
     assert statistics.median(errors) <= 0.03
     assert max(errors) <= 0.08
+
+
+def test_qlora_leaves_fused_moe_experts_16_bit():
+    # transformers 5 stores Mixtral's experts as 3-D parameters; bitsandbytes quantises nn.Linear only.
+    experts = 32 * 8 * 3 * 4096 * 14336  # layers × experts × (gate, up, down) × hidden × intermediate
+    b = bill("mistralai/Mixtral-8x7B-v0.1", method="qlora")
+    assert b.states.weights > experts * 2
+    assert any("experts 16-bit" in note for note in b.notes)
+
+
+def test_zero3_gathers_the_embedding_when_it_is_the_largest_unit():
+    b = bill("meta-llama/Llama-3.1-8B", gpus=8, shard="zero3")
+    # 128256 × 4096 LM head (untied) is larger than a decoder layer: two such units in flight, bf16.
+    assert b.phases["forward"].other >= 2 * 128256 * 4096 * 2

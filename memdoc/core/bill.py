@@ -123,6 +123,9 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
     step_temp = _sharded(states.optimizer_step_temp, shard.shards_optimizer, world)
     host = 0
     notes = []
+    if plan.method is Method.QLORA and model.is_moe:
+        notes.append("QLoRA leaves the routed experts 16-bit: transformers 5 stores them as fused 3-D tensors, "
+                     "which bitsandbytes does not quantise")
     if plan.offload is not Offload.NONE:
         host += optim + grads
         optim = grads = step_temp = 0
@@ -132,15 +135,19 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
         host += weights
         weights = 0
         notes.append("weights live on the host; each layer is fetched to the GPU when used (ZeRO-Infinity)")
-    # ZeRO-3/FSDP all-gather one layer while the next is prefetched (DeepSpeed's estimator counts
-    # 4 bytes × largest layer: two 16-bit layers); FSDP2's root unit (embeddings, final norm, head)
-    # also stays gathered for the step.
+    # ZeRO-3/FSDP all-gather one unit while the next is prefetched (DeepSpeed's estimator counts
+    # 4 bytes × largest layer: two 16-bit units). DeepSpeed gathers module by module, so the
+    # embedding and LM head are units of their own (and with 128K+ vocabularies the largest);
+    # FSDP2's root unit (embeddings, final norm, head) stays gathered for the whole step.
     gather = 0
     if shard.shards_weights:
         bytes_per_param = plan.precision.compute_bits // 8
-        gather = 2 * states.largest_layer_params * bytes_per_param
         if shard is Shard.FSDP:
+            gather = 2 * states.largest_layer_params * bytes_per_param
             gather += (model.params.embedding + model.params.head) * bytes_per_param * (world - 1) // world
+        else:
+            unit = max(states.largest_layer_params, model.params.embedding, model.params.head)
+            gather = 2 * unit * bytes_per_param
     grad_gather = 2 * states.largest_layer_params * (plan.precision.param_bits // 8) if shard.shards_gradients and plan.method is Method.FULL else 0
 
     saved = acts.layers_saved + acts.head_saved

@@ -14,8 +14,7 @@ from memdoc.core.bill import ALLOCATOR_OVERHEAD, CUDA_CONTEXT_BYTES
 from memdoc.core.gpu import GpuSpec
 from memdoc.core.model_spec import ModelSpec
 from memdoc.core.plan import Method, TrainingPlan
-from memdoc.core.states import NF4_BYTES_PER_WEIGHT
-from memdoc.core.params import layer_layout
+from memdoc.core.states import qlora_weight_bytes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,8 +58,7 @@ def kv_cache_bytes(model: ModelSpec, *, batch: int, context: int, bytes_per_elem
 def inference_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> InferenceBill:
     dt = plan.precision.compute_bits // 8
     if plan.method is Method.QLORA:
-        linear = sum(layer_layout(model.config, model.family, i).params() for i in range(model.num_layers))
-        weights = int(linear * NF4_BYTES_PER_WEIGHT) + (model.params.total - linear) * dt
+        weights = qlora_weight_bytes(model, dt)
     else:
         weights = model.params.total * dt
     tokens = plan.micro_batch * plan.seq_len

@@ -12,7 +12,8 @@ Dtype rules (what HF Trainer / peft / bitsandbytes actually allocate):
   `autocast_adapter_dtype=True` upcasts 16-bit adapters), so their grads and states are fp32;
 * QLoRA: every base `nn.Linear` of the decoder in NF4 — 4 bits per weight, one 8-bit absmax per
   64-weight block, and one fp32 absmax per 256 of those (bitsandbytes double quantisation:
-  0.5 + 1/64 + 4/16384 bytes per weight); embeddings, norms and the LM head stay 16-bit.
+  0.5 + 1/64 + 4/16384 bytes per weight); embeddings, norms, the LM head and (transformers 5)
+  fused MoE experts stay 16-bit (`qlora_weight_bytes`).
 """
 
 from __future__ import annotations
@@ -57,6 +58,23 @@ def _lora_params(model: ModelSpec, plan: TrainingPlan) -> tuple[int, list[tuple[
             if _saves_input(linear, targets):
                 shapes.append((linear.in_features, linear.out_features))
     return sum(plan.lora_rank * (a + b) for a, b in shapes), shapes
+
+
+def qlora_weight_bytes(model: ModelSpec, base_bytes: int) -> int:
+    """Weights of a 4-bit model: NF4 for what bitsandbytes quantises, 16-bit for the rest.
+
+    transformers replaces `nn.Linear` (and GPT-2's Conv1D) modules only
+    (`integrations/bitsandbytes.py: replace_with_bnb_linear`); since transformers 5 the routed
+    experts of MoE models are fused 3-D parameters, not `nn.Linear`, so they stay 16-bit — as do
+    routers, embeddings, norms and the LM head.
+    """
+    quantised = sum(
+        linear.params
+        for i in range(model.num_layers)
+        for linear in layer_layout(model.config, model.family, i).linears
+        if linear.group not in ("experts", "router")
+    )
+    return int(quantised * NF4_BYTES_PER_WEIGHT) + (model.params.total - quantised) * base_bytes
 
 
 def trainable_params(model: ModelSpec, plan: TrainingPlan) -> int:
@@ -146,9 +164,7 @@ def model_states(model: ModelSpec, plan: TrainingPlan) -> ModelStates:
     adapter_shapes = [shape for a, b in shapes for shape in ((plan.lora_rank, a), (b, plan.lora_rank))]
     base_bytes = compute_bytes
     if plan.method is Method.QLORA:
-        linear_params = sum(l.params() for l in layers)
-        other = model.params.total - linear_params
-        weights = int(linear_params * NF4_BYTES_PER_WEIGHT) + other * base_bytes
+        weights = qlora_weight_bytes(model, base_bytes)
     else:
         weights = model.params.total * base_bytes
     states, temp = _optimizer_bytes(plan, adapter_shapes, 4)
