@@ -171,4 +171,35 @@ def snapshot_items(snap: dict[str, int], optimizer_state_bytes: int) -> dict[str
     return items
 
 
-__all__ = ["PhaseFSDPMemTracker", "PhaseMemTracker", "plain_module_to", "snapshot_items", "deepcopy"]
+__all__ = ["PhaseFSDPMemTracker", "PhaseMemTracker", "masks_as_in_eager_execution", "plain_module_to", "snapshot_items", "deepcopy"]
+
+
+@contextlib.contextmanager
+def masks_as_in_eager_execution() -> Iterator[None]:
+    """Let transformers skip the causal mask under fake tensors, as it does in a real eager run.
+
+    A real step on unpacked sequences without padding passes `attn_mask=None, is_causal=True` to
+    SDPA, so GQA runs natively (`enable_gqa=True`). Under fake tensors transformers cannot read
+    values and plays safe twice: `find_packed_sequence_indices(position_ids)` returns a packing
+    mask instead of None, and `_ignore_causal_mask_sdpa` refuses to skip because its `q_offset`
+    tensor "is tracing". It would then build an s×s mask and copy k/v to every query head
+    (repeat_kv) in each layer — memory the real run never allocates (a saved-tensor census of
+    the real step shows none). The trace feeds one unpacked sequence per row with no cache, so
+    for it there is no packing and the offset is 0.
+    """
+    from transformers import masking_utils
+
+    original = masking_utils._ignore_causal_mask_sdpa
+
+    def ignore_causal_mask_sdpa(padding_mask, q_length, kv_length, q_offset, *args, **kwargs):
+        if isinstance(q_offset, FakeTensor):
+            q_offset = 0
+        return original(padding_mask, q_length, kv_length, q_offset, *args, **kwargs)
+
+    originals = (masking_utils._ignore_causal_mask_sdpa, masking_utils.find_packed_sequence_indices)
+    masking_utils._ignore_causal_mask_sdpa = ignore_causal_mask_sdpa
+    masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        masking_utils._ignore_causal_mask_sdpa, masking_utils.find_packed_sequence_indices = originals

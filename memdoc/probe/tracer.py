@@ -306,7 +306,12 @@ def _trace_once(config: dict, plan: TrainingPlan, layers: int | None) -> tuple[d
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from memdoc.probe.memtrack import PhaseFSDPMemTracker, PhaseMemTracker, snapshot_items
+    from memdoc.probe.memtrack import (
+        PhaseFSDPMemTracker,
+        PhaseMemTracker,
+        masks_as_in_eager_execution,
+        snapshot_items,
+    )
 
     notes: list[str] = []
     fsdp = plan.shard in (Shard.FSDP, Shard.ZERO3)
@@ -324,7 +329,7 @@ def _trace_once(config: dict, plan: TrainingPlan, layers: int | None) -> tuple[d
             from torch.distributed.device_mesh import init_device_mesh
 
             mesh = init_device_mesh("cpu", (plan.world_size,))
-        with FakeTensorMode():
+        with FakeTensorMode(), masks_as_in_eager_execution():
             model = build_model(config, plan, layers, notes)
             if fsdp:
                 model = _shard_fsdp(model, plan, mesh)
