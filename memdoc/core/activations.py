@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memdoc.core.model_spec import ModelSpec
-from memdoc.core.params import Linear, layer_layout
-from memdoc.core.plan import ALL_LINEAR, Attention, Checkpointing, Method, Precision, TrainingPlan
+from memdoc.core.params import Linear
+from memdoc.core.plan import ALL_LINEAR, Attention, Checkpointing, Method, TrainingPlan
 
 FP32 = 4
 LORA_DROPOUT = 0.05
@@ -227,7 +227,7 @@ def layer_activations(model: ModelSpec, plan: TrainingPlan, index: int = 0) -> d
     # LoRA under AMP: 16-bit base, autocast is a no-op for it; DeepSpeed AMP runs 16-bit weights.
     amp = plan.precision.is_amp and full and not plan.sharded_mixed_precision
     T = plan.micro_batch * plan.seq_len
-    linears = list(layer_layout(model.config, model.family, index).linears)
+    linears = list(model.layouts[index].linears)
     gemma = model.family in ("gemma", "gemma2")
     layer = _Layer()
     h = model.hidden_size
@@ -325,11 +325,7 @@ def _selective(model: ModelSpec, plan: TrainingPlan, layer_bytes: int) -> int:
 
 def _representative(model: ModelSpec, index: int) -> int:
     """Index of the first layer with the same layout as layer `index` (dense vs MoE)."""
-    layout = layer_layout(model.config, model.family, index)
-    for i in _distinct_layers(model):
-        if layer_layout(model.config, model.family, i) == layout:
-            return i
-    return index
+    return model.layouts.index(model.layouts[index])
 
 
 def _distinct_layers(model: ModelSpec) -> list[int]:
@@ -337,11 +333,11 @@ def _distinct_layers(model: ModelSpec) -> list[int]:
     seen: list = []
     out: list[int] = []
     for i in range(model.num_layers):
-        layout = layer_layout(model.config, model.family, i)
+        layout = model.layouts[i]
         if layout not in seen:
             seen.append(layout)
             out.append(i)
     return out
 
 
-__all__ = ["Activations", "estimate_activations", "layer_activations", "Precision"]
+__all__ = ["Activations", "eager_attention", "estimate_activations", "layer_activations"]

@@ -7,9 +7,10 @@ spelling read. A config that lacks a required number raises `ConfigError` naming
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
-from memdoc.core.params import ParamCounts, count_params, family_of, layer_layout
+from memdoc.core.params import LayerLayout, ParamCounts, count_params, family_of, layer_layout
 from memdoc.errors import ConfigError
 
 # Each architecture number and the config keys that may hold it, in order of preference.
@@ -81,6 +82,13 @@ class ModelSpec:
     def kv_dim(self) -> int:
         return self.num_kv_heads * self.head_dim
 
+    @functools.cached_property
+    def layouts(self) -> tuple[LayerLayout, ...]:
+        """The parameter layout of every decoder layer (computed once; empty for unknown families)."""
+        if self.family == "unknown":
+            return ()
+        return tuple(layer_layout(self.config, self.family, i) for i in range(self.num_layers))
+
     @property
     def linear_names(self) -> frozenset[str]:
         """Names of the decoder's adaptable linear modules (as LoRA targets match them)."""
@@ -88,7 +96,7 @@ class ModelSpec:
             return frozenset()
         names = set()
         for index in {0, self.num_layers - 1}:
-            for linear in layer_layout(self.config, self.family, index).linears:
+            for linear in self.layouts[index].linears:
                 if linear.group not in ("experts", "router"):
                     names.add(linear.name.split(".")[-1])
         return frozenset(names)

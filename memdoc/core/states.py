@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 from memdoc.core.activations import _saves_input, _targets
 from memdoc.core.model_spec import ModelSpec
-from memdoc.core.params import layer_layout
 from memdoc.core.plan import Method, Optimizer, TrainingPlan
 
 NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)
@@ -54,7 +53,7 @@ def _lora_params(model: ModelSpec, plan: TrainingPlan) -> tuple[int, list[tuple[
     targets = _targets(model, plan)
     shapes = []
     for i in range(model.num_layers):
-        for linear in layer_layout(model.config, model.family, i).linears:
+        for linear in model.layouts[i].linears:
             if _saves_input(linear, targets):
                 shapes.append((linear.in_features, linear.out_features))
     return sum(plan.lora_rank * (a + b) for a, b in shapes), shapes
@@ -71,7 +70,7 @@ def qlora_weight_bytes(model: ModelSpec, base_bytes: int) -> int:
     quantised = sum(
         linear.params
         for i in range(model.num_layers)
-        for linear in layer_layout(model.config, model.family, i).linears
+        for linear in model.layouts[i].linears
         if linear.group not in ("experts", "router")
     )
     return int(quantised * NF4_BYTES_PER_WEIGHT) + (model.params.total - quantised) * base_bytes
@@ -119,7 +118,7 @@ def _param_shapes(model: ModelSpec) -> list[tuple[int, int]]:
     """(rows, cols) of the model's parameter tensors; biases and norms as vectors (n, 1)."""
     out = []
     for i in range(model.num_layers):
-        layout = layer_layout(model.config, model.family, i)
+        layout = model.layouts[i]
         for linear in layout.linears:
             out.extend([(linear.out_features, linear.in_features)] * linear.copies)
             if linear.bias:
@@ -138,7 +137,7 @@ def model_states(model: ModelSpec, plan: TrainingPlan) -> ModelStates:
     """Unsharded weights / grads / optimizer states of the plan, in bytes."""
     param_bytes = plan.precision.param_bits // 8
     compute_bytes = plan.precision.compute_bits // 8
-    layers = [layer_layout(model.config, model.family, i) for i in range(model.num_layers)]
+    layers = [model.layouts[i] for i in range(model.num_layers)]
     largest_layer = max(l.params() + l.norm_params for l in layers)
     if plan.sharded_mixed_precision:
         states, _ = _optimizer_bytes(plan, _param_shapes(model), 4)

@@ -246,7 +246,7 @@ def load_symptoms(text: str | None = None) -> dict[str, Symptom]:
     if text is None:
         text = resources.files("memdoc").joinpath("data", "symptoms.yaml").read_text(encoding="utf-8")
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         raise KnowledgeBaseError(f"symptoms.yaml is not valid YAML: {exc}") from None
     if not isinstance(data, dict) or not data:
