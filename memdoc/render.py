@@ -70,9 +70,14 @@ def render_bill(bill, ladder, command_line=None) -> None:
     t.add_column("per GPU", justify="left")
     for phase in PHASES:
         t.add_column(phase + (" ◀ peak" if phase == bill.peak_phase else ""), justify="right")
+    host = f"offloaded ({plan.offload_to.value})" if bill.host else None
+    if host:
+        t.add_column(host, justify="right")
     for item in ITEMS:
-        t.add_row(f"[{_COLORS[item]}]■[/] {item}", *[gib(getattr(bill.phases[p], item)) for p in PHASES])
-    t.add_row("[b]allocated[/b]", *[f"[b]{gib(bill.phases[p].total)}[/b]" for p in PHASES])
+        offloaded = [gib(bill.host[item]) if item in bill.host else ""] if host else []
+        t.add_row(f"[{_COLORS[item]}]■[/] {item}", *[gib(getattr(bill.phases[p], item)) for p in PHASES], *offloaded)
+    t.add_row("[b]allocated[/b]", *[f"[b]{gib(bill.phases[p].total)}[/b]" for p in PHASES],
+              *([f"[b]{gib(bill.host_bytes)}[/b]"] if host else []))
     stdout.print(t)
     scale = max(bill.phases[p].total for p in PHASES)
     scale = max(scale, gpu.memory_bytes if gpu else 0)
@@ -81,8 +86,12 @@ def render_bill(bill, ladder, command_line=None) -> None:
     stdout.print(
         f"  peak allocated {gib(bill.peak_allocated)} ({bill.peak_phase}) · reserved ≈ {gib(bill.peak_reserved)}"
         f" · process total ≈ {gib(bill.process_total)} (+ CUDA context)"
-        + (f" · host {gib(bill.host_bytes)}" if bill.host_bytes else "")
+
     )
+    if bill.host:
+        stdout.print(f"  host {plan.offload_to.value.upper() if plan.offload_to.value == 'nvme' else 'RAM'} needed: "
+                     f"{gib(bill.host_bytes)} per GPU, {gib(bill.host_bytes * plan.gpus_per_node)} per node "
+                     f"({plan.gpus_per_node} GPU{'s' if plan.gpus_per_node > 1 else ''})")
     for line in bill.notes:
         stdout.print(f"  note: {line}")
     if gpu is None:

@@ -101,3 +101,26 @@ def test_lora_defaults_follow_the_architecture():
     data = json.loads(run("bill", "microsoft/Phi-3-mini-4k-instruct", "--gpu", "24", "--method", "lora", "--json").output)
     assert data["plan"]["lora_targets"] == ["qkv_proj"]
     assert data["model"]["trainable_params"] == 32 * 16 * (3072 + 9216)
+
+
+def test_offload_moves_states_to_the_host_column():
+    data = json.loads(run("bill", "meta-llama/Llama-3.1-8B", "--gpu", "24", "--precision", "amp-bf16", "--gpus", "4",
+                          "--shard", "zero3", "--offload", "optimizer", "--json").output)
+    params = 8_030_261_248
+    # DeepSpeed ZeRO-Offload keeps fp32 master + Adam states (12 B/param) and the gradients on the host, sharded over 4.
+    assert data["host"]["optimizer"] == -(-12 * params // 4)
+    assert data["per_gpu"]["optimizer"] == 0
+    assert data["host_bytes_per_node"] == 4 * data["host_bytes"]
+
+
+def test_inference_bill_json():
+    data = json.loads(run("bill", "meta-llama/Llama-3.1-8B", "--gpu", "24", "--inference", "--seq", "8192", "--json").output)
+    assert data["mode"] == "inference"
+    assert data["per_gpu"]["weights"] == 2 * 8_030_261_248
+    assert data["per_gpu"]["kv_cache"] == 1024**3  # 2 × 32 layers × 8 KV heads × 128 × 8192 × 2 B
+
+
+def test_max_batch_from_the_cli():
+    data = json.loads(run("bill", "meta-llama/Llama-2-7b", "--gpu", "rtx-4090", "--method", "qlora",
+                          "--checkpointing", "full", "--max", "batch", "--json").output)
+    assert data["max"]["knob"] == "batch" and data["max"]["value"] >= 2

@@ -74,9 +74,13 @@ class Bill:
     states: ModelStates
     acts: Activations
     phases: dict[str, PhaseBill]
-    host_bytes: int = 0
-    """Bytes offloaded to host RAM (or NVMe) per GPU."""
+    host: dict[str, int] = field(default_factory=dict)
+    """Bytes per line item offloaded to host RAM (or NVMe, per `plan.offload_to`), per GPU."""
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def host_bytes(self) -> int:
+        return sum(self.host.values())
 
     @property
     def peak_phase(self) -> str:
@@ -121,18 +125,18 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
     grads = _sharded(states.gradients, shard.shards_gradients, world)
     optim = _sharded(states.optimizer, shard.shards_optimizer, world)
     step_temp = _sharded(states.optimizer_step_temp, shard.shards_optimizer, world)
-    host = 0
+    host: dict[str, int] = {}
     notes = []
     if plan.method is Method.QLORA and model.is_moe:
         notes.append("QLoRA leaves the routed experts 16-bit: transformers 5 stores them as fused 3-D tensors, "
                      "which bitsandbytes does not quantise")
     if plan.offload is not Offload.NONE:
-        host += optim + grads
+        host.update(optimizer=optim, gradients=grads)
         optim = grads = step_temp = 0
         notes.append("gradients, fp32 master weights, optimizer states and the step live on the host (ZeRO-Offload); "
                      "DeepSpeed's reduce buckets on the GPU are not counted")
     if plan.offload is Offload.OPTIMIZER_PARAMS:
-        host += weights
+        host["weights"] = weights
         weights = 0
         notes.append("weights live on the host; each layer is fetched to the GPU when used (ZeRO-Infinity)")
     # ZeRO-3/FSDP all-gather one unit while the next is prefetched (DeepSpeed's estimator counts
@@ -188,7 +192,7 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
         states=states,
         acts=acts,
         phases={"forward": forward, "backward": backward, "optimizer": optimizer},
-        host_bytes=host,
+        host=host,
         notes=tuple(notes),
     )
 
@@ -214,6 +218,8 @@ def bill_json(bill: Bill) -> dict:
         },
         "phases": {name: phase.to_dict() for name, phase in bill.phases.items()},
         "host_bytes": bill.host_bytes,
+        "host_bytes_per_node": bill.host_bytes * bill.plan.gpus_per_node,
+        "host": {"device": bill.plan.offload_to.value, **bill.host} if bill.host else None,
         "peak_phase": bill.peak_phase,
         "fits": bill.fits,
         "headroom_bytes": bill.headroom_bytes,
