@@ -167,6 +167,7 @@ def snapshot_items(snap: dict[str, int], optimizer_state_bytes: int) -> dict[str
         "other": get("Temp") + get("Other") + get("Inputs") + get("All Gather") + get("Reduce Scatter")
         + (opt_total - optimizer),
         "_opt_temp": opt_total - optimizer,
+        "_sharded_weights": get("Sharded Param"),
     }
     return items
 

@@ -29,8 +29,8 @@ How each knob is realised:
   layer and at the root, and FSDPMemTracker (amp uses FSDP's MixedPrecisionPolicy). zero1/zero2
   are derived from the unsharded trace: zero1 divides optimizer states and optimizer-step
   temporaries by N; zero2 also divides gradients by N (reduce buckets not counted).
-- offload: optimizer offload removes optimizer states and step temporaries from the GPU figures
-  (the host bytes are noted); parameter offload additionally keeps only unsharded (gathered)
+- offload: optimizer offload removes optimizer states, gradients and step temporaries from the GPU
+  figures (the host bytes are noted); parameter offload additionally keeps only unsharded (gathered)
   weights on the GPU.
 
 Speed: decoder layers are identical, so by default the step is traced for short models
@@ -426,17 +426,21 @@ def _derive_sharding_and_offload(phases: dict, plan: TrainingPlan, notes: list[s
             if plan.shard is Shard.ZERO2:
                 items["gradients"] = math.ceil(items["gradients"] / n)
         if plan.offload is not Offload.NONE:
-            host = max(host, items["optimizer"])
-            items["optimizer"] = 0
+            # ZeRO-Offload: states, the step and the (reduced) gradients live on the host
+            host = max(host, items["optimizer"] + items["gradients"])
+            items["optimizer"] = items["gradients"] = 0
             items["other"] -= opt_temp
             opt_temp = 0
+        if plan.offload is Offload.OPTIMIZER_PARAMS:
+            # the sharded weights live on the host; only the gathered (unsharded) layers are on the GPU
+            items["weights"] -= items.get("_sharded_weights", 0)
         items["_opt_temp"] = opt_temp
         out[phase] = items
     if plan.shard in (Shard.ZERO1, Shard.ZERO2):
         rule = "optimizer states" + (" and gradients" if plan.shard is Shard.ZERO2 else "")
         notes.append(f"{plan.shard.value}: derived from the unsharded trace: {rule} divided by {n} GPUs")
     if plan.offload is not Offload.NONE:
-        notes.append(f"offload: optimizer states ({host} bytes per GPU) and the step moved to host {plan.offload_to.value}")
+        notes.append(f"offload: optimizer states, gradients ({host} bytes per GPU) and the step moved to host {plan.offload_to.value}")
     if plan.offload is Offload.OPTIMIZER_PARAMS:
         notes.append("offload of parameters: sharded weights live off the GPU; only gathered layers count")
     return out
@@ -461,8 +465,6 @@ def trace_training_step(
     notes: list[str] = []
     n_layers = layer_count(config)
     ks = None if layers is not None else _plan_layers(config)
-    if plan.offload is Offload.OPTIMIZER_PARAMS:
-        notes.append("weight offload is derived, not traced")
 
     if ks is None:
         k = layers if layers is not None else n_layers
