@@ -270,7 +270,11 @@ def test_sharding_divides_states(small, base):
     assert z1.phases["optimizer"]["gradients"] == base.phases["optimizer"]["gradients"]
     assert z2.phases["optimizer"]["gradients"] == math.ceil(base.phases["optimizer"]["gradients"] / n)
     off = trace(small, offload="optimizer")
-    assert off.optimizer == 0
+    assert off.optimizer == 0 and off.phases["optimizer"]["gradients"] == 0
+    # weight offload: the sharded weights leave the GPU; what is left is at most the gathered layers
+    params_off = trace(small, shard="fsdp", gpus=n, offload="optimizer+params")
+    assert params_off.phases["optimizer"]["weights"] < 1024  # only buffers (rotary inv_freq) stay
+    assert params_off.phases["forward"]["weights"] < fsdp.phases["forward"]["weights"]
 
 
 def test_measurement_json_shape(base):
