@@ -16,7 +16,7 @@ def run(*args):
     return runner.invoke(app, list(args))
 
 
-@pytest.mark.parametrize("command", ["bill", "models", "gpus"])
+@pytest.mark.parametrize("command", ["bill", "diagnose", "prescribe", "emit", "models", "gpus"])
 def test_every_command_has_help_with_examples(command):
     result = run(command, "--help")
     assert result.exit_code == 0
