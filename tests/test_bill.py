@@ -140,3 +140,16 @@ def test_zero3_gathers_the_embedding_when_it_is_the_largest_unit():
     b = bill("meta-llama/Llama-3.1-8B", gpus=8, shard="zero3")
     # 128256 × 4096 LM head (untied) is larger than a decoder layer: two such units in flight, bf16.
     assert b.phases["forward"].other >= 2 * 128256 * 4096 * 2
+
+
+def test_fused_loss_never_stores_the_logits():
+    # Liger fused_linear_cross_entropy_forward: chunk = next_power_of_2(ceil(BT / ceil(V / H))) tokens;
+    # Llama-3.1-8B at 2 x 4096: ceil(128256 / 4096) = 32, 8192 / 32 = 256 tokens, logits 256 x V in bf16.
+    hf = bill("meta-llama/Llama-3.1-8B", method="lora", batch=2, seq=4096)
+    fused = bill("meta-llama/Llama-3.1-8B", method="lora", batch=2, seq=4096, loss="fused")
+    tokens, vocab, hidden = 8192, 128256, 4096
+    assert fused.acts.loss_forward_peak == 256 * vocab * 2
+    assert fused.acts.loss_backward_peak == 0
+    # HF keeps the fp32 log-softmax (4·T·V); Liger keeps grad_input (T·H bf16) and an fp32 loss per token.
+    assert hf.acts.head_saved - fused.acts.head_saved == 4 * tokens * vocab - (2 * tokens * hidden + 4 * tokens)
+    assert hf.peak_allocated - fused.peak_allocated > 8 * 1024**3

@@ -153,7 +153,13 @@ def test_axolotl_validate_config(emitted, recipe):
     from axolotl.utils.schemas.fsdp import FSDPConfig
 
     cfg = yaml.safe_load(emitted[(recipe, "axolotl")].read_text())
-    unknown = set(cfg) - set(AxolotlInputConfig.model_fields)
+    known = set(AxolotlInputConfig.model_fields)
+    if cfg.get("plugins"):  # plugin keys (Liger) live in the plugin's own schema, merged by prepare_plugins
+        from axolotl.integrations.liger.args import LigerArgs
+
+        config_mod.prepare_plugins(DictDefault(cfg))
+        known |= set(LigerArgs.model_fields)
+    unknown = set(cfg) - known
     assert not unknown, f"Axolotl would silently drop {unknown}"
     if "fsdp_config" in cfg:
         assert not set(cfg["fsdp_config"]) - set(FSDPConfig.model_fields)

@@ -61,7 +61,7 @@ def test_ladder_table_is_the_documented_order():
              ("optimizer", "paged-adamw-8bit"), ("offload", "optimizer"), ("shard", "zero3"),
              ("offload", "optimizer+params")]
     assert [LADDER_RANK[k] for k in order] == list(range(1, 9))
-    assert ladder_rank(None) is None and ladder_rank({"loss": "chunked"}) is None
+    assert ladder_rank(None) is None and ladder_rank({"activation_offload": True}) is None
     assert ladder_rank({"micro_batch": "half", "shard": "fsdp"}) == 7
 
 

@@ -19,6 +19,7 @@ from memdoc.core.model_spec import ModelSpec
 from memdoc.core.plan import (
     Attention,
     Checkpointing,
+    Loss,
     Method,
     Offload,
     OffloadTarget,
@@ -47,6 +48,7 @@ _PLAN_PARAMS = {
     "accum": Annotated[Optional[int], typer.Option("--accum", help="Gradient accumulation steps. [default: 1]", rich_help_panel=PLAN)],
     "checkpointing": Annotated[Optional[Checkpointing], typer.Option("--checkpointing", help="Activation checkpointing. [default: none]", rich_help_panel=PLAN)],
     "attention": Annotated[Optional[Attention], typer.Option("--attention", help="Attention kernel. [default: sdpa]", rich_help_panel=PLAN)],
+    "loss": Annotated[Optional[Loss], typer.Option("--loss", help="hf = transformers' loss (full fp32 logits); fused = Liger fused linear cross-entropy (logits never stored whole). [default: hf]", rich_help_panel=PLAN)],
     "lora_rank": Annotated[Optional[int], typer.Option("--lora-rank", help="LoRA rank. [default: 16]", rich_help_panel=PLAN)],
     "lora_alpha": Annotated[Optional[int], typer.Option("--lora-alpha", help="LoRA alpha. [default: 2 × rank]", rich_help_panel=PLAN)],
     "lora_targets": Annotated[Optional[str], typer.Option("--lora-targets", help="Comma-separated module names, or all-linear. [default: q_proj,v_proj]", rich_help_panel=PLAN)],

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from memdoc.core.model_spec import ModelSpec
 from memdoc.core.params import Linear
-from memdoc.core.plan import ALL_LINEAR, Attention, Checkpointing, Method, TrainingPlan
+from memdoc.core.plan import ALL_LINEAR, Attention, Checkpointing, Loss, Method, TrainingPlan
 
 FP32 = 4
 LORA_DROPOUT = 0.05
@@ -259,6 +259,8 @@ def _head(model: ModelSpec, plan: TrainingPlan, *, dt: int, amp: bool) -> tuple[
     gemma = model.family in ("gemma", "gemma2")
     norm = _Layer()
     _norm(norm, "final_norm", T, h, dt=dt, trainable=full, gemma=gemma, amp=amp)
+    if plan.loss is Loss.FUSED:
+        return _fused_head(model, plan, norm.total, dt=dt, amp=amp)
     saved = norm.total + (dt * T * h if full else 0) + FP32 * T * V
     logits_dt = 2 if amp else dt
     if model.family == "gemma2" and model.config.get("final_logit_softcapping"):
@@ -267,6 +269,31 @@ def _head(model: ModelSpec, plan: TrainingPlan, *, dt: int, amp: bool) -> tuple[
     forward_transient = logits_dt * T * V + upcast
     backward_transient = 2 * FP32 * T * V
     return saved, forward_transient, backward_transient
+
+
+def fused_chunk_tokens(tokens: int, hidden: int, vocab: int) -> int:
+    """Liger's chunk: next_power_of_2(ceil(BT / ceil(V / H))) tokens, so one chunk's logits ≈ BT × H."""
+    inc_factor = -(-vocab // hidden)
+    chunk = -(-tokens // inc_factor)
+    return min(tokens, 1 << (chunk - 1).bit_length())
+
+
+def _fused_head(model: ModelSpec, plan: TrainingPlan, norm_saved: int, *, dt: int, amp: bool) -> tuple[int, int, int]:
+    """Fused linear cross-entropy (Liger `fused_linear_cross_entropy_forward`): no full logits.
+
+    The forward allocates `grad_input = zeros_like(input)` (T × H) and, when the head trains,
+    `grad_weight = zeros_like(weight)` (V × H), loops over token chunks computing one chunk's
+    logits (chunk × V, turned into their gradient in place) and accumulates both gradients; they
+    are what it saves for backward, which only rescales them. Plus an fp32 loss per token.
+    """
+    T = plan.micro_batch * plan.seq_len
+    V, h = model.vocab_size, model.hidden_size
+    act_bytes = 2 if amp else dt
+    saved = norm_saved + act_bytes * T * h + FP32 * T
+    if plan.method is Method.FULL:
+        saved += (plan.precision.param_bits // 8) * V * h  # grad_weight, built in the forward
+    chunk = fused_chunk_tokens(T, h, V)
+    return saved, act_bytes * chunk * V, 0
 
 
 def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:

@@ -107,6 +107,16 @@ class Attention(str, Enum):
     """Plain matmul-softmax-matmul: saves the s×s probabilities per head (O(s²))."""
 
 
+class Loss(str, Enum):
+    """How the LM head and cross-entropy are computed."""
+
+    HF = "hf"
+    """transformers' loss: full logits, upcast to fp32, then log-softmax (saved) — T × vocab × 4 bytes, several times."""
+    FUSED = "fused"
+    """Fused linear cross-entropy (Liger `use_liger_kernel`): logits computed chunk by chunk and never
+    stored whole; the gradients of the head's input (and weight) are computed in the forward."""
+
+
 class Shard(str, Enum):
     """How model states are split across data-parallel GPUs."""
 
@@ -172,6 +182,8 @@ class TrainingPlan:
     """Activation checkpointing mode."""
     attention: Attention = Attention.SDPA
     """Attention kernel."""
+    loss: Loss = Loss.HF
+    """LM head + cross-entropy implementation."""
     lora_rank: int = 16
     """LoRA rank r (lora/qlora only)."""
     lora_alpha: int | None = None
@@ -270,6 +282,7 @@ _ENUMS = {
     "optimizer": Optimizer,
     "checkpointing": Checkpointing,
     "attention": Attention,
+    "loss": Loss,
     "shard": Shard,
     "offload": Offload,
     "offload_to": OffloadTarget,
@@ -347,6 +360,7 @@ __all__ = [
     "ALL_LINEAR",
     "Attention",
     "Checkpointing",
+    "Loss",
     "Method",
     "Offload",
     "OffloadTarget",

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from memdoc.core.plan import Attention, Checkpointing, Method, Offload, Optimizer, Precision, Shard
+from memdoc.core.plan import Attention, Checkpointing, Loss, Method, Offload, Optimizer, Precision, Shard
 from memdoc.errors import KnowledgeBaseError, UnknownSymptomError
 
 __all__ = [
@@ -64,6 +64,7 @@ PLAN_LEVERS: dict[str, tuple[Any, ...]] = {
     "checkpointing": tuple(m.value for m in Checkpointing),
     "precision": tuple(m.value for m in Precision),
     "attention": tuple(m.value for m in Attention),
+    "loss": tuple(m.value for m in Loss),
     "method": tuple(m.value for m in Method),
     "optimizer": tuple(m.value for m in Optimizer),
     "offload": tuple(m.value for m in Offload),
@@ -74,15 +75,15 @@ doubles); seq_len 'cap' means "to the data's p99 length" (the caller supplies th
 
 LEVERS: dict[str, tuple[Any, ...]] = {
     **PLAN_LEVERS,
-    "loss": ("chunked",),
     "activation_offload": (True,),
     "optimizer_in_backward": (True,),
 }
-"""All lever keys and values. `loss`, `activation_offload` and `optimizer_in_backward` are not
+"""All lever keys and values. `activation_offload` and `optimizer_in_backward` are not
 `TrainingPlan` fields yet: the bill may ignore them until it models them."""
 
 LADDER_RANK: dict[tuple[str, Any], int] = {
     **{("micro_batch", v): 1 for v in _RELATIVE["micro_batch"]},
+    ("loss", "fused"): 1,
     **{("checkpointing", v): 2 for v in ("full", "selective")},
     **{("precision", v): 3 for v in ("bf16", "amp-bf16", "fp16", "amp-fp16")},
     **{("method", v): 4 for v in ("lora", "qlora")},

@@ -54,6 +54,7 @@ from memdoc.core.plan import (
     ALL_LINEAR,
     Attention,
     Checkpointing,
+    Loss,
     Method,
     Offload,
     Optimizer,
@@ -495,6 +496,9 @@ def trace_training_step(
         notes.append(f"{plan.optimizer.value}: state layout emulated (see memdoc.probe.emulation)")
     if plan.is_peft:
         notes.append(f"lora dropout {LORA_DROPOUT}; adapters in fp32 (peft default)")
+    if plan.loss is Loss.FUSED:
+        notes.append("loss fused: Liger's Triton kernels cannot run under fake tensors; traced transformers' loss "
+                     "instead (the bill models the fused loss), so measured logits exceed billed ones")
     clean = {p: {k: int(v) for k, v in items.items() if k in LINE_ITEMS} for p, items in phases.items() if p in PHASES}
     report("done", 1.0)
     notes.append(f"trace took {time.perf_counter() - start:.1f} s")

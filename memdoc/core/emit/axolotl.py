@@ -4,6 +4,8 @@ ZeRO stages point to the DeepSpeed JSON written next to it."""
 from __future__ import annotations
 
 from memdoc.core.emit.base import (
+    LIGER_NOTE,
+    LORA_DROPOUT,
     DATASET_PLACEHOLDER,
     DS_CONFIG_NAME,
     OUTPUT_DIR_PLACEHOLDER,
@@ -22,7 +24,9 @@ from memdoc.core.emit.base import (
 )
 from memdoc.core.emit.common import multinode_note
 from memdoc.core.emit.deepspeed import deepspeed_config
-from memdoc.core.plan import Method, Offload, OffloadTarget, Optimizer, Precision
+from memdoc.core.plan import Loss, Method, Offload, OffloadTarget, Optimizer, Precision
+
+LIGER_PLUGIN = "axolotl.integrations.liger.LigerPlugin"
 
 
 def _precision(plan, notes: list[str]) -> dict:
@@ -84,7 +88,7 @@ def emit_axolotl(ctx: EmitContext) -> Emitted:
     if plan.is_peft:
         config["lora_r"] = plan.lora_rank
         config["lora_alpha"] = lora_alpha(plan)
-        config["lora_dropout"] = 0.05
+        config["lora_dropout"] = LORA_DROPOUT
         if all_linear(plan):
             config["lora_target_linear"] = True
         else:
@@ -108,6 +112,10 @@ def emit_axolotl(ctx: EmitContext) -> Emitted:
         config["optim_args"] = SGD_OPTIM_ARGS
     config.update(_precision(plan, notes))
     config["attn_implementation"] = plan.attention.value
+    if plan.loss is Loss.FUSED:
+        config["plugins"] = [LIGER_PLUGIN]
+        config["liger_fused_linear_cross_entropy"] = True
+        notes.append(LIGER_NOTE)
     config.update(checkpointing_keys(plan, notes))
     side: list[SideFile] = []
     if uses_deepspeed(plan):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from memdoc.core.activations import LORA_DROPOUT  # the dropout the bill assumes is the one written
 from memdoc.core.plan import (
     ALL_LINEAR,
     Checkpointing,
@@ -176,6 +177,12 @@ def optimizer_keys(plan: TrainingPlan, notes: list[str]) -> dict:
     if plan.optimizer is Optimizer.SGD:
         out["optim_args"] = SGD_OPTIM_ARGS
     return out
+
+
+LIGER_NOTE = (
+    "loss fused: Liger's fused linear cross-entropy (pip install liger-kernel; needs a CUDA/ROCm GPU with Triton) "
+    "keeps the logits from ever being stored whole"
+)
 
 
 def default_learning_rate(plan: TrainingPlan) -> float:

@@ -7,6 +7,8 @@ quantisation) or for LoRA: those become notes with the exact `from_pretrained` /
 from __future__ import annotations
 
 from memdoc.core.emit.base import (
+    LORA_DROPOUT,
+    LIGER_NOTE,
     FSDP_CONFIG_NAME,
     TRAIN_SCRIPT_PLACEHOLDER,
     EmitContext,
@@ -19,7 +21,7 @@ from memdoc.core.emit.base import (
     uses_fsdp,
 )
 from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
-from memdoc.core.plan import Method
+from memdoc.core.plan import Loss, Method
 
 
 def emit_hf(ctx: EmitContext) -> Emitted:
@@ -43,10 +45,13 @@ def emit_hf(ctx: EmitContext) -> Emitted:
         targets = '"all-linear"' if all_linear(plan) else repr(list(plan.lora_targets))
         notes.append(
             f"TrainingArguments has no LoRA keys: wrap the model with peft get_peft_model(model, LoraConfig(r={plan.lora_rank}, "
-            f"lora_alpha={lora_alpha(plan)}, target_modules={targets}, task_type=\"CAUSAL_LM\"))"
+            f"lora_alpha={lora_alpha(plan)}, lora_dropout={LORA_DROPOUT}, target_modules={targets}, task_type=\"CAUSAL_LM\"))"
             + (" after prepare_model_for_kbit_training(model, use_gradient_checkpointing=...)" if plan.method is Method.QLORA else "")
         )
     notes.append(f"sequence length {plan.seq_len}: TrainingArguments has no sequence-length key; truncate/pack your dataset to {plan.seq_len} tokens")
+    if plan.loss is Loss.FUSED:
+        config["use_liger_kernel"] = True
+        notes.append(LIGER_NOTE)
     multinode_note(ctx, notes)
     side = distributed_side_files(ctx, notes)
     script = f"{TRAIN_SCRIPT_PLACEHOLDER} {ctx.config_path}"

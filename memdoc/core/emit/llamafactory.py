@@ -4,6 +4,8 @@ TrainingArguments keys in one file. FSDP runs through `accelerate launch` with t
 from __future__ import annotations
 
 from memdoc.core.emit.base import (
+    LIGER_NOTE,
+    LORA_DROPOUT,
     DATASET_PLACEHOLDER,
     FSDP_CONFIG_NAME,
     EmitContext,
@@ -14,7 +16,7 @@ from memdoc.core.emit.base import (
     uses_fsdp,
 )
 from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
-from memdoc.core.plan import Method, Precision, Shard
+from memdoc.core.plan import Loss, Method, Precision, Shard
 
 
 def emit_llamafactory(ctx: EmitContext) -> Emitted:
@@ -32,6 +34,7 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
         config["lora_rank"] = plan.lora_rank
         config["lora_alpha"] = lora_alpha(plan)
         config["lora_target"] = "all" if all_linear(plan) else ",".join(plan.lora_targets)
+        config["lora_dropout"] = LORA_DROPOUT
     if plan.method is Method.QLORA:
         config.update(quantization_bit=4, quantization_method="bnb", quantization_type="nf4", double_quantization=True)
     config["dataset"] = ctx.dataset or DATASET_PLACEHOLDER
@@ -55,6 +58,9 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
         notes.append("precision bf16 (pure): pure_bf16: true keeps weights, gradients and optimizer states in bf16")
     elif plan.precision is Precision.AMP_BF16:
         notes.append("precision amp-bf16: bf16: true; LLaMA-Factory upcasts the trainable weights to fp32 (master copy) and autocasts in bf16")
+    if plan.loss is Loss.FUSED:
+        config["enable_liger_kernel"] = True
+        notes.append(LIGER_NOTE)
     multinode_note(ctx, notes)
     side = distributed_side_files(ctx, notes)
     if uses_fsdp(plan):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from memdoc.core.emit.base import (
+    LORA_DROPOUT,
+    LIGER_NOTE,
     DATASET_PLACEHOLDER,
     FSDP_CONFIG_NAME,
     EmitContext,
@@ -15,7 +17,7 @@ from memdoc.core.emit.base import (
     uses_fsdp,
 )
 from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
-from memdoc.core.plan import Method
+from memdoc.core.plan import Loss, Method
 
 
 def emit_trl(ctx: EmitContext) -> Emitted:
@@ -38,12 +40,16 @@ def emit_trl(ctx: EmitContext) -> Emitted:
         config["lora_r"] = plan.lora_rank
         config["lora_alpha"] = lora_alpha(plan)
         config["lora_target_modules"] = "all-linear" if all_linear(plan) else list(plan.lora_targets)
+        config["lora_dropout"] = LORA_DROPOUT
     if plan.method is Method.QLORA:
         config["load_in_4bit"] = True
         config["bnb_4bit_quant_type"] = "nf4"
         config["use_bnb_nested_quant"] = True
         if uses_fsdp(plan):
             config["bnb_4bit_quant_storage"] = plan.precision.compute_dtype_name
+    if plan.loss is Loss.FUSED:
+        config["use_liger_kernel"] = True
+        notes.append(LIGER_NOTE)
     multinode_note(ctx, notes)
     side = distributed_side_files(ctx, notes)
     if uses_fsdp(plan):
