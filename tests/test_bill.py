@@ -153,3 +153,12 @@ def test_fused_loss_never_stores_the_logits():
     # HF keeps the fp32 log-softmax (4·T·V); Liger keeps grad_input (T·H bf16) and an fp32 loss per token.
     assert hf.acts.head_saved - fused.acts.head_saved == 4 * tokens * vocab - (2 * tokens * hidden + 4 * tokens)
     assert hf.peak_allocated - fused.peak_allocated > 8 * 1024**3
+
+
+def test_ladder_skips_remedies_that_save_nothing_yet():
+    # Full fine-tuning of a 7B model peaks at the optimizer step: checkpointing (or a fused loss)
+    # cannot help until LoRA has moved the peak into backward, so LoRA comes first.
+    steps = climb(resolve_model("meta-llama/Llama-2-7b-hf"), parse_plan(), resolve_gpu("24"))
+    ids = [s.rung.id for s in steps]
+    assert ids[0] == "lora" and "checkpointing" in ids and steps[-1].fits
+    assert all(s.saved_bytes > 0 for s in steps)

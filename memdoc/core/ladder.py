@@ -137,33 +137,46 @@ class LadderStep:
         }
 
 
-def climb(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec, *, stop_when_fits: bool = True) -> list[LadderStep]:
-    """Apply the rungs cheapest first until the plan fits `gpu` (or the rungs run out)."""
+MIN_SAVING = 0.01
+"""A rung is taken only if it cuts the process total by at least this fraction: a remedy that saves
+nothing on this plan (checkpointing when the optimizer step sets the peak) only costs time."""
+
+
+def _apply(rung: Rung, plan: TrainingPlan, model: ModelSpec) -> TrainingPlan | None:
+    try:
+        candidate = rung.apply(plan)
+    except PlanError:
+        return None
+    return None if candidate is None else fit_lora_targets(candidate, model)
+
+
+def climb(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec) -> list[LadderStep]:
+    """Apply the rungs cheapest first, each on top of the last, until the plan fits `gpu`.
+
+    Each round takes the cheapest remaining rung that saves at least `MIN_SAVING`; a rung that
+    saves nothing yet stays a candidate, since a later rung can make it pay (checkpointing after
+    LoRA has moved the peak from the optimizer step into backward).
+    """
     base_time = step_seconds(model, plan, gpu)
     previous = compute_bill(model, plan, gpu)
     steps: list[LadderStep] = []
-    current = plan
-    for rung in RUNGS:
-        try:
-            candidate = rung.apply(current)
-        except PlanError:
-            candidate = None
-        if candidate is None:
-            continue
-        candidate = fit_lora_targets(candidate, model)
-        bill = compute_bill(model, candidate, gpu)
-        steps.append(
-            LadderStep(
-                rung=rung,
-                plan=candidate,
-                bill=bill,
-                saved_bytes=previous.process_total - bill.process_total,
-                relative_time=step_seconds(model, candidate, gpu) / base_time,
-            )
-        )
-        current, previous = candidate, bill
-        if stop_when_fits and bill.fits:
-            break
+    remaining = list(RUNGS)
+    while remaining and not previous.fits:
+        for rung in list(remaining):
+            candidate = _apply(rung, previous.plan, model)
+            if candidate is None:
+                remaining.remove(rung)
+                continue
+            bill = compute_bill(model, candidate, gpu)
+            saved = previous.process_total - bill.process_total
+            if saved >= MIN_SAVING * previous.process_total:
+                remaining.remove(rung)
+                relative_time = step_seconds(model, candidate, gpu) / base_time
+                steps.append(LadderStep(rung=rung, plan=candidate, bill=bill, saved_bytes=saved, relative_time=relative_time))
+                previous = bill
+                break
+        else:
+            break  # no remaining rung saves anything on this plan
     return steps
 
 
