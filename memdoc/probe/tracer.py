@@ -368,10 +368,11 @@ def _trace_once(config: dict, plan: TrainingPlan, layers: int | None) -> tuple[d
 
 
 def _clean_module_name(name: str) -> str:
+    """'PeftModelForCausalLM.base_model.model.model.layers.3.mlp' -> 'model.layers.*.mlp' ('' for peft's wrappers)."""
     name = name.split(".", 1)[1] if "." in name else ""
-    for prefix in ("base_model.model.",):
-        if name.startswith(prefix):
-            name = name[len(prefix):]
+    if name in ("base_model", "base_model.model"):
+        return ""  # peft's wrappers around the whole model
+    name = name.removeprefix("base_model.model.")
     return re.sub(r"\.layers\.\d+(?=\.|$)", ".layers.*", name)
 
 
