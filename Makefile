@@ -13,7 +13,7 @@ $(BIN)/memdoc: pyproject.toml requirements/constraints.txt
 	$(PIP) -e '.[test]'
 	@touch $@
 
-$(VENV)/.validators: $(BIN)/memdoc requirements/validators.txt
+$(VENV)/.validators: $(BIN)/memdoc requirements/validators.txt requirements/validators-nodeps.txt
 	$(PIP) -r requirements/validators.txt
 	$(BIN)/pip install --disable-pip-version-check -q --no-deps -r requirements/validators-nodeps.txt
 	@touch $@
