@@ -1,7 +1,5 @@
 """Exact parameter counts: analytic (no torch) vs transformers on the meta device, every catalog model."""
 
-import json
-from pathlib import Path
 
 import pytest
 

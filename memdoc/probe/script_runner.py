@@ -40,7 +40,6 @@ import sys
 import threading
 import time
 import traceback
-import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -299,7 +298,7 @@ class _Session:
         tracked_known = 0
         activations = 0
         rest = 0
-        for k, (n, ref, bucket, step) in self.live.items():
+        for k, (n, _ref, bucket, step) in self.live.items():
             if k in known:
                 tracked_known += n
             elif bucket == "forward" and step == self.step_index and self.phase != "setup":

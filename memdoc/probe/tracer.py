@@ -142,8 +142,7 @@ def _hf_config(config: dict, plan: TrainingPlan, layers: int | None):
         if isinstance(getattr(conf, "layer_types", None), list):
             conf.layer_types = conf.layer_types[:layers]
     conf.use_cache = False
-    for key in ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop"):
-        pass  # dropout stays as configured: it is part of what the real step keeps
+    # dropout stays as configured: its masks are part of what the real step keeps
     return conf
 
 
@@ -174,7 +173,6 @@ def build_model(config: dict, plan: TrainingPlan, layers: int | None = None, not
 
     Architectures without an SDPA implementation in transformers (e.g. Gemma-2's logit
     softcapping) fall back to eager attention, with a note."""
-    import torch
     from transformers import AutoModelForCausalLM
     from transformers.initialization import no_init_weights
 

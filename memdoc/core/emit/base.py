@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from memdoc.core.activations import LORA_DROPOUT  # the dropout the bill assumes is the one written
+from memdoc.core.activations import LORA_DROPOUT  # noqa: F401  (re-exported: the dropout the bill assumes is the one emitted)
 from memdoc.core.plan import (
     ALL_LINEAR,
     Checkpointing,
