@@ -62,6 +62,12 @@ CASES = [
     ("google--gemma-2-2b", "full", "eager", None),
     ("microsoft--Phi-3-mini-4k-instruct", "full", "sdpa", None),
     ("microsoft--Phi-3-mini-4k-instruct", "lora", "sdpa", ["qkv_proj"]),
+    ("EleutherAI--pythia-1b", "full", "sdpa", None),
+    ("EleutherAI--pythia-1b", "lora", "sdpa", ["query_key_value"]),
+    ("microsoft--phi-2", "full", "sdpa", None),
+    ("microsoft--phi-2", "lora", "sdpa", ["q_proj", "v_proj"]),
+    ("tiiuae--falcon-7b", "full", "sdpa", None),
+    ("tiiuae--falcon-7b", "lora", "sdpa", ["query_key_value"]),
 ]
 
 

@@ -219,6 +219,57 @@ def _lora_saved(layer: _Layer, plan: TrainingPlan, linears: list[Linear], target
             layer.add(f"lora.{linear.name}", per_input * T * linear.in_features + FP32 * T * plan.lora_rank)
 
 
+LAYERNORM_FAMILIES = ("gpt2", "gpt_neox", "falcon", "phi", "bert")
+"""Families with LayerNorm (saves its 16-bit input, not an fp32 copy) and a plain GELU MLP."""
+
+# GELUs written as Python formulas (transformers' NewGELUActivation & co.) keep four intermediates.
+_PYTHON_GELUS = ("gelu_new", "gelu_fast", "gelu_python", "quick_gelu")
+
+
+def _layernorm_layer(layer: _Layer, model: ModelSpec, plan: TrainingPlan, linears: list[Linear], targets, *, dt: int, amp: bool) -> None:
+    """GPT-2, GPT-NeoX, Falcon, Phi-2 (and BERT) decoder layers, from autograd's saved tensors.
+
+    LayerNorm saves its input and per-token mean/rstd; parallel-residual layers (NeoX, Falcon,
+    Phi-2) feed attention and MLP from the same input, so it is kept once; Phi-2 and Falcon use
+    one norm for both. Attention keeps q, k, v, its output and the merged-head copy the output
+    projection saves; Falcon's multi-query attention does not fit SDPA's fused kernels (one k/v
+    head for many query heads, no `enable_gqa`) and runs the math kernel, which keeps the fp32
+    probabilities (heads × s²) and an fp32 copy of q instead. Residual dropout keeps one mask per
+    dropout (GPT-2, Phi-2: `resid_pdrop`); GPT-2's attention dropout runs inside the flash kernel
+    on CUDA (it keeps the RNG state, not a mask). The MLP keeps the activation's input (four
+    intermediates for GELUs written in Python) and the down projection's input.
+    """
+    cfg, family = model.config, model.family
+    T, h = plan.micro_batch * plan.seq_len, model.hidden_size
+    b, s, heads = plan.micro_batch, plan.seq_len, model.num_heads
+    full = targets is None
+    cdt = 2 if amp else dt
+    parallel = family == "phi" or (family == "gpt_neox" and cfg.get("use_parallel_residual", True)) or (
+        family == "falcon" and (cfg.get("parallel_attn", True) or cfg.get("new_decoder_architecture"))
+    )
+    one_norm = family == "phi" or (family == "falcon" and not cfg.get("new_decoder_architecture"))
+    layer.add("layernorm", (1 if parallel else 2) * ((FP32 if amp else dt) * T * h + 2 * FP32 * T))
+    if full:
+        layer.add("layernorm_out", (1 if one_norm else 2) * cdt * T * h)
+    q, kv = model.q_dim, model.kv_dim
+    if eager_attention(model, plan):
+        layer.add("attention.eager_probs", (FP32 + dt) * b * heads * s * s)
+        layer.add("attention.qkv", cdt * T * (q + 2 * kv))
+    elif family == "falcon" and model.num_kv_heads != heads:
+        layer.add("attention.math_kernel", FP32 * b * heads * s * s + FP32 * T * (q + 2 * kv))
+    else:
+        layer.add("attention.sdpa", cdt * T * (2 * q + 2 * kv) + FP32 * b * heads * s)
+    if full:
+        layer.add("attention.dense_input", cdt * T * q)
+    if cfg.get("resid_pdrop") or cfg.get("hidden_dropout") or cfg.get("hidden_dropout_prob"):
+        layer.add("dropout", 2 * cdt * T * h)
+    up = next(l for l in linears if l.group == "mlp")
+    act = cfg.get("activation_function") or cfg.get("hidden_act") or "gelu"
+    layer.add("mlp.act", (4 if act in _PYTHON_GELUS else 1) * cdt * T * up.out_features)
+    if full:
+        layer.add("mlp.down_input", cdt * T * up.out_features)
+
+
 def layer_activations(model: ModelSpec, plan: TrainingPlan, index: int = 0) -> dict[str, int]:
     """Bytes one decoder layer saves for backward without checkpointing, by module."""
     dt = plan.precision.compute_bits // 8
@@ -228,6 +279,12 @@ def layer_activations(model: ModelSpec, plan: TrainingPlan, index: int = 0) -> d
     amp = plan.precision.is_amp and full and not plan.sharded_mixed_precision
     T = plan.micro_batch * plan.seq_len
     linears = list(model.layouts[index].linears)
+    if model.family in LAYERNORM_FAMILIES:
+        layer = _Layer()
+        _layernorm_layer(layer, model, plan, linears, targets, dt=dt, amp=amp)
+        if not full:
+            _lora_saved(layer, plan, linears, targets)
+        return layer.items
     gemma = model.family in ("gemma", "gemma2")
     layer = _Layer()
     h = model.hidden_size
@@ -258,7 +315,12 @@ def _head(model: ModelSpec, plan: TrainingPlan, *, dt: int, amp: bool) -> tuple[
     full = plan.method is Method.FULL
     gemma = model.family in ("gemma", "gemma2")
     norm = _Layer()
-    _norm(norm, "final_norm", T, h, dt=dt, trainable=full, gemma=gemma, amp=amp)
+    if model.family in LAYERNORM_FAMILIES:  # final LayerNorm: its input and per-token statistics
+        norm.add("final_norm", (FP32 if amp else dt) * T * h + 2 * FP32 * T)
+        if model.config.get("embd_pdrop"):  # GPT-2's embedding dropout mask
+            norm.add("embedding_dropout", (2 if amp else dt) * T * h)
+    else:
+        _norm(norm, "final_norm", T, h, dt=dt, trainable=full, gemma=gemma, amp=amp)
     if plan.loss is Loss.FUSED:
         return _fused_head(model, plan, norm.total, dt=dt, amp=amp)
     saved = norm.total + (dt * T * h if full else 0) + FP32 * T * V

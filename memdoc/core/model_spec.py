@@ -152,6 +152,8 @@ def spec_from_config(
         or (1 if config.get("multi_query") else None)
         or heads
     )
+    if model_type == "falcon" and not config.get("new_decoder_architecture"):
+        kv_heads = 1 if config.get("multi_query", True) else heads  # num_kv_heads only counts in the new layout
     head_dim = int(config.get("head_dim") or hidden // heads)
     if model_type == "deepseek_v2":
         head_dim = int(config["qk_nope_head_dim"]) + int(config["qk_rope_head_dim"])
