@@ -211,12 +211,15 @@ def _lora_saved(layer: _Layer, plan: TrainingPlan, linears: list[Linear], target
     With `lora_dropout` > 0 (memdoc assumes 0.05, the value TRL/Axolotl recipes use) dropout also
     has `lora_A` save the dropped-out fp32 copy while the cast input stays referenced: a census of
     saved tensors on a real CPU step shows 4 + 4 bytes per input element.
+    Under AMP autocast casts that input back to 16 bit for `lora_A` (saved instead of the fp32
+    copy) and `lora_A`'s output is 16-bit too; the dropped-out fp32 copy stays (census: 4 + 2).
     """
     T = plan.micro_batch * plan.seq_len
-    per_input = FP32 + (FP32 if LORA_DROPOUT else 0)
+    matmul_bytes = 2 if plan.precision.is_amp else FP32
+    per_input = matmul_bytes + (FP32 if LORA_DROPOUT else 0)
     for linear in linears:
         if _saves_input(linear, targets):
-            layer.add(f"lora.{linear.name}", per_input * T * linear.in_features + FP32 * T * plan.lora_rank)
+            layer.add(f"lora.{linear.name}", per_input * T * linear.in_features + matmul_bytes * T * plan.lora_rank)
 
 
 LAYERNORM_FAMILIES = ("gpt2", "gpt_neox", "falcon", "phi", "bert")
@@ -373,8 +376,9 @@ def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:
         layers_saved = residual * model.num_layers
         recompute = largest
     elif plan.checkpointing is Checkpointing.SELECTIVE:
-        layers_saved = sum(_selective(model, plan, size) for size in layer_sizes)
-        recompute = largest - _selective(model, plan, largest)
+        kept = {i: _selective(model, plan, i) for i in _distinct_layers(model)}
+        layers_saved = sum(kept[_representative(model, i)] for i in range(model.num_layers))
+        recompute = max(by_index[i] for i in kept)  # the layer's full activations, rebuilt in backward
     else:
         layers_saved = sum(layer_sizes)
         recompute = 0
@@ -398,18 +402,28 @@ def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:
     )
 
 
-def _selective(model: ModelSpec, plan: TrainingPlan, layer_bytes: int) -> int:
-    """Selective checkpointing keeps matmul/attention outputs and recomputes element-wise ops.
+def _selective(model: ModelSpec, plan: TrainingPlan, index: int) -> int:
+    """Bytes a layer keeps under selective checkpointing: its input and every matmul/SDPA output.
 
-    memdoc's policy (the one `diagnose` traces): save the outputs of mm/addmm/bmm and SDPA,
-    recompute norms, activations and rotary. Per layer that keeps the projection outputs:
-    q, k, v, attention output, o_proj input and the MLP's gate/up outputs.
+    memdoc's policy (the one `diagnose` traces with torch's `create_selective_checkpoint_contexts`):
+    MUST_SAVE the outputs of mm/addmm/bmm and of SDPA, recompute everything else (norms,
+    activations, rotary). The saved outputs are those of every projection — frozen or not — and of
+    LoRA's fp32 `lora_A` (rank-wide) and `lora_B` (output-wide) matmuls, plus SDPA's output and
+    logsumexp; the checkpoint itself keeps the layer's input.
     """
     dt = plan.precision.compute_bits // 8
     T = plan.micro_batch * plan.seq_len
-    kept = dt * T * (2 * model.q_dim + 2 * model.kv_dim + model.hidden_size)
-    kept += dt * T * 2 * max(model.intermediate_size, model.moe_intermediate_size * max(model.experts_per_token, 1))
-    return min(layer_bytes, kept)
+    targets = _targets(model, plan)
+    kept = dt * T * model.hidden_size  # the checkpointed layer's input
+    for linear in model.layouts[index].linears:
+        if linear.group == "experts":  # routed tokens only: top-k of them per expert matrix
+            kept += dt * T * model.experts_per_token * linear.out_features
+        else:
+            kept += dt * T * linear.out_features
+        if targets is not None and _saves_input(linear, targets):
+            kept += (2 if plan.precision.is_amp else FP32) * T * (plan.lora_rank + linear.out_features)
+    kept += dt * T * model.q_dim + FP32 * plan.micro_batch * model.num_heads * plan.seq_len  # SDPA out + lse
+    return kept
 
 
 def _representative(model: ModelSpec, index: int) -> int:
