@@ -68,6 +68,8 @@ CASES = [
     ("deepseek-ai/DeepSeek-V2-Lite", {"method": "lora", "checkpointing": "full", "seq": 1024}),
     ("Qwen/Qwen2-57B-A14B", {"method": "lora", "checkpointing": "full", "seq": 512}),
     ("google/gemma-2-9b", {"seq": 1024}),
+    ("Qwen/Qwen3-30B-A3B", {"method": "lora", "seq": 512}),
+    ("mistralai/Mixtral-8x7B-v0.1", {"method": "lora", "seq": 512}),
 ]
 
 FAST = [

@@ -167,14 +167,17 @@ def _mlp_saved(layer: _Layer, model: ModelSpec, plan: TrainingPlan, linears: lis
     routers = [l for l in linears if l.group == "router"]
     cdt = 2 if amp else dt
     if routers:
-        E = model.num_experts
-        # router logits (fp32 softmax saved), top-k weights and the gathered token copies per expert
-        layer.add("mlp.router", FP32 * T * E * 2 + dt * T * h)
+        # the router's fp32 softmax; its input too when the router trains (full fine-tuning)
+        layer.add("mlp.router", FP32 * T * model.num_experts + (dt * T * h if targets is None else 0))
     if experts:
+        # transformers 5 `grouped_mm_experts_forward`, per routed token copy (k per token): the
+        # gathered input and the act·up product (inputs of the two grouped matmuls, kept only
+        # when the experts train), the fused gate/up output (the activation's input), the
+        # activation output, and the expert output (multiplied by the routing weight).
         k = model.experts_per_token
-        width = experts[0].out_features if experts[0].name.endswith(("gate_proj", "up_proj")) else experts[0].in_features
-        # each routed token copy: gathered input, gate/up outputs, act, product, weighted output
-        layer.add("mlp.experts", k * T * (cdt * h * 2 + cdt * width * 4))
+        width = model.moe_intermediate_size
+        per_copy = h + 2 * width + width + (h + width if targets is None else 0)
+        layer.add("mlp.experts", k * T * cdt * per_copy)
     if dense:
         up_in = [l for l in dense if l.name.endswith(("gate_proj", "up_proj", "gate_up_proj", "fc1", "c_fc", "dense_h_to_4h"))]
         down = [l for l in dense if l not in up_in]
