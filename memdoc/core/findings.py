@@ -14,8 +14,8 @@ Rules (ids are stable, used by --json and tests):
 - ``ckpt-reentrant``: checkpointing ran with ``use_reentrant=True`` (the legacy implementation:
   no nested checkpoints, inputs must require grad, breaks with frozen embeddings under LoRA).
 - ``amp-off``: trainable weights are fp32 and no autocast was active in forward.
-- ``optimizer-dominates``: optimizer states are at least as large as the activations at the peak
-  and ≥ 30% of it — checkpointing would not help; shrink the states.
+- ``optimizer-dominates``: optimizer states are at least as large as the largest activations of any phase
+  and ≥ 30% of the peak — checkpointing would not help; shrink the states.
 - ``foreach-temporaries``: the peak is in the optimizer step and its temporaries (foreach AdamW
   keeps parameter-sized scratch lists) are ≥ 25% of the trainable weights.
 - ``dataloader-workers-0``: a DataLoader iterated with ``num_workers=0`` (data loading in the
@@ -71,6 +71,8 @@ class RunFacts:
 
     measured: dict = field(default_factory=dict)
     """Line items at the peak: weights, gradients, optimizer, activations, other, peak_allocated."""
+    max_activations: int = 0
+    """Largest activation bytes seen at any phase's peak (the optimizer step has none)."""
     peak_phase: str | None = None
     trainable_bytes: int = 0
     trainable_dtypes: list[str] = field(default_factory=list)
@@ -148,7 +150,7 @@ def lint(f: RunFacts) -> list[Finding]:
             detail="use bf16 mixed precision (TrainingArguments(bf16=True), or torch.autocast('cuda', torch.bfloat16)) or load the model in bf16",
         ))
     opt = int(m.get("optimizer", 0) or 0)
-    acts = int(m.get("activations", 0) or 0)
+    acts = max(int(m.get("activations", 0) or 0), f.max_activations)
     if peak and opt and opt >= acts and opt >= OPTIMIZER_SHARE * peak:
         out.append(Finding(
             id="optimizer-dominates",

@@ -777,6 +777,7 @@ def _build_result(session, path, stop_reason, oom, tb_text, script_exit, cuda, w
     not_training = [n for n in (names.get(i, type(m).__name__) for i, m in session.ckpt_not_training.items()) if n in requested]
     facts = RunFacts(
         measured=result.measured,
+        max_activations=max((ph.get("activations", 0) for ph in phases.values()), default=0),
         peak_phase=peak_phase,
         trainable_bytes=trainable_bytes,
         trainable_dtypes=sorted({str(p.dtype).replace("torch.", "") for p in trainable}),
