@@ -15,9 +15,10 @@ The rules behind every entry are autograd's:
 Under AMP autocast every linear casts its (fp32) input to a 16-bit copy that it saves, and the
 16-bit copies of the weights stay cached (and saved) until backward reaches them.
 
-The structure was written from the modelling code and checked against fake-tensor traces of the
-same code (`memdoc diagnose`, `benchmarks/accuracy.py`); Megatron's `sbh(34 + 5as/h)` describes
-Megatron, not HF, and is only a cross-check.
+The structure was written from the modelling code and is checked against autograd itself — the
+census of tensors a real CPU forward saves, per layer (`tests/test_activations_census.py`) — and
+against fake-tensor traces of whole steps (`memdoc diagnose`, `benchmarks/accuracy.py`).
+Megatron's `sbh(34 + 5as/h)` describes Megatron, not HF, and is only a cross-check.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from memdoc.core.plan import ALL_LINEAR, Attention, Checkpointing, Loss, Method,
 
 FP32 = 4
 LORA_DROPOUT = 0.05
-"""LoRA dropout memdoc assumes (and emits); dropout > 0 keeps a mask and a copy per adapted input."""
+"""LoRA dropout memdoc assumes (and emits); dropout > 0 keeps an extra fp32 copy of each adapted input."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,12 +52,6 @@ class Activations:
     """Extra bytes while one layer runs backward: its recomputed activations (checkpointing) and gradient buffers."""
     weight_copies: int
     """AMP only: the 16-bit weight copies autocast caches and matmuls save."""
-    modules: tuple[tuple[str, int], ...] = ()
-    """(module, bytes saved per layer) for the top-modules view."""
-
-    @property
-    def saved_total(self) -> int:
-        return self.layers_saved + self.head_saved + self.weight_copies
 
 
 def _targets(model: ModelSpec, plan: TrainingPlan) -> frozenset[str] | None:
@@ -370,8 +365,7 @@ def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:
     amp = plan.precision.is_amp and plan.method is Method.FULL and not plan.sharded_mixed_precision
     T = plan.micro_batch * plan.seq_len
     h = model.hidden_size
-    per_layer = [sum(layer_activations(model, plan, i).values()) for i in _distinct_layers(model)]
-    by_index = {i: total for i, total in zip(_distinct_layers(model), per_layer)}
+    by_index = {i: sum(layer_activations(model, plan, i).values()) for i in _distinct_layers(model)}
     layer_sizes = [by_index[_representative(model, i)] for i in range(model.num_layers)]
     largest = max(layer_sizes)
     residual = (FP32 if amp else dt) * T * h  # a checkpointed layer keeps only its input
@@ -392,7 +386,6 @@ def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:
     weight_copies = 0
     if amp:
         weight_copies = 2 * (model.params.total - model.params.embedding - model.params.norms)
-    modules = tuple(sorted(layer_activations(model, plan, 0).items(), key=lambda kv: -kv[1]))
     return Activations(
         layer_saved=largest,
         layers_saved=layers_saved,
@@ -401,7 +394,6 @@ def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:
         loss_backward_peak=loss_bwd,
         layer_backward_peak=layer_bwd,
         weight_copies=weight_copies,
-        modules=modules,
     )
 
 
