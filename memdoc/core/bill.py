@@ -115,6 +115,24 @@ def _sharded(value: int, shard: bool, world: int) -> int:
     return -(-value // world) if shard else value
 
 
+def _gather_bytes(model: ModelSpec, plan: TrainingPlan, states: ModelStates) -> int:
+    """Unsharded weights in flight under ZeRO-3/FSDP (0 otherwise).
+
+    One unit is gathered while the next is prefetched (DeepSpeed's estimator counts 4 bytes ×
+    largest layer: two 16-bit units). DeepSpeed gathers module by module, so the embedding and
+    LM head are units of their own (with 128K+ vocabularies, the largest); FSDP2's root unit
+    (embeddings, final norm, head) stays gathered for the whole step.
+    """
+    if not plan.shard.shards_weights:
+        return 0
+    bytes_per_param = plan.precision.compute_bits // 8
+    if plan.shard is Shard.FSDP:
+        root = (model.params.embedding + model.params.head) * bytes_per_param * (plan.world_size - 1) // plan.world_size
+        return 2 * states.largest_layer_params * bytes_per_param + root
+    unit = max(states.largest_layer_params, model.params.embedding, model.params.head)
+    return 2 * unit * bytes_per_param
+
+
 def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = None) -> Bill:
     """The per-GPU bill of `plan` on `model` (pure arithmetic, no torch)."""
     states = model_states(model, plan)
@@ -139,21 +157,12 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
         host["weights"] = weights
         weights = 0
         notes.append("weights live on the host; each layer is fetched to the GPU when used (ZeRO-Infinity)")
-    # ZeRO-3/FSDP all-gather one unit while the next is prefetched (DeepSpeed's estimator counts
-    # 4 bytes × largest layer: two 16-bit units). DeepSpeed gathers module by module, so the
-    # embedding and LM head are units of their own (and with 128K+ vocabularies the largest);
-    # FSDP2's root unit (embeddings, final norm, head) stays gathered for the whole step.
-    gather = 0
-    if shard.shards_weights:
-        bytes_per_param = plan.precision.compute_bits // 8
-        if shard is Shard.FSDP:
-            gather = 2 * states.largest_layer_params * bytes_per_param
-            gather += (model.params.embedding + model.params.head) * bytes_per_param * (world - 1) // world
-        else:
-            unit = max(states.largest_layer_params, model.params.embedding, model.params.head)
-            gather = 2 * unit * bytes_per_param
-    grad_gather = 2 * states.largest_layer_params * (plan.precision.param_bits // 8) if shard.shards_gradients and plan.method is Method.FULL else 0
-
+    gather = _gather_bytes(model, plan, states)
+    grad_gather = (
+        2 * states.largest_layer_params * (plan.precision.param_bits // 8)
+        if shard.shards_gradients and plan.method is Method.FULL
+        else 0
+    )
     saved = acts.layers_saved + acts.head_saved
     forward = PhaseBill(
         weights=weights,
