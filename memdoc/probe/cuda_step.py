@@ -29,12 +29,13 @@ def require_cuda(plan: TrainingPlan) -> None:
 def run_cuda_step(config: dict, plan: TrainingPlan) -> dict:
     """Peak allocated/reserved and the digested memory_stats() of one real steady-state step."""
     import contextlib
+    import functools
 
     import torch
 
     require_cuda(plan)
     from memdoc.probe.cuda_stats import digest_stats
-    from memdoc.probe.tracer import _torch_dtype, build_model, build_optimizer
+    from memdoc.probe.tracer import _torch_dtype, build_model, build_optimizer, training_step
 
     vocab = int(config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size") or 32000)
     notes: list[str] = []
@@ -51,14 +52,7 @@ def run_cuda_step(config: dict, plan: TrainingPlan) -> dict:
         else contextlib.nullcontext
     )
 
-    def step() -> None:
-        with autocast():
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        del loss
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
+    step = functools.partial(training_step, model, opt, ids, autocast)
     step()
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()

@@ -300,6 +300,17 @@ def _shard_fsdp(model, plan: TrainingPlan, mesh):
     return model
 
 
+def training_step(model, opt, ids, autocast) -> None:
+    """One step as HF Trainer runs it: forward with labels (HF's loss), backward, optimizer step,
+    gradients freed (`zero_grad(set_to_none=True)`); only the loss outlives the forward."""
+    with autocast():
+        loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    del loss
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
 def _trace_once(config: dict, plan: TrainingPlan, layers: int | None) -> tuple[dict, dict[str, int], list[str]]:
     """Trace one steady-state step; returns (phase -> items incl. _opt_temp, module acts, notes)."""
     import torch
@@ -335,13 +346,7 @@ def _trace_once(config: dict, plan: TrainingPlan, layers: int | None) -> tuple[d
             opt = build_optimizer(model, plan)
             ids = torch.randint(0, int(vocab), (plan.micro_batch, plan.seq_len))
 
-            def step() -> None:
-                with autocast():
-                    loss = model(input_ids=ids, labels=ids).loss
-                loss.backward()
-                del loss
-                opt.step()
-                opt.zero_grad(set_to_none=True)
+            step = functools.partial(training_step, model, opt, ids, autocast)
 
             if fsdp:
                 tracker = PhaseFSDPMemTracker(model, opt)
@@ -511,4 +516,5 @@ __all__ = [
     "layer_count",
     "layer_period",
     "trace_training_step",
+    "training_step",
 ]
