@@ -124,3 +124,15 @@ def test_max_batch_from_the_cli():
     data = json.loads(run("bill", "meta-llama/Llama-2-7b", "--gpu", "rtx-4090", "--method", "qlora",
                           "--checkpointing", "full", "--max", "batch", "--json").output)
     assert data["max"]["knob"] == "batch" and data["max"]["value"] >= 2
+
+
+def test_unknown_architecture_is_billed_with_a_note(tmp_path):
+    # OPT has no analytic layout: exact parameters from the meta device, activations from a generic layer.
+    config = {"model_type": "opt", "hidden_size": 768, "ffn_dim": 3072, "num_hidden_layers": 12,
+              "num_attention_heads": 12, "vocab_size": 50272, "max_position_embeddings": 2048, "word_embed_proj_dim": 768}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    result = run("bill", str(tmp_path), "--gpu", "24", "--method", "lora", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["model"]["trainable_params"] == 12 * 2 * 16 * (768 + 768)  # q_proj, v_proj adapters
+    assert any("generic decoder layer" in note for note in data["notes"])

@@ -365,19 +365,20 @@ def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:
     amp = plan.precision.is_amp and plan.method is Method.FULL and not plan.sharded_mixed_precision
     T = plan.micro_batch * plan.seq_len
     h = model.hidden_size
-    by_index = {i: sum(layer_activations(model, plan, i).values()) for i in _distinct_layers(model)}
-    layer_sizes = [by_index[_representative(model, i)] for i in range(model.num_layers)]
-    largest = max(layer_sizes)
+    # layers differ only between dense and MoE layouts: compute each distinct layout once
+    first_index = {layout: i for i, layout in reversed(list(enumerate(model.layouts)))}
+    saved = {layout: sum(layer_activations(model, plan, i).values()) for layout, i in first_index.items()}
+    largest = max(saved.values())
     residual = (FP32 if amp else dt) * T * h  # a checkpointed layer keeps only its input
     if plan.checkpointing is Checkpointing.FULL:
         layers_saved = residual * model.num_layers
         recompute = largest
     elif plan.checkpointing is Checkpointing.SELECTIVE:
-        kept = {i: _selective(model, plan, i) for i in _distinct_layers(model)}
-        layers_saved = sum(kept[_representative(model, i)] for i in range(model.num_layers))
-        recompute = max(by_index[i] for i in kept)  # the layer's full activations, rebuilt in backward
+        kept = {layout: _selective(model, plan, i) for layout, i in first_index.items()}
+        layers_saved = sum(kept[layout] for layout in model.layouts)
+        recompute = largest  # the layer's full activations, rebuilt in backward
     else:
-        layers_saved = sum(layer_sizes)
+        layers_saved = sum(saved[layout] for layout in model.layouts)
         recompute = 0
     head_saved, loss_fwd, loss_bwd = _head(model, plan, dt=dt, amp=amp)
     # Backward of one layer holds gradient buffers of its widest intermediates (≈ 3 MLP-wide tensors).
@@ -419,23 +420,6 @@ def _selective(model: ModelSpec, plan: TrainingPlan, index: int) -> int:
             kept += (2 if plan.precision.is_amp else FP32) * T * (plan.lora_rank + linear.out_features)
     kept += dt * T * model.q_dim + FP32 * plan.micro_batch * model.num_heads * plan.seq_len  # SDPA out + lse
     return kept
-
-
-def _representative(model: ModelSpec, index: int) -> int:
-    """Index of the first layer with the same layout as layer `index` (dense vs MoE)."""
-    return model.layouts.index(model.layouts[index])
-
-
-def _distinct_layers(model: ModelSpec) -> list[int]:
-    """One index per distinct layer layout (two for models mixing dense and MoE layers)."""
-    seen: list = []
-    out: list[int] = []
-    for i in range(model.num_layers):
-        layout = model.layouts[i]
-        if layout not in seen:
-            seen.append(layout)
-            out.append(i)
-    return out
 
 
 __all__ = ["Activations", "eager_attention", "estimate_activations", "layer_activations"]

@@ -145,6 +145,9 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
     step_temp = _sharded(states.optimizer_step_temp, shard.shards_optimizer, world)
     host: dict[str, int] = {}
     notes = []
+    if model.family == "unknown":
+        notes.append(f"no activation model for model_type {model.model_type!r}: activations estimated for a generic "
+                     "decoder layer of its sizes (parameters are exact, from the meta device)")
     if plan.method is Method.QLORA and model.is_moe:
         notes.append("QLoRA leaves the routed experts 16-bit: transformers 5 stores them as fused 3-D tensors, "
                      "which bitsandbytes does not quantise")

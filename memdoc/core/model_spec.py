@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from memdoc.core.params import LayerLayout, ParamCounts, count_params, family_of, layer_layout
+from memdoc.core.params import LayerLayout, ParamCounts, count_params, family_of, generic_layout, layer_layout
 from memdoc.errors import ConfigError
 
 # Each architecture number and the config keys that may hold it, in order of preference.
@@ -84,9 +84,15 @@ class ModelSpec:
 
     @functools.cached_property
     def layouts(self) -> tuple[LayerLayout, ...]:
-        """The parameter layout of every decoder layer (computed once; empty for unknown families)."""
+        """The parameter layout of every decoder layer (computed once).
+
+        Unknown families get a generic decoder layer built from the config's sizes (q/k/v/o
+        projections, a two-matrix MLP): their parameter counts come from the meta device, and
+        the activation estimate for them is only as good as that generic shape (the bill says so).
+        """
         if self.family == "unknown":
-            return ()
+            generic = generic_layout(self.hidden_size, self.q_dim, self.kv_dim, self.intermediate_size)
+            return (generic,) * self.num_layers
         return tuple(layer_layout(self.config, self.family, i) for i in range(self.num_layers))
 
     @property
@@ -158,7 +164,11 @@ def spec_from_config(
     if model_type == "deepseek_v2":
         head_dim = int(config["qk_nope_head_dim"]) + int(config["qk_rope_head_dim"])
     intermediate = int(
-        config.get("intermediate_size") or config.get("n_inner") or config.get("ffn_hidden_size") or 4 * hidden
+        config.get("intermediate_size")
+        or config.get("n_inner")
+        or config.get("ffn_hidden_size")
+        or config.get("ffn_dim")
+        or 4 * hidden
     )
     family = family_of(model_type)
     params = params or count_params(config, family=family, model_id=model_id)

@@ -292,6 +292,21 @@ def _bert_layer(config: dict) -> LayerLayout:
     )
 
 
+def generic_layout(hidden: int, q_dim: int, kv_dim: int, intermediate: int) -> LayerLayout:
+    """A plain decoder layer (q/k/v/o projections, two-matrix MLP, two LayerNorms) for unknown families."""
+    return LayerLayout(
+        (
+            Linear("q_proj", hidden, q_dim, False, "attention"),
+            Linear("k_proj", hidden, kv_dim, False, "attention"),
+            Linear("v_proj", hidden, kv_dim, False, "attention"),
+            Linear("o_proj", q_dim, hidden, False, "attention"),
+            Linear("fc1", hidden, intermediate, False, "mlp"),
+            Linear("fc2", intermediate, hidden, False, "mlp"),
+        ),
+        2 * 2 * hidden,
+    )
+
+
 def layer_layout(config: dict, family: str, index: int, *, active: bool = False) -> LayerLayout:
     """Parameters of decoder layer `index` (layers differ only for MoE / dense mixes)."""
     if family == "gpt2":
