@@ -34,11 +34,14 @@ def test_quantified_startup_oom_on_24gb():
 
 
 def test_checkpointing_saves_nothing_when_adam_dominates():
-    out = json.loads(run("prescribe", "--symptom", "ckpt-no-savings", "meta-llama/Llama-3.1-8B", "--gpu", "80",
+    # Full fine-tuning of an 8B model peaks at the optimizer step (weights + grads + AdamW states +
+    # foreach buffer): fewer activations change nothing there, smaller optimizer states do.
+    out = json.loads(run("prescribe", "--symptom", "mid-run-oom", "meta-llama/Llama-3.1-8B", "--gpu", "80",
                          "--json").output)
-    ckpt = [p for p in out["prescriptions"] if p["saves_bytes"] is not None]
-    assert out["symptom"] == "ckpt-no-savings"
-    assert ckpt == [] or all(p["saves_bytes"] >= 0 for p in ckpt)
+    saves = {p["id"]: p["saves_bytes"] for p in out["prescriptions"]}
+    assert saves["midrun-checkpointing"] == 0
+    # paged 8-bit AdamW: two bf16 states (4 B/param) become two uint8 states + absmax (≈ 2.03 B/param)
+    assert saves["midrun-paged-8bit-adam"] > 1.9 * 8_030_261_248
 
 
 def test_log_from_stdin_extracts_figures():

@@ -22,7 +22,8 @@ def test_unknown_model_suggests_close_names():
     with pytest.raises(UnknownModelError) as err:
         resolve_model("meta-llama/Llama-2-7x-hf")
     assert "Llama-2-7b-hf" in str(err.value)
-    assert "meta-llama/Llama-3.1-8B" in suggest("meta-llama/Llama-3.1-8b-typo") or suggest("llama-3.1-8b")
+    assert suggest("meta-llama/Llama-3.1-8b-typo")[0] == "meta-llama/Llama-3.1-8B"
+    assert suggest("llama-3.1-8b")[0] == "meta-llama/Llama-3.1-8B"  # the org may be left out
 
 
 def test_local_config_file_and_directory(tmp_path):
