@@ -61,8 +61,6 @@ class ModelSpec:
     """Routed experts each token visits (top-k)."""
     moe_intermediate_size: int = 0
     """Width of one routed expert's MLP."""
-    num_moe_layers: int = 0
-    """Layers whose MLP is a mixture of experts."""
     params: ParamCounts
     """Exact parameter counts by component."""
     source: str = "catalog"
@@ -191,7 +189,6 @@ def spec_from_config(
         num_experts=num_experts,
         experts_per_token=int(config.get("num_experts_per_tok") or 0) if num_experts else 0,
         moe_intermediate_size=int(config.get("moe_intermediate_size") or intermediate) if num_experts else 0,
-        num_moe_layers=params.moe_layers,
         params=params,
         source=source,
         config=config,

@@ -90,7 +90,6 @@ class ParamCounts:
     """LM head (0 when tied to the embedding), incl. its bias and any MLM transform."""
     active: int
     """Parameters one token touches (MoE: top-k routed experts only); = total for dense models."""
-    moe_layers: int = 0
 
     @property
     def total(self) -> int:
@@ -349,7 +348,7 @@ def count_params(config: dict, *, family: str, model_id: str = "model") -> Param
         raise UnsupportedArchitecture(f"no analytic layout for {model_id} (model_type {config.get('model_type')!r})")
     layers = _i(config, "num_hidden_layers", "n_layer")
     embedding, final_norm, head = _embedding_norm_head(config, family)
-    attention = mlp = norms = active_mlp = moe_layers = 0
+    attention = mlp = norms = active_mlp = 0
     for index in range(layers):
         layout = layer_layout(config, family, index)
         attention += layout.params("attention")
@@ -357,7 +356,6 @@ def count_params(config: dict, *, family: str, model_id: str = "model") -> Param
         norms += layout.norm_params
         active_layout = layer_layout(config, family, index, active=True)
         active_mlp += active_layout.params() - active_layout.params("attention")
-        moe_layers += any(l.group == "experts" for l in layout.linears)
     norms += final_norm
     total = embedding + attention + mlp + norms + head
     return ParamCounts(
@@ -367,5 +365,4 @@ def count_params(config: dict, *, family: str, model_id: str = "model") -> Param
         norms=norms,
         head=head,
         active=total - mlp + active_mlp,
-        moe_layers=moe_layers,
     )

@@ -239,11 +239,6 @@ class TrainingPlan:
             and (self.shard is not Shard.NONE or self.offload is not Offload.NONE)
         )
 
-    @property
-    def effective_batch(self) -> int:
-        """Sequences per optimizer step across all GPUs."""
-        return self.micro_batch * self.grad_accum * self.world_size
-
     def replace(self, **changes) -> "TrainingPlan":
         """A new, re-validated plan with `changes` applied."""
         return dataclasses.replace(self, **changes)

@@ -190,7 +190,6 @@ class _Session:
         self.step_index = 0  # completed optimizer steps
         self.steps = 0
         self.roots: dict[int, object] = {}
-        self.root_refs: list = []
         self.depth = 0
         self.optimizers: list = []  # strong refs until the report is built
         self.opt_info: dict[int, dict] = {}
@@ -208,7 +207,6 @@ class _Session:
         self.phase_peak_total: dict[str, int] = {}
         self.timeline: list[dict] = []
         self._ops = 0
-        self._state_cache = None
         self.uses_cuda = False
         self.cuda_oom_info = None
         self.in_report = False
