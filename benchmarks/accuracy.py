@@ -16,10 +16,10 @@ import statistics
 import sys
 import time
 
-from memdoc.core.bill import compute_bill
-from memdoc.core.ladder import fit_lora_targets
-from memdoc.core.plan import parse_plan
-from memdoc.probe.resolve import load_config, resolve_model
+from memdoc.core.billing.bill import compute_bill
+from memdoc.core.billing.ladder import fit_lora_targets
+from memdoc.core.model.plan import parse_plan
+from memdoc.resolve.models import load_config, resolve_model
 
 GiB = 1024**3
 GB = 10**9

@@ -18,7 +18,7 @@ MODELS = ("meta-llama--Llama-3.2-1B", "meta-llama--Llama-2-7b-hf", "meta-llama--
 CHILD = r"""
 import json, resource, sys, time
 t0 = time.perf_counter()
-from memdoc.core.plan import parse_plan
+from memdoc.core.model.plan import parse_plan
 from memdoc.probe.tracer import trace_training_step
 config = json.load(open(sys.argv[1]))
 m = trace_training_step(config, parse_plan(**json.loads(sys.argv[2])))

@@ -12,11 +12,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from memdoc.core.bill import compute_bill  # noqa: E402
-from memdoc.core.gpu import resolve_gpu  # noqa: E402
-from memdoc.core.plan import parse_plan  # noqa: E402
-from memdoc.probe.recipes import load_recipe  # noqa: E402
-from memdoc.probe.resolve import resolve_model  # noqa: E402
+from memdoc.core.billing.bill import compute_bill  # noqa: E402
+from memdoc.core.model.gpu import resolve_gpu  # noqa: E402
+from memdoc.core.model.plan import parse_plan  # noqa: E402
+from memdoc.resolve.recipes import load_recipe  # noqa: E402
+from memdoc.resolve.models import resolve_model  # noqa: E402
 from memdoc.units import format_bytes  # noqa: E402
 
 README = ROOT / "recipes" / "README.md"

@@ -4,7 +4,7 @@ For each case the real transformers model is built twice (2 and 3 decoder layers
 weights, no download) and run forward with `torch.autograd.graph.saved_tensors_hooks`; every
 distinct storage saved for backward that is not a parameter is counted once. The difference
 between the two runs is what one decoder layer saves — an independent truth for
-`memdoc.core.activations.layer_activations`, which never sees torch.
+`memdoc.core.billing.activations.layer_activations`, which never sees torch.
 """
 
 import json
@@ -14,9 +14,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memdoc.core.activations import layer_activations  # noqa: E402
-from memdoc.core.model_spec import spec_from_config  # noqa: E402
-from memdoc.core.plan import parse_plan  # noqa: E402
+from memdoc.core.billing.activations import layer_activations  # noqa: E402
+from memdoc.core.model.model_spec import spec_from_config  # noqa: E402
+from memdoc.core.model.plan import parse_plan  # noqa: E402
 
 CATALOG = Path(__file__).resolve().parents[1] / "memdoc" / "data" / "catalog"
 SEQ = 128

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from memdoc.core.bill import compute_bill
-from memdoc.core.gpu import resolve_gpu
-from memdoc.core.inference import kv_cache_bytes
-from memdoc.core.ladder import climb, max_fitting
-from memdoc.core.plan import parse_plan
-from memdoc.probe.resolve import resolve_model
+from memdoc.core.billing.bill import compute_bill
+from memdoc.core.model.gpu import resolve_gpu
+from memdoc.core.billing.inference import kv_cache_bytes
+from memdoc.core.billing.ladder import climb, max_fitting
+from memdoc.core.model.plan import parse_plan
+from memdoc.resolve.models import resolve_model
 
 LLAMA2_7B = 6_738_415_616
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from memdoc.core.findings import RunFacts, lint
+from memdoc.core.doctor.findings import RunFacts, lint
 from memdoc.probe.cuda_stats import digest_stats, snapshot_timeline, timeline_html
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "diagnose"
@@ -140,7 +140,7 @@ def test_snapshot_timeline_replays_the_trace():
 
 def test_snapshot_written_with_offline_html(tmp_path):
     from memdoc.commands.diagnose import _write_snapshot
-    from memdoc.probe.script_runner import ScriptResult
+    from memdoc.probe.script import ScriptResult
 
     result = ScriptResult(script="train.py", stop_reason="oom", steps=1, measured={}, peak_phase="forward", phases={},
                           states={}, snapshot=fixture("snapshot.json"), categories={139880000000000: "weights"})

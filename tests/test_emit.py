@@ -20,12 +20,12 @@ import yaml
 from typer.testing import CliRunner
 
 from memdoc.cli import app
-from memdoc.core.bill import compute_bill
+from memdoc.core.billing.bill import compute_bill
 from memdoc.core.emit import EmitContext, emit
-from memdoc.core.gpu import resolve_gpu
-from memdoc.core.plan import check_plan_against_model, parse_plan
-from memdoc.probe.recipes import load_recipe
-from memdoc.probe.resolve import resolve_model
+from memdoc.core.model.gpu import resolve_gpu
+from memdoc.core.model.plan import check_plan_against_model, parse_plan
+from memdoc.resolve.recipes import load_recipe
+from memdoc.resolve.models import resolve_model
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))

@@ -7,8 +7,9 @@ import types
 
 import pytest
 
-from memdoc.core import gpu as gpu_mod
-from memdoc.core.gpu import GpuSpec, detect_local_gpu, load_gpu_table, match_device_name, resolve_gpu
+from memdoc.core.model import gpu as gpu_mod
+from memdoc.core.model.gpu import GpuSpec, load_gpu_table, match_device_name, resolve_gpu
+from memdoc.resolve.gpus import detect_local_gpu
 from memdoc.errors import MemdocError, UnknownGpuError
 from memdoc.units import GiB, MiB
 

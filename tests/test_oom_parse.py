@@ -10,7 +10,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memdoc.core.oom import OomEvent, first_oom, infer_symptom, parse_oom_log, size_to_bytes
+from memdoc.core.doctor.oom import OomEvent, first_oom, infer_symptom, parse_oom_log, size_to_bytes
 
 CORPUS = yaml.safe_load((Path(__file__).parent / "fixtures" / "oom-corpus.yaml").read_text(encoding="utf-8"))
 

@@ -3,8 +3,8 @@
 
 import pytest
 
-from memdoc.core.model_spec import spec_from_config
-from memdoc.probe.resolve import catalog_config, catalog_ids
+from memdoc.core.model.model_spec import spec_from_config
+from memdoc.resolve.models import catalog_config, catalog_ids
 
 CATALOG = sorted(set(catalog_ids().values()))
 

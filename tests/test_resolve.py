@@ -5,7 +5,7 @@ import json
 import pytest
 
 from memdoc.errors import ConfigError, UnknownModelError
-from memdoc.probe.resolve import load_config, resolve_model, suggest
+from memdoc.resolve.models import load_config, resolve_model, suggest
 
 
 def test_meta_original_repo_resolves_to_hf_config():

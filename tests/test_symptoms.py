@@ -8,7 +8,7 @@ import re
 import pytest
 import yaml
 
-from memdoc.core.symptoms import (
+from memdoc.core.doctor.symptoms import (
     HOW_KEYS,
     LADDER_RANK,
     LEVERS,
@@ -82,7 +82,7 @@ def test_prescription_fields(symptom, p):
 
 
 def test_plan_levers_use_plan_values():
-    from memdoc.core.plan import TrainingPlan
+    from memdoc.core.model.plan import TrainingPlan
 
     fields = {f.name for f in dataclasses.fields(TrainingPlan)}
     assert set(PLAN_LEVERS) <= fields

@@ -12,8 +12,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 
-from memdoc.core.measurement import LINE_ITEMS, Measurement  # noqa: E402
-from memdoc.core.plan import TrainingPlan, parse_plan  # noqa: E402
+from memdoc.core.billing.measurement import LINE_ITEMS, Measurement  # noqa: E402
+from memdoc.core.model.plan import TrainingPlan, parse_plan  # noqa: E402
 from memdoc.probe.emulation import adam8bit_state_bytes, nf4_storage_bytes  # noqa: E402
 from memdoc.probe.tracer import build_model, build_optimizer, layer_period, trace_training_step  # noqa: E402
 

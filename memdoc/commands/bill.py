@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from memdoc.cli import command
+from memdoc.commands.app import command
 from memdoc.commands.options import JsonOpt, PlanArgs, plan_options
 
 EXAMPLES = """
@@ -45,13 +45,13 @@ def bill(
     When it does not fit, the ladder applies the cheapest remedies first until it does.
     """
     from memdoc import render
-    from memdoc.core.bill import bill_json, compute_bill
-    from memdoc.core.ladder import climb, max_fitting
+    from memdoc.core.billing.bill import bill_json, compute_bill
+    from memdoc.core.billing.ladder import climb, max_fitting
     from memdoc.errors import PlanError
 
     setup = plan.resolve(model)
     if inference:
-        from memdoc.core.inference import inference_bill
+        from memdoc.core.billing.inference import inference_bill
 
         result = inference_bill(setup.model, setup.plan, setup.gpu)
         if json_out:

@@ -3,9 +3,9 @@
 
 import dataclasses
 
-from memdoc.cli import command
+from memdoc.commands.app import command
 from memdoc.commands.options import JsonOpt
-from memdoc.core.gpu import load_gpu_table
+from memdoc.core.model.gpu import load_gpu_table
 from memdoc.units import format_bytes
 
 
@@ -16,8 +16,8 @@ def models(json_out: JsonOpt = False) -> None:
     Example: memdoc models --json
     """
     from memdoc import render
-    from memdoc.probe.resolve import catalog_config, catalog_ids
-    from memdoc.core.model_spec import spec_from_config
+    from memdoc.resolve.models import catalog_config, catalog_ids
+    from memdoc.core.model.model_spec import spec_from_config
 
     ids = sorted(set(catalog_ids().values()), key=str.lower)
     specs = [spec_from_config(catalog_config(i), model_id=i) for i in ids]

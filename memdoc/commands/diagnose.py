@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from memdoc.cli import command
+from memdoc.commands.app import command
 from memdoc.commands.options import JsonOpt, PlanArgs, plan_options
 
 EXAMPLES = """
@@ -53,7 +53,7 @@ def diagnose(
     billed for HF models — with findings that each name a `memdoc prescribe` entry.
     """
     from memdoc.errors import PlanError
-    from memdoc.probe.script_runner import is_script_target
+    from memdoc.probe.script import is_script_target
 
     if device not in ("cpu", "cuda"):
         raise PlanError(f"--device {device!r} must be 'cpu' or 'cuda'")
@@ -69,8 +69,8 @@ def diagnose(
 
 def _diagnose_model(target: str, *, plan: PlanArgs, json_out: bool, device: str) -> None:
     from memdoc import render
-    from memdoc.core.bill import bill_json, compute_bill
-    from memdoc.probe.resolve import load_config
+    from memdoc.core.billing.bill import bill_json, compute_bill
+    from memdoc.resolve.models import load_config
 
     setup = plan.resolve(target, need_gpu=False)
     if device == "cuda":
@@ -110,7 +110,7 @@ def _diagnose_script(target: str, args: list[str], *, plan: PlanArgs, json_out: 
     import sys
 
     from memdoc import render
-    from memdoc.probe.script_runner import run_script
+    from memdoc.probe.script import run_script
 
     if any(v not in (None, False) for v in plan.values.values()):
         render.note("note: plan flags are ignored for scripts: the plan is detected from what the script runs")
@@ -129,7 +129,7 @@ def _diagnose_script(target: str, args: list[str], *, plan: PlanArgs, json_out: 
     if json_out:
         data = result.to_json()
         if bill is not None:
-            from memdoc.core.bill import bill_json
+            from memdoc.core.billing.bill import bill_json
 
             data["hf"] = {"model_id": result.hf["model_id"], "detected_plan": result.hf["detected"],
                           "billed": bill_json(bill)["per_gpu"], "bill_peak_phase": bill.peak_phase}
@@ -143,8 +143,8 @@ def _diagnose_script(target: str, args: list[str], *, plan: PlanArgs, json_out: 
 
 def _bill_for(result, render):
     """The bill of the detected plan for the script's HF model (None when the config is not billable)."""
-    from memdoc.core.bill import compute_bill
-    from memdoc.core.model_spec import spec_from_config
+    from memdoc.core.billing.bill import compute_bill
+    from memdoc.core.model.model_spec import spec_from_config
     from memdoc.errors import MemdocError
 
     try:

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from memdoc.cli import command
+from memdoc.commands.app import command
 from memdoc.commands.options import JsonOpt, PlanArgs, plan_options
 
 EXAMPLES = """
@@ -43,7 +43,7 @@ _FLAGS = {"micro_batch": "--batch", "seq_len": "--seq", "grad_accum": "--accum",
 
 def command_line(setup, fmt: str, *, output: Optional[str]) -> str:
     """The explicit memdoc command that reproduces this plan (non-default flags only)."""
-    from memdoc.core.plan import TrainingPlan
+    from memdoc.core.model.plan import TrainingPlan
 
     parts = ["memdoc", "emit", setup.model.id]
     if setup.gpu is not None:
@@ -107,7 +107,7 @@ def emit(
     comments at the top and on stderr. ZeRO plans also get a DeepSpeed JSON, FSDP plans an
     accelerate config. Every file starts with the memdoc command and the billed peak per GPU.
     """
-    from memdoc.core.bill import compute_bill
+    from memdoc.core.billing.bill import compute_bill
     from memdoc.core.emit import DEFAULT_FILENAMES, EmitContext, emit as emit_plan, render_main, render_side
     from memdoc.errors import OutputExistsError, PlanError
 
@@ -117,7 +117,7 @@ def emit(
     if fit and the_bill.fits is False:
         from dataclasses import replace
 
-        from memdoc.core.ladder import climb
+        from memdoc.core.billing.ladder import climb
 
         steps = climb(setup.model, setup.plan, setup.gpu)
         if not steps or not steps[-1].fits:

@@ -14,9 +14,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from memdoc.core.gpu import GpuSpec, detect_local_gpu, resolve_gpu
-from memdoc.core.model_spec import ModelSpec
-from memdoc.core.plan import (
+from memdoc.core.model.gpu import GpuSpec, resolve_gpu
+from memdoc.resolve.gpus import detect_local_gpu
+from memdoc.core.model.model_spec import ModelSpec
+from memdoc.core.model.plan import (
     Attention,
     Checkpointing,
     Loss,
@@ -80,8 +81,8 @@ class PlanArgs:
 
     def resolve(self, model_arg: str | None, *, need_gpu: bool = True) -> Setup:
         """Merge flags over the recipe, resolve model and GPU, and validate the plan against the model."""
-        from memdoc.probe.recipes import load_recipe
-        from memdoc.probe.resolve import resolve_model
+        from memdoc.resolve.recipes import load_recipe
+        from memdoc.resolve.models import resolve_model
 
         values = dict(self.values)
         recipe_path = values.pop("recipe", None)

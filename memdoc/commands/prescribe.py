@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from memdoc.cli import command
+from memdoc.commands.app import command
 from memdoc.commands.options import JsonOpt, PlanArgs, plan_options
 
 EXAMPLES = """
@@ -40,8 +40,8 @@ def prescribe(
     and plan flags, each is quantified with the bill: bytes saved and whether it alone fits.
     """
     from memdoc import render
-    from memdoc.core.oom import first_oom, infer_symptom
-    from memdoc.core.symptoms import get_symptom, list_symptoms
+    from memdoc.core.doctor.oom import first_oom, infer_symptom
+    from memdoc.core.doctor.symptoms import get_symptom, list_symptoms
     from memdoc.errors import ConfigError, PlanError
 
     if list_all:
@@ -72,7 +72,7 @@ def prescribe(
     quantified = base = setup = None
     if model is not None or plan.values.get("recipe"):
         setup = plan.resolve(model, need_gpu=False)
-        from memdoc.core.quantify import quantify
+        from memdoc.core.doctor.quantify import quantify
 
         base, quantified = quantify(chosen.prescriptions, setup.model, setup.plan, setup.gpu)
     if json_out:

@@ -8,7 +8,7 @@ One warm-up step creates the optimizer states; the second step is measured with
 
 from __future__ import annotations
 
-from memdoc.core.plan import Offload, Shard, TrainingPlan
+from memdoc.core.model.plan import Offload, Shard, TrainingPlan
 from memdoc.errors import MemdocError, PlanError
 
 

@@ -49,8 +49,8 @@ import re
 import time
 from typing import Callable
 
-from memdoc.core.measurement import LINE_ITEMS, PHASES, Measurement
-from memdoc.core.plan import (
+from memdoc.core.billing.measurement import LINE_ITEMS, PHASES, Measurement
+from memdoc.core.model.plan import (
     ALL_LINEAR,
     Attention,
     Checkpointing,

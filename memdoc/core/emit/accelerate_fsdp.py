@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memdoc.core.emit.base import EmitContext
-from memdoc.core.plan import (
+from memdoc.core.model.plan import (
     Method,
     Offload,
     OffloadTarget,

@@ -24,7 +24,7 @@ from memdoc.core.emit.base import (
 )
 from memdoc.core.emit.common import multinode_note
 from memdoc.core.emit.deepspeed import deepspeed_config
-from memdoc.core.plan import Loss, Method, Offload, OffloadTarget, Optimizer, Precision
+from memdoc.core.model.plan import Loss, Method, Offload, OffloadTarget, Optimizer, Precision
 
 LIGER_PLUGIN = "axolotl.integrations.liger.LigerPlugin"
 

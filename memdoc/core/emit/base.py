@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from memdoc.core.activations import LORA_DROPOUT  # noqa: F401  (re-exported: the dropout the bill assumes is the one emitted)
-from memdoc.core.plan import (
+from memdoc.core.billing.activations import LORA_DROPOUT  # noqa: F401  (re-exported: the dropout the bill assumes is the one emitted)
+from memdoc.core.model.plan import (
     ALL_LINEAR,
     Checkpointing,
     Method,

@@ -4,7 +4,7 @@ to cpu or nvme; batch, accumulation, clipping and precision are 'auto' (filled f
 from __future__ import annotations
 
 from memdoc.core.emit.base import DS_CONFIG_NAME, NVME_PLACEHOLDER, EmitContext, header_text
-from memdoc.core.plan import (
+from memdoc.core.model.plan import (
     Method,
     Offload,
     OffloadTarget,

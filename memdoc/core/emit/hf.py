@@ -21,7 +21,7 @@ from memdoc.core.emit.base import (
     uses_fsdp,
 )
 from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
-from memdoc.core.plan import Loss, Method
+from memdoc.core.model.plan import Loss, Method
 
 
 def emit_hf(ctx: EmitContext) -> Emitted:

@@ -16,7 +16,7 @@ from memdoc.core.emit.base import (
     uses_fsdp,
 )
 from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
-from memdoc.core.plan import Loss, Method, Precision, Shard
+from memdoc.core.model.plan import Loss, Method, Precision, Shard
 
 
 def emit_llamafactory(ctx: EmitContext) -> Emitted:

@@ -18,8 +18,8 @@ import os
 from importlib import resources
 from pathlib import Path
 
-from memdoc.core.model_spec import ModelSpec, spec_from_config
-from memdoc.core.params import UnsupportedArchitecture
+from memdoc.core.model.model_spec import ModelSpec, spec_from_config
+from memdoc.core.model.params import UnsupportedArchitecture
 from memdoc.errors import ConfigError, UnknownModelError
 
 _CATALOG_PACKAGE = "memdoc.data.catalog"
@@ -130,6 +130,6 @@ def resolve_model(model: str) -> ModelSpec:
     try:
         return spec_from_config(config, model_id=model_id, source=source)
     except UnsupportedArchitecture:
-        from memdoc.probe.meta_count import spec_with_meta_count
+        from memdoc.resolve.meta_count import spec_with_meta_count
 
         return spec_with_meta_count(config, model_id=model_id, source=source)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memdoc.core.bill import Bill, compute_bill
-from memdoc.core.gpu import GpuSpec
-from memdoc.core.ladder import fit_lora_targets
-from memdoc.core.model_spec import ModelSpec
-from memdoc.core.plan import TrainingPlan, parse_plan
-from memdoc.core.symptoms import PLAN_LEVERS, Prescription
+from memdoc.core.billing.bill import Bill, compute_bill
+from memdoc.core.model.gpu import GpuSpec
+from memdoc.core.billing.ladder import fit_lora_targets
+from memdoc.core.model.model_spec import ModelSpec
+from memdoc.core.model.plan import TrainingPlan, parse_plan
+from memdoc.core.doctor.symptoms import PLAN_LEVERS, Prescription
 from memdoc.errors import PlanError
 
 

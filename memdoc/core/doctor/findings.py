@@ -1,7 +1,7 @@
 """Lint rules for a measured training run: what the seeds warn about, as findings with a prescription.
 
 Pure Python (no torch): `lint(facts)` reads a `RunFacts` — plain data collected by
-`memdoc.probe.script_runner` while the user's script ran (or built by hand in tests) — and returns
+`memdoc.probe.script` while the user's script ran (or built by hand in tests) — and returns
 `Finding`s, most important first. Each finding names the `memdoc prescribe --symptom …` that
 treats it.
 

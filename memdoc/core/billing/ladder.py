@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from memdoc.core.bill import Bill, compute_bill
-from memdoc.core.gpu import GpuSpec
-from memdoc.core.model_spec import ModelSpec
-from memdoc.core.plan import ALL_LINEAR, Checkpointing, Loss, Method, Offload, Optimizer, Precision, Shard, TrainingPlan
-from memdoc.core.steptime import step_seconds
+from memdoc.core.billing.bill import Bill, compute_bill
+from memdoc.core.model.gpu import GpuSpec
+from memdoc.core.model.model_spec import ModelSpec
+from memdoc.core.model.plan import ALL_LINEAR, Checkpointing, Loss, Method, Offload, Optimizer, Precision, Shard, TrainingPlan
+from memdoc.core.billing.steptime import step_seconds
 from memdoc.errors import PlanError
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memdoc.core.bill import ALLOCATOR_OVERHEAD, CUDA_CONTEXT_BYTES
-from memdoc.core.gpu import GpuSpec
-from memdoc.core.model_spec import ModelSpec
-from memdoc.core.plan import Method, TrainingPlan
-from memdoc.core.states import qlora_weight_bytes
+from memdoc.core.billing.bill import ALLOCATOR_OVERHEAD, CUDA_CONTEXT_BYTES
+from memdoc.core.model.gpu import GpuSpec
+from memdoc.core.model.model_spec import ModelSpec
+from memdoc.core.model.plan import Method, TrainingPlan
+from memdoc.core.billing.states import qlora_weight_bytes
 
 
 @dataclass(frozen=True, kw_only=True)

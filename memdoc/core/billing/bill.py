@@ -27,11 +27,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from memdoc.core.activations import Activations, estimate_activations
-from memdoc.core.gpu import GpuSpec
-from memdoc.core.model_spec import ModelSpec
-from memdoc.core.plan import Method, Offload, Shard, TrainingPlan
-from memdoc.core.states import ModelStates, model_states
+from memdoc.core.billing.activations import Activations, estimate_activations
+from memdoc.core.model.gpu import GpuSpec
+from memdoc.core.model.model_spec import ModelSpec
+from memdoc.core.model.plan import Method, Offload, Shard, TrainingPlan
+from memdoc.core.billing.states import ModelStates, model_states
 from memdoc.units import MiB
 
 ALLOCATOR_OVERHEAD = 0.08

@@ -15,10 +15,10 @@ time = compute + exposed communication + host transfers, per GPU and optimizer s
 
 from __future__ import annotations
 
-from memdoc.core.gpu import GpuSpec
-from memdoc.core.model_spec import ModelSpec
-from memdoc.core.plan import Checkpointing, Method, Offload, Precision, Shard, TrainingPlan
-from memdoc.core.states import model_states
+from memdoc.core.model.gpu import GpuSpec
+from memdoc.core.model.model_spec import ModelSpec
+from memdoc.core.model.plan import Checkpointing, Method, Offload, Precision, Shard, TrainingPlan
+from memdoc.core.billing.states import model_states
 
 MFU = 0.4
 DEFAULT_TFLOPS = 312.0  # A100 bf16 dense, when the GPU is given only as a memory size

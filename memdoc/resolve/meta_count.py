@@ -7,8 +7,8 @@ head and the rest. Activation estimates for such models use the generic family c
 
 from __future__ import annotations
 
-from memdoc.core.model_spec import ModelSpec, spec_from_config
-from memdoc.core.params import ParamCounts
+from memdoc.core.model.model_spec import ModelSpec, spec_from_config
+from memdoc.core.model.params import ParamCounts
 from memdoc.errors import ConfigError
 
 

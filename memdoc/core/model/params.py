@@ -5,7 +5,7 @@ module name HF uses, so LoRA targets can be matched) plus its norm parameters; c
 over that layout. The layouts follow the `modeling_*.py` files of transformers 5.x; the test
 suite builds every catalog model on the meta device and asserts equality to the parameter.
 Unknown families raise `UnsupportedArchitecture`, and callers fall back to the meta-device count
-(`memdoc.probe.meta_count`).
+(`memdoc.resolve.meta_count`).
 """
 
 from __future__ import annotations

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memdoc.core.model_spec import ModelSpec
-from memdoc.core.params import Linear
-from memdoc.core.plan import ALL_LINEAR, Attention, Checkpointing, Loss, Method, TrainingPlan
+from memdoc.core.model.model_spec import ModelSpec
+from memdoc.core.model.params import Linear
+from memdoc.core.model.plan import ALL_LINEAR, Attention, Checkpointing, Loss, Method, TrainingPlan
 
 FP32 = 4
 LORA_DROPOUT = 0.05

@@ -55,7 +55,7 @@ def _bar(phase, scale: int) -> str:
 
 def render_bill(bill, ladder, command_line=None) -> None:
     """The bill table with per-phase stacked bars, the verdict line and the ladder."""
-    from memdoc.core.bill import ITEMS, PHASES
+    from memdoc.core.billing.bill import ITEMS, PHASES
 
     plan = bill.plan
     gpu = bill.gpu
@@ -194,7 +194,7 @@ def _compare_table(title: str, measured: dict, billed: dict | None, *, caption: 
 
 def render_traced(measurement, bill, cuda: dict | None = None) -> None:
     """`memdoc diagnose MODEL`: the traced step next to the analytic bill, peak phase, top modules."""
-    from memdoc.core.bill import bill_json
+    from memdoc.core.billing.bill import bill_json
 
     billed = bill_json(bill)["per_gpu"]
     plan = bill.plan
@@ -244,7 +244,7 @@ def render_script_report(result, bill=None, *, summary: bool = False, written: l
     if result.peak_phase is None:
         stdout.print("  no forward pass of an nn.Module was seen: nothing to attribute")
     else:
-        from memdoc.core.measurement import PHASES
+        from memdoc.core.billing.measurement import PHASES
 
         t = Table(title="Measured tensor memory, itemised at each phase's peak", title_justify="left")
         t.add_column("item", justify="left")
@@ -267,7 +267,7 @@ def render_script_report(result, bill=None, *, summary: bool = False, written: l
     elif summary:
         stdout.print("  --summary: no CUDA memory was used, so there is no memory_summary()")
     if bill is not None and result.hf:
-        from memdoc.core.bill import bill_json
+        from memdoc.core.billing.bill import bill_json
 
         det = result.hf["detected"]
         title = (f"{result.hf['model_id']} · measured vs billed for the detected plan: "

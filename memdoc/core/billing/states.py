@@ -21,9 +21,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from memdoc.core.activations import _saves_input, _targets
-from memdoc.core.model_spec import ModelSpec
-from memdoc.core.plan import Method, Optimizer, TrainingPlan
+from memdoc.core.billing.activations import _saves_input, _targets
+from memdoc.core.model.model_spec import ModelSpec
+from memdoc.core.model.plan import Method, Optimizer, TrainingPlan
 
 NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)
 """4-bit code + 8-bit absmax per 64 weights + fp32 second-level absmax per 256 blocks."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from memdoc.core.params import LayerLayout, ParamCounts, count_params, family_of, generic_layout, layer_layout
+from memdoc.core.model.params import LayerLayout, ParamCounts, count_params, family_of, generic_layout, layer_layout
 from memdoc.errors import ConfigError
 
 # Each architecture number and the config keys that may hold it, in order of preference.
@@ -36,7 +36,7 @@ _DEFAULT_LORA_TARGETS = {
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
-    """What memdoc knows about one model. Counts are exact (see `memdoc.core.params`)."""
+    """What memdoc knows about one model. Counts are exact (see `memdoc.core.model.params`)."""
 
     id: str
     """The id the user gave, normalised to the catalog's spelling when found there."""

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from memdoc.core.plan import Attention, Checkpointing, Loss, Method, Offload, Optimizer, Precision, Shard
+from memdoc.core.model.plan import Attention, Checkpointing, Loss, Method, Offload, Optimizer, Precision, Shard
 from memdoc.errors import KnowledgeBaseError, UnknownSymptomError
 
 __all__ = [

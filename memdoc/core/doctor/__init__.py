@@ -1,0 +1,1 @@
+"""The doctor: OOM texts, symptoms and their prescriptions, findings on a measured run."""

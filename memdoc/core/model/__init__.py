@@ -1,0 +1,1 @@
+"""The model and the plan: architecture numbers, exact parameter counts, the training plan, GPUs."""
