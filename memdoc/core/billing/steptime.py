@@ -1,63 +1,308 @@
-"""Relative step time of a plan: a first-order model to rank remedies, not a benchmark.
+"""Absolute step time of a plan: seconds per optimizer step on one GPU, and tokens/s.
 
-time = compute + exposed communication + host transfers, per GPU and optimizer step:
-* compute = FLOPs / (bf16 peak × MFU). FLOPs per token: 2·P forward, 4·P backward for full
-  fine-tuning (Kaplan et al. 2020, "6N"); LoRA skips weight gradients of the frozen base, 2·P
-  backward; full checkpointing adds one forward (2·P: the "+33%" of the seed articles), selective
-  recomputes element-wise ops only (≈ +5%). MFU is taken as 0.4.
-* sharding (ZeRO-3/FSDP) moves 3 × the 16-bit weights per step (all-gather in forward and
-  backward, reduce-scatter of gradients), DDP 2 × (all-reduce); half of it is assumed hidden
-  behind compute. The link is the GPU's host link (a pessimistic stand-in for NVLink).
-* offload moves gradients to the host and updated weights back each step (ZeRO-Offload), and
-  with weight offload the weights again in forward and backward, over the host link; the CPU
-  optimizer step reads and writes states at an assumed 50 GB/s of host memory bandwidth.
+time = Σ over micro-batches (matmuls + memory-bound ops) + optimizer step + exposed communication
++ host transfers. Each term is a count of work from the architecture, divided by a peak rate of
+the GPU (`memdoc/data/gpus.yaml`) times an efficiency:
+
+* **Matmuls** (`matmul_flops`), FLOPs per micro-batch of T = batch × seq tokens: every decoder
+  linear 2·T·P forward (MoE: the top-k experts a token visits), 2·T·P for the input gradients in
+  backward, and 2·T·P for the weight gradients only where weights train (frozen LoRA/QLoRA bases
+  need none; Kaplan et al. 2020's 6N is the full case). The LM head is one more linear of h × V
+  (computed even when tied). LoRA adds 6·T·r·(in + out) per adapter. Attention: per layer
+  4·s²·q_dim per sequence for QKᵀ and PV; SDPA/flash skips the masked half of a causal mask and
+  its backward is 2.5 × the forward (FlashAttention-2 recomputes QKᵀ: five matmuls for two);
+  eager computes the full square, backward 2 ×. Full checkpointing recomputes each layer's
+  forward in backward (+1 forward of the decoder, not the head).
+* **Rates per dtype**: bf16/fp16 and autocast run at the bf16/fp16 tensor rate; fp32 runs at the
+  FP32 (non-tensor) rate, because torch's default `float32_matmul_precision="highest"` keeps TF32
+  tensor cores off (a ×15 difference on an H100). QLoRA dequantises each NF4 weight on every use
+  (forward, input gradients, recompute): 2 bytes written + 0.5 read per weight, memory-bound.
+* **Memory-bound ops** (`memory_bytes`), bytes moved at HBM bandwidth: the element-wise chain of
+  an HF decoder layer in eager PyTorch, counted op by op per token — RMSNorm upcasts to fp32
+  (to-fp32, pow, mean, multiply, cast back, scale: 28 + 4e bytes per element, e = activation
+  bytes), rotary on q and k (multiply, rotate-half's neg+cat, multiply, add: 11e), SwiGLU
+  (act + multiply: 5e per intermediate element), two residual adds (3e per hidden element each);
+  backward moves twice what forward does, and checkpointing (full or selective) repeats the
+  forward. Eager attention adds its scores, mask, fp32 softmax and cast (10e + 8 bytes per score,
+  tanh soft-capping 6e more; ×3 with backward). The HF loss upcasts the T × V logits to fp32 and
+  takes log-softmax and its gradient (44 bytes per logit); the fused loss streams chunks
+  (8 bytes per logit). peft's LoRA path runs its adapters in fp32 (the input is cast to the
+  adapter dtype): about 12 bytes per token per adapter input/output element, ×3 with backward.
+  Autocast re-casts fp32 weights to bf16 on every forward (6 bytes per weight) and the weight
+  gradients back (6 bytes per trainable weight). Gradient accumulation adds each micro-batch's
+  gradients into .grad (3 × gradient bytes per micro-batch after the first).
+* **Optimizer step** (`optimizer_bytes`): element accesses per parameter × state bytes, at HBM
+  bandwidth: foreach AdamW (torch `_multi_tensor_adamw`: weight decay, lerp, mul, addcmul, sqrt,
+  div, add, addcdiv) touches 20 param-sized tensors; fused AdamW reads p, g, m, v and writes p,
+  m, v (7); bitsandbytes 8-bit AdamW the same 7 with 1-byte states; SGD-momentum 8, Lion 10,
+  Adafactor 12 (factored second moment).
+* **Communication and host transfers** (unchanged first-order terms): ZeRO-3/FSDP move 3 × the
+  16-bit weights per step (all-gather in forward and backward, reduce-scatter of gradients),
+  DDP 2 × (all-reduce); half of it is assumed hidden behind compute; the link is the GPU's host
+  link (a pessimistic stand-in for NVLink). Offload moves gradients down and updated weights up
+  each step, and with weight offload the weights again in forward and backward; the CPU
+  optimizer step moves its states at `HOST_MEMORY_GBPS`.
+
+Calibration (`benchmarks/steptime.py`, rows in `benchmarks/data/h200.jsonl`, one H200): the
+FLOP and byte counts above are derived, not fitted; three efficiencies are fitted —
+`MATMUL_EFFICIENCY` (fraction of the tensor peak large GEMMs reach), `SMALL_MATMUL_DIM` (the
+hidden size at which GEMM efficiency halves: thin matrices under-occupy the SMs, η = η_max ·
+h/(h + h₀)) and `MEMORY_EFFICIENCY` (fraction of peak HBM bandwidth element-wise kernels reach),
+plus `KERNEL_OVERHEAD_S`, the fixed cost of each launched kernel (eager PyTorch launches about
+`KERNELS_PER_LAYER` per decoder layer per forward, ×3 with backward; transformers' MoE loops
+over the visited experts). Fitted by a grid search (`benchmarks/steptime.py --fit`) minimising
+Σ log²(modelled/measured) on 12 of the 18 distinct cases; the 6 in the benchmark's `HELD_OUT`
+were not used. Result: η = 0.75, h₀ = 1000, memory 0.70, 2 µs per kernel; modelled/measured on
+all 18 cases: median |ratio − 1| 7.5%, worst ×1.34 (GPT-2, whose dropout and gelu_new chain
+are only roughly counted); held-out: median 9.2%, worst ×1.21. The FP32 (CUDA-core) path skips
+the thin-matrix factor: without tensor cores, GEMMs saturate at far smaller tiles.
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
+from memdoc.core.billing.states import model_states
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
-from memdoc.core.model.plan import Checkpointing, Method, Offload, Precision, Shard, TrainingPlan
-from memdoc.core.billing.states import model_states
+from memdoc.core.model.plan import (
+    Attention,
+    Checkpointing,
+    Loss,
+    Method,
+    Offload,
+    Optimizer,
+    Precision,
+    Shard,
+    TrainingPlan,
+)
 
-MFU = 0.4
-DEFAULT_TFLOPS = 312.0  # A100 bf16 dense, when the GPU is given only as a memory size
-DEFAULT_LINK_GBPS = 25.0  # PCIe 4.0 x16 as achieved
+MATMUL_EFFICIENCY = 0.75
+SMALL_MATMUL_DIM = 1000.0
+MEMORY_EFFICIENCY = 0.70
+KERNEL_OVERHEAD_S = 2e-6
+KERNELS_PER_LAYER = 40
+"""Kernels one HF decoder layer launches in forward (eager: norms alone are 6 each)."""
+KERNELS_PER_EXPERT = 6
+"""Kernels per visited expert in transformers' expert loop (index, gate-up matmul, act, mul, down matmul, index-add)."""
+
+DEFAULT_TFLOPS = 312.0
+"""A100 bf16 dense, when the GPU is given only as a memory size."""
+DEFAULT_FP32_TFLOPS = 19.5
+"""A100 FP32 (non-tensor)."""
+DEFAULT_BANDWIDTH_GBPS = 2039.0
+"""A100-80 HBM2e."""
+DEFAULT_LINK_GBPS = 25.0
+"""PCIe 4.0 x16 as achieved."""
 HOST_MEMORY_GBPS = 50.0
 HIDDEN_COMM_FRACTION = 0.5
 
+_TWO_MATRIX_MLP = ("gpt2", "gpt_neox", "falcon", "phi", "bert")
+_OPTIMIZER_ACCESSES = {
+    Optimizer.ADAMW: 20,
+    Optimizer.ADAMW_FUSED: 7,
+    Optimizer.SGD: 8,
+    Optimizer.LION: 10,
+    Optimizer.ADAFACTOR: 12,
+}
 
-def step_seconds(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> float:
-    """Modelled seconds of one optimizer step (all micro-batches) on one GPU."""
-    tflops = (gpu.bf16_tflops if gpu and gpu.bf16_tflops else DEFAULT_TFLOPS) * 1e12
+
+@dataclass(frozen=True)
+class StepTime:
+    """Modelled seconds of one optimizer step (all micro-batches) on one GPU, by term."""
+
+    compute: float
+    """Matmuls, memory-bound element-wise ops and kernel launches of every micro-batch."""
+    optimizer: float
+    """The optimizer step on the GPU (0 when it runs on the host)."""
+    communication: float
+    """Exposed inter-GPU communication."""
+    host: float
+    """Host transfers and the CPU optimizer step under offload."""
+    tokens: int
+    """Tokens one GPU processes per optimizer step."""
+
+    @property
+    def seconds(self) -> float:
+        return self.compute + self.optimizer + self.communication + self.host
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Tokens per second per GPU."""
+        return self.tokens / self.seconds
+
+    def to_json(self, world_size: int = 1) -> dict:
+        return {
+            "step_seconds": round(self.seconds, 4),
+            "tokens_per_second": round(self.tokens_per_second),
+            "tokens_per_second_all_gpus": round(self.tokens_per_second * world_size),
+        }
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """Per-model sums the time model needs (computed once per model)."""
+
+    linear_params: int
+    """Parameters of every decoder linear a token passes through (MoE: top-k experts)."""
+    head_params: int
+    """h × V: the LM head's matmul (tied or not)."""
+    norm_elements: int
+    """Σ over layers of normalised elements per token (two norms of h per layer)."""
+    rope_elements: int
+    """Σ over layers of q_dim + kv_dim."""
+    act_elements: int
+    """Σ over layers of MLP intermediate elements per token (MoE: top-k experts)."""
+    resid_elements: int
+    """Σ over layers of 2·h."""
+    q_dim_layers: int
+    """Σ over layers of q_dim (attention FLOPs scale with it)."""
+    heads_layers: int
+    """Σ over layers of attention heads (eager score elements scale with it)."""
+    act_bytes: int
+    """Bytes per intermediate element per activation-byte of the MLP's element-wise chain."""
+    layer_norm: bool
+    """LayerNorm (one native kernel) instead of HF's eager RMSNorm chain."""
+    expert_loops: int
+    """Σ over layers of the routed experts one micro-batch visits (transformers loops over them)."""
+
+
+@functools.lru_cache(maxsize=64)
+def _shape(model: ModelSpec) -> _Shape:
+    p = model.params
+    linear = p.active - p.embedding - p.norms - p.head
+    mlp_linear = max(0, linear - p.attention)
+    matrices = 2 if model.family in _TWO_MATRIX_MLP else 3
+    layers = model.num_layers
+    norms = 4 if model.family == "gemma2" else 2  # Gemma-2 norms before and after each block
+    act = 5 if matrices == 3 else 16 if model.family == "gpt2" else 2  # act·mul; gelu_new's 8 ops; one gelu
+    return _Shape(
+        linear_params=linear,
+        head_params=model.hidden_size * model.vocab_size,
+        norm_elements=norms * model.hidden_size * layers,
+        rope_elements=(model.q_dim + model.kv_dim) * layers,
+        act_elements=mlp_linear // (matrices * model.hidden_size),
+        resid_elements=2 * model.hidden_size * layers,
+        q_dim_layers=model.q_dim * layers,
+        heads_layers=model.num_heads * layers,
+        act_bytes=act,
+        layer_norm=model.family in _TWO_MATRIX_MLP,
+        expert_loops=model.num_experts * layers,
+    )
+
+
+def _matmul_rate(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> float:
+    """Achieved matmul FLOP/s for this plan's compute dtype on `gpu`."""
     if plan.precision is Precision.FP32:
-        tflops /= 2  # TF32 tensor cores run at half the bf16 rate
-    link = (gpu.host_link_gbps if gpu and gpu.host_link_gbps else DEFAULT_LINK_GBPS) * 1e9
-    tokens = plan.micro_batch * plan.seq_len * plan.grad_accum
-    p = model.params.active
-    per_token = 2 * p + (4 * p if plan.method is Method.FULL else 2 * p)
-    if plan.checkpointing is Checkpointing.FULL:
-        per_token += 2 * p
-    elif plan.checkpointing is Checkpointing.SELECTIVE:
-        per_token += 0.1 * p
+        peak = (gpu.fp32_tflops if gpu and gpu.fp32_tflops else DEFAULT_FP32_TFLOPS) * 1e12
+    elif plan.precision in (Precision.FP16, Precision.AMP_FP16) and gpu and gpu.fp16_tflops:
+        peak = gpu.fp16_tflops * 1e12
+    else:
+        peak = (gpu.bf16_tflops if gpu and gpu.bf16_tflops else (gpu and gpu.fp16_tflops) or DEFAULT_TFLOPS) * 1e12
+    if plan.precision is Precision.FP32:
+        return peak * MATMUL_EFFICIENCY  # CUDA-core GEMMs saturate with far smaller tiles than tensor cores
+    h = model.hidden_size
+    return peak * MATMUL_EFFICIENCY * h / (h + SMALL_MATMUL_DIM)
+
+
+def matmul_flops(model: ModelSpec, plan: TrainingPlan) -> float:
+    """Matmul FLOPs of one micro-batch: forward, backward and recompute (see module docstring)."""
+    shape = _shape(model)
+    tokens = plan.micro_batch * plan.seq_len
+    full = plan.method is Method.FULL
+    passes = 3 if full else 2  # forward, input gradients, weight gradients (trainable only)
+    recompute = plan.checkpointing is Checkpointing.FULL
+    flops = 2 * tokens * shape.linear_params * (passes + recompute)
+    flops += 2 * tokens * shape.head_params * passes
+    if plan.is_peft:
+        flops += 6 * tokens * model_states(model, plan).trainable_params
+    per_sequence = 4 * plan.seq_len**2 * shape.q_dim_layers * plan.micro_batch
+    if plan.attention is Attention.SDPA:
+        forward = per_sequence / 2  # causal: the masked half is skipped
+        flops += forward * (1 + 2.5 + recompute)
+    else:
+        flops += per_sequence * (1 + 2 + recompute)
+    return flops
+
+
+def memory_bytes(model: ModelSpec, plan: TrainingPlan) -> float:
+    """Bytes the memory-bound ops of one micro-batch move (see module docstring)."""
+    shape = _shape(model)
+    tokens = plan.micro_batch * plan.seq_len
+    e = plan.precision.compute_bits // 8
+    r = 4 if plan.precision.is_amp else e  # autocast keeps the residual stream in the fp32 of the weights
+    forward_per_token = (
+        shape.norm_elements * (2 * r if shape.layer_norm else 28 + 4 * r)
+        + (0 if shape.layer_norm else shape.rope_elements * 11 * e)
+        + shape.act_elements * shape.act_bytes * e
+        + shape.resid_elements * 3 * r
+    )
+    repeats = 3 + (plan.checkpointing is not Checkpointing.NONE)
+    total = forward_per_token * tokens * repeats
+    if plan.attention is Attention.EAGER:
+        per_score = 10 * e + 8 + (6 * e if model.config.get("attn_logit_softcapping") else 0)
+        scores = plan.micro_batch * plan.seq_len**2 * shape.heads_layers
+        total += scores * per_score * (3 + (plan.checkpointing is Checkpointing.FULL))
+    total += tokens * model.vocab_size * (44 if plan.loss is Loss.HF else 8)
+    trainable = model_states(model, plan).trainable_params
+    if plan.is_peft:
+        total += tokens * (trainable / plan.lora_rank) * 12 * 3
     if plan.method is Method.QLORA:
-        per_token *= 1.15  # dequantising NF4 weights on every use
-    compute = per_token * tokens / (tflops * MFU)
-    # Small micro-batches leave kernels under-occupied: below 4K tokens per micro-batch, up to +15%.
-    compute *= 1 + 0.15 * max(0.0, 1 - plan.micro_batch * plan.seq_len / 4096)
+        total += shape.linear_params * 2.5 * (2 + (plan.checkpointing is Checkpointing.FULL))
+    if plan.precision.is_amp:
+        total += (shape.linear_params + shape.head_params) * 6 * (1 + (plan.checkpointing is Checkpointing.FULL))
+        total += trainable * 6
+    return total
+
+
+def optimizer_bytes(model: ModelSpec, plan: TrainingPlan) -> float:
+    """Bytes the optimizer step moves on the GPU, per optimizer step (see module docstring)."""
+    trainable = model_states(model, plan).trainable_params
+    if plan.optimizer in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT):
+        p = plan.precision.param_bits // 8
+        return trainable * (3 * p + 4)  # p, g read, p written; m, v read and written (1 byte each)
+    state = 4 if plan.is_peft else plan.precision.param_bits // 8  # peft keeps adapters in fp32
+    return trainable * state * _OPTIMIZER_ACCESSES[plan.optimizer]
+
+
+def step_time(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> StepTime:
+    """Modelled time of one optimizer step (all micro-batches) on one GPU, by term."""
+    bandwidth = (gpu.memory_bandwidth_gbps if gpu and gpu.memory_bandwidth_gbps else DEFAULT_BANDWIDTH_GBPS) * 1e9
+    hbm = bandwidth * MEMORY_EFFICIENCY
+    link = (gpu.host_link_gbps if gpu and gpu.host_link_gbps else DEFAULT_LINK_GBPS) * 1e9
+    recompute = 1 + 0.5 * (plan.checkpointing is not Checkpointing.NONE)
+    tokens_k = plan.micro_batch * plan.seq_len * max(1, model.experts_per_token)
+    experts = min(_shape(model).expert_loops, tokens_k * model.num_layers)
+    kernels = 3 * (KERNELS_PER_LAYER * model.num_layers + KERNELS_PER_EXPERT * experts) * recompute
+    micro = (
+        matmul_flops(model, plan) / _matmul_rate(model, plan, gpu)
+        + memory_bytes(model, plan) / hbm
+        + kernels * KERNEL_OVERHEAD_S
+    )
     states = model_states(model, plan)
+    grad_add = 3 * states.gradients * (plan.grad_accum - 1) / hbm
+    compute = micro * plan.grad_accum + grad_add
     world = plan.world_size
+    shard = world if plan.shard.shards_optimizer else 1
+    optimizer = 0.0 if plan.offload is not Offload.NONE else optimizer_bytes(model, plan) / shard / hbm
     comm = 0.0
     if world > 1:
         weights16 = model.params.total * 2 if plan.method is Method.FULL else states.gradients
-        volume = 3 * weights16 if plan.shard in (Shard.ZERO3, Shard.FSDP) else 2 * states.gradients
-        comm = volume * (world - 1) / world / link * plan.grad_accum ** (plan.shard in (Shard.ZERO3, Shard.FSDP))
+        sharded = plan.shard in (Shard.ZERO3, Shard.FSDP)
+        volume = 3 * weights16 if sharded else 2 * states.gradients
+        comm = volume * (world - 1) / world / link * (plan.grad_accum if sharded else 1)
         comm *= 1 - HIDDEN_COMM_FRACTION
     host = 0.0
     if plan.offload is not Offload.NONE:
-        shard = world if plan.shard is not Shard.NONE else 1
         host += 2 * states.gradients / shard / link  # grads down, updated 16-bit weights up
         host += 2 * states.optimizer / shard / (HOST_MEMORY_GBPS * 1e9)
     if plan.offload is Offload.OPTIMIZER_PARAMS:
         host += 2 * states.weights / world / link * plan.grad_accum
-    return compute + comm + host
+    tokens = plan.micro_batch * plan.seq_len * plan.grad_accum
+    return StepTime(compute=compute, optimizer=optimizer, communication=comm, host=host, tokens=tokens)
+
+
+def step_seconds(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> float:
+    """Modelled seconds of one optimizer step (all micro-batches) on one GPU."""
+    return step_time(model, plan, gpu).seconds

@@ -76,6 +76,8 @@ class GpuSpec:
     """"nvidia", "amd" or "unknown"."""
     fp16_tflops: float | None = None
     """Peak dense FP16 tensor throughput, TFLOPS, FP32 accumulate, no sparsity; None when unknown."""
+    fp32_tflops: float | None = None
+    """Peak FP32 (non-tensor) TFLOPS: fp32 matmuls under torch's default (TF32 off); None when unknown."""
     memory_nominal_gb: float | None = None
     """The marketing memory size ("24" for a "24 GB" card), in GB as printed; None when unknown."""
     memory_basis: str = "nominal"
@@ -126,6 +128,7 @@ def _spec_from_entry(entry: dict) -> GpuSpec:
         memory_bandwidth_gbps=opt_float("memory_bandwidth_gbps"),
         bf16_tflops=opt_float("bf16_tflops"),
         fp16_tflops=opt_float("fp16_tflops"),
+        fp32_tflops=opt_float("fp32_tflops"),
         host_link=entry["host_link"],
         host_link_gbps=opt_float("host_link_gbps"),
         source=str(entry["source"]),
