@@ -47,6 +47,7 @@ def bill(
     from memdoc import render
     from memdoc.core.billing.bill import bill_json, compute_bill
     from memdoc.core.billing.ladder import climb, max_fitting
+    from memdoc.core.billing.steptime import step_time
     from memdoc.errors import PlanError
 
     setup = plan.resolve(model)
@@ -62,6 +63,7 @@ def bill(
             raise typer.Exit(3)
         return
     the_bill = compute_bill(setup.model, setup.plan, setup.gpu)
+    time = step_time(setup.model, setup.plan, setup.gpu)
     ladder = [] if (no_ladder or the_bill.fits) else climb(setup.model, setup.plan, setup.gpu)
     maximum = None
     if max_of is not None:
@@ -70,12 +72,13 @@ def bill(
         maximum = max_fitting(setup.model, setup.plan, setup.gpu, max_of)
     if json_out:
         data = bill_json(the_bill)
+        data["time"] = time.to_json(setup.plan.world_size)
         data["ladder"] = [step.to_json() for step in ladder]
         if max_of is not None:
             data["max"] = {"knob": max_of, "value": maximum}
         render.print_json(data)
     else:
-        render.render_bill(the_bill, ladder, command_line=None)
+        render.render_bill(the_bill, ladder, command_line=None, time=time)
         if max_of is not None:
             render.render_max(max_of, maximum, the_bill)
     if check and the_bill.fits is False:

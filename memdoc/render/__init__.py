@@ -53,8 +53,27 @@ def _bar(phase, scale: int) -> str:
     return "".join(out)
 
 
-def render_bill(bill, ladder, command_line=None) -> None:
-    """The bill table with per-phase stacked bars, the verdict line and the ladder."""
+def duration(seconds: float) -> str:
+    """A duration with its unit: ms below a second, s below two minutes, then min, h, days."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.2f} s"
+
+
+def render_time(time, world_size: int, generic_gpu: bool = False) -> None:
+    """One line: modelled seconds per optimizer step, tokens/s, and wall time per billion tokens."""
+    per_billion = 1e9 / (time.tokens_per_second * world_size)
+    gpus = f" on {world_size} GPUs" if world_size > 1 else ""
+    gpus += " (A100 rates assumed: name the GPU for its own)" if generic_gpu else ""
+    stdout.print(f"  step time ≈ {duration(time.seconds)} per optimizer step ({time.tokens:,} tokens per GPU) · "
+                 f"{time.tokens_per_second:,.0f} tokens/s per GPU · {duration(per_billion)} per billion tokens{gpus}")
+
+
+def render_bill(bill, ladder, command_line=None, time=None) -> None:
+    """The bill table with per-phase stacked bars, the verdict line and the ladder (`time`: a StepTime)."""
     from memdoc.core.billing.bill import ITEMS, PHASES
 
     plan = bill.plan
@@ -88,6 +107,8 @@ def render_bill(bill, ladder, command_line=None) -> None:
         f" · process total ≈ {gib(bill.process_total)} (+ CUDA context)"
 
     )
+    if time is not None:
+        render_time(time, plan.world_size, gpu is None or gpu.is_generic)
     if bill.host:
         stdout.print(f"  host {plan.offload_to.value.upper() if plan.offload_to.value == 'nvme' else 'RAM'} needed: "
                      f"{gib(bill.host_bytes)} per GPU, {gib(bill.host_bytes * plan.gpus_per_node)} per node "
@@ -112,7 +133,7 @@ def render_ladder(ladder) -> None:
         t.add_column(header, justify=justify)
     for i, step in enumerate(ladder, 1):
         t.add_row(str(i), step.rung.action, gib(step.bill.peak_allocated), gib(step.bill.process_total),
-                  gib(step.saved_bytes), f"×{step.relative_time:.2f}", "[green]yes[/]" if step.fits else "no")
+                  gib(step.saved_bytes), f"×{step.relative_time:.2f} ({duration(step.step_seconds)})", "[green]yes[/]" if step.fits else "no")
     stdout.print(t)
     if not ladder[-1].fits:
         stdout.print("[red]No rung makes it fit: use more GPUs (--gpus, --shard), a bigger GPU, or a smaller model.[/]")

@@ -117,6 +117,8 @@ class LadderStep:
     bill: Bill
     saved_bytes: int
     """process_total of the previous step minus this one's."""
+    step_seconds: float
+    """Modelled seconds per optimizer step on one GPU (`steptime.step_seconds`)."""
     relative_time: float
     """Modelled step time relative to the user's plan (1.0 = unchanged)."""
 
@@ -132,6 +134,7 @@ class LadderStep:
             "peak_allocated": self.bill.peak_allocated,
             "process_total": self.bill.process_total,
             "saved_bytes": self.saved_bytes,
+            "step_seconds": round(self.step_seconds, 4),
             "relative_time": round(self.relative_time, 3),
             "fits": self.fits,
         }
@@ -171,8 +174,9 @@ def climb(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec) -> list[LadderStep
             saved = previous.process_total - bill.process_total
             if saved >= MIN_SAVING * previous.process_total:
                 remaining.remove(rung)
-                relative_time = step_seconds(model, candidate, gpu) / base_time
-                steps.append(LadderStep(rung=rung, plan=candidate, bill=bill, saved_bytes=saved, relative_time=relative_time))
+                seconds = step_seconds(model, candidate, gpu)
+                steps.append(LadderStep(rung=rung, plan=candidate, bill=bill, saved_bytes=saved, step_seconds=seconds,
+                                        relative_time=seconds / base_time))
                 previous = bill
                 break
         else:
