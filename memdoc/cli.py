@@ -6,7 +6,7 @@ parse flags, call the library and render.
 
 from __future__ import annotations
 
-from memdoc.commands import bill, catalog, diagnose, emit, prescribe  # noqa: F401  (importing registers them)
+from memdoc.commands import bill, catalog, diagnose, emit, plan, prescribe  # noqa: F401  (importing registers them)
 from memdoc.commands.app import app
 
 

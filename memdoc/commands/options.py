@@ -71,6 +71,8 @@ class Setup:
     plan: TrainingPlan
     gpu: GpuSpec | None
     recipe: str | None = None
+    explicit: frozenset[str] = frozenset()
+    """Plan fields the user set (a flag or the recipe); the rest are defaults (`memdoc plan` searches those)."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,8 @@ class PlanArgs:
             gpu = resolve_gpu(gpu_text) if gpu_text else detect_local_gpu()
             if gpu is None:
                 raise NoGpuDetectedError("no local NVIDIA GPU found; pass --gpu (e.g. --gpu 24 or --gpu rtx-4090)")
-        return Setup(model=model, plan=plan, gpu=gpu, recipe=str(recipe_path) if recipe_path else None)
+        return Setup(model=model, plan=plan, gpu=gpu, recipe=str(recipe_path) if recipe_path else None,
+                     explicit=frozenset(_FLAG_TO_FIELD.get(k.replace("-", "_"), k.replace("-", "_")) for k in plan_values))
 
 
 def plan_options(command):

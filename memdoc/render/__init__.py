@@ -139,6 +139,37 @@ def render_ladder(ladder) -> None:
         stdout.print("[red]No rung makes it fit: use more GPUs (--gpus, --shard), a bigger GPU, or a smaller model.[/]")
 
 
+def _change(field: str, before, after) -> str:
+    value = lambda v: ",".join(v) if isinstance(v, tuple) else getattr(v, "value", v)  # noqa: E731
+    return f"{field.replace('_', ' ')} {value(before)} → {value(after)}"
+
+
+def render_plans(setup, candidates, headroom: float) -> None:
+    """`memdoc plan`: the fastest fitting plans, each with what changed from the user's plan."""
+    gpu, plan = setup.gpu, setup.plan
+    gpus = f"{plan.world_size} × " if plan.world_size > 1 else ""
+    if not candidates:
+        stdout.print(f"[bold red]No plan fits[/] {gpus}{gpu.name} ({gib(gpu.memory_bytes)}) with {headroom:.0%} headroom "
+                     "over the knobs left free: free a fixed flag, add GPUs (--gpus) or use a bigger GPU.")
+        return
+    t = Table(title=f"{setup.model.id} on {gpus}{gpu.name} ({gib(gpu.memory_bytes)}): fastest plans that fit "
+                    f"with {headroom:.0%} headroom", title_justify="left")
+    for header, justify in (("#", "right"), ("changes from your plan", "left"), ("peak alloc.", "right"),
+                            ("process", "right"), ("step time", "right"), ("tokens/s/GPU", "right"),
+                            ("per 1B tokens", "right")):
+        t.add_column(header, justify=justify)
+    for i, c in enumerate(candidates, 1):
+        changes = "; ".join(_change(*change) for change in c.changes) or "(none: your plan)"
+        per_billion = 1e9 / (c.time.tokens_per_second * c.plan.world_size)
+        t.add_row(str(i), changes, gib(c.bill.peak_allocated), gib(c.bill.process_total), duration(c.time.seconds),
+                  f"{c.time.tokens_per_second:,.0f}", duration(per_billion))
+    stdout.print(t)
+    if setup.explicit:
+        stdout.print(f"  kept as given: {', '.join(sorted(setup.explicit))}")
+    if gpu.is_generic:
+        stdout.print("  times use A100 rates: name the GPU (--gpu rtx-4090, h100-sxm, …) for its own")
+
+
 def render_max(knob: str, value, bill) -> None:
     name = "micro-batch" if knob == "batch" else "sequence length"
     if value is None:

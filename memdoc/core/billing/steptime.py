@@ -16,7 +16,7 @@ the GPU (`memdoc/data/gpus.yaml`) times an efficiency:
 * **Rates per dtype**: bf16/fp16 and autocast run at the bf16/fp16 tensor rate; fp32 runs at the
   FP32 (non-tensor) rate, because torch's default `float32_matmul_precision="highest"` keeps TF32
   tensor cores off (a ×15 difference on an H100). QLoRA dequantises each NF4 weight on every use
-  (forward, input gradients, recompute): 2 bytes written + 0.5 read per weight, memory-bound.
+  (forward, input gradients, recompute): 0.5 byte read, 2 written and read again by the GEMM.
 * **Memory-bound ops** (`memory_bytes`), bytes moved at HBM bandwidth: the element-wise chain of
   an HF decoder layer in eager PyTorch, counted op by op per token — RMSNorm upcasts to fp32
   (to-fp32, pow, mean, multiply, cast back, scale: 28 + 4e bytes per element, e = activation
@@ -206,8 +206,10 @@ def _matmul_rate(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> f
     return peak * MATMUL_EFFICIENCY * h / (h + SMALL_MATMUL_DIM)
 
 
-def matmul_flops(model: ModelSpec, plan: TrainingPlan) -> float:
-    """Matmul FLOPs of one micro-batch: forward, backward and recompute (see module docstring)."""
+def matmul_flops(model: ModelSpec, plan: TrainingPlan, trainable: int) -> float:
+    """Matmul FLOPs of one micro-batch: forward, backward and recompute (see module docstring).
+
+    `trainable`: trainable parameters (`model_states(model, plan).trainable_params`)."""
     shape = _shape(model)
     tokens = plan.micro_batch * plan.seq_len
     full = plan.method is Method.FULL
@@ -216,7 +218,7 @@ def matmul_flops(model: ModelSpec, plan: TrainingPlan) -> float:
     flops = 2 * tokens * shape.linear_params * (passes + recompute)
     flops += 2 * tokens * shape.head_params * passes
     if plan.is_peft:
-        flops += 6 * tokens * model_states(model, plan).trainable_params
+        flops += 6 * tokens * trainable
     per_sequence = 4 * plan.seq_len**2 * shape.q_dim_layers * plan.micro_batch
     if plan.attention is Attention.SDPA:
         forward = per_sequence / 2  # causal: the masked half is skipped
@@ -226,7 +228,7 @@ def matmul_flops(model: ModelSpec, plan: TrainingPlan) -> float:
     return flops
 
 
-def memory_bytes(model: ModelSpec, plan: TrainingPlan) -> float:
+def memory_bytes(model: ModelSpec, plan: TrainingPlan, trainable: int) -> float:
     """Bytes the memory-bound ops of one micro-batch move (see module docstring)."""
     shape = _shape(model)
     tokens = plan.micro_batch * plan.seq_len
@@ -245,20 +247,18 @@ def memory_bytes(model: ModelSpec, plan: TrainingPlan) -> float:
         scores = plan.micro_batch * plan.seq_len**2 * shape.heads_layers
         total += scores * per_score * (3 + (plan.checkpointing is Checkpointing.FULL))
     total += tokens * model.vocab_size * (44 if plan.loss is Loss.HF else 8)
-    trainable = model_states(model, plan).trainable_params
     if plan.is_peft:
         total += tokens * (trainable / plan.lora_rank) * 12 * 3
     if plan.method is Method.QLORA:
-        total += shape.linear_params * 2.5 * (2 + (plan.checkpointing is Checkpointing.FULL))
+        total += shape.linear_params * 4.5 * (2 + (plan.checkpointing is Checkpointing.FULL))
     if plan.precision.is_amp:
         total += (shape.linear_params + shape.head_params) * 6 * (1 + (plan.checkpointing is Checkpointing.FULL))
         total += trainable * 6
     return total
 
 
-def optimizer_bytes(model: ModelSpec, plan: TrainingPlan) -> float:
+def optimizer_bytes(plan: TrainingPlan, trainable: int) -> float:
     """Bytes the optimizer step moves on the GPU, per optimizer step (see module docstring)."""
-    trainable = model_states(model, plan).trainable_params
     if plan.optimizer in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT):
         p = plan.precision.param_bits // 8
         return trainable * (3 * p + 4)  # p, g read, p written; m, v read and written (1 byte each)
@@ -275,17 +275,18 @@ def step_time(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> Step
     tokens_k = plan.micro_batch * plan.seq_len * max(1, model.experts_per_token)
     experts = min(_shape(model).expert_loops, tokens_k * model.num_layers)
     kernels = 3 * (KERNELS_PER_LAYER * model.num_layers + KERNELS_PER_EXPERT * experts) * recompute
+    states = model_states(model, plan)
+    trainable = states.trainable_params
     micro = (
-        matmul_flops(model, plan) / _matmul_rate(model, plan, gpu)
-        + memory_bytes(model, plan) / hbm
+        matmul_flops(model, plan, trainable) / _matmul_rate(model, plan, gpu)
+        + memory_bytes(model, plan, trainable) / hbm
         + kernels * KERNEL_OVERHEAD_S
     )
-    states = model_states(model, plan)
     grad_add = 3 * states.gradients * (plan.grad_accum - 1) / hbm
     compute = micro * plan.grad_accum + grad_add
     world = plan.world_size
     shard = world if plan.shard.shards_optimizer else 1
-    optimizer = 0.0 if plan.offload is not Offload.NONE else optimizer_bytes(model, plan) / shard / hbm
+    optimizer = 0.0 if plan.offload is not Offload.NONE else optimizer_bytes(plan, trainable) / shard / hbm
     comm = 0.0
     if world > 1:
         weights16 = model.params.total * 2 if plan.method is Method.FULL else states.gradients

@@ -214,8 +214,10 @@ class TrainingPlan:
             raise PlanError("--lora-targets must name at least one module (e.g. q_proj,v_proj or all-linear)")
         if self.method is Method.QLORA and self.precision is Precision.FP32:
             raise PlanError("--precision fp32 with --method qlora: QLoRA computes in bf16/fp16; use bf16 or amp-bf16")
-        if self.shard is not Shard.NONE and self.world_size == 1:
-            raise PlanError(f"--shard {self.shard.value} needs more than one GPU (set --gpus N)")
+        single_gpu_offload = self.shard is Shard.ZERO3 and self.offload is Offload.OPTIMIZER_PARAMS
+        if self.shard is not Shard.NONE and self.world_size == 1 and not single_gpu_offload:
+            raise PlanError(f"--shard {self.shard.value} needs more than one GPU (set --gpus N), "
+                            "except zero3 with --offload optimizer+params (DeepSpeed runs it on one GPU)")
         if self.offload is Offload.OPTIMIZER_PARAMS and not self.shard.shards_weights:
             raise PlanError("--offload optimizer+params needs --shard zero3 or fsdp (weights are offloaded per shard)")
         if self.optimizer in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT) and self.offload is not Offload.NONE:

@@ -1,0 +1,227 @@
+"""The plan search behind `memdoc plan`: the fastest plans that fit, over the knobs the user left free.
+
+The space: method (full, LoRA, QLoRA), precision (bf16, amp-bf16), optimizer (fused and foreach
+AdamW, 8-bit and paged 8-bit AdamW), checkpointing (none, selective, full), loss (HF, fused),
+sharding over the GPUs (ZeRO-1/2/3, FSDP), offload (optimizer; weights too, which DeepSpeed
+ZeRO-3 also runs on one GPU), and every micro-batch × accumulation split of the global batch.
+Knobs the user set (flags or recipe) stay fixed; so do those that change the model being trained
+rather than how (LoRA rank and targets, sequence length) and those never faster or smaller than
+the default (fp32, eager attention, other optimizers): pass them to have them kept.
+
+"Fits" means a process total at most (1 − `HEADROOM`) of the GPU's memory. Time is
+`steptime.step_time`. The search is exact for these models, and fast by two monotonicities:
+* peak memory grows with the micro-batch, and step time (at a fixed global batch) shrinks with
+  it: for each combination of the other knobs, the largest fitting micro-batch (a binary search
+  over the divisors) is its fastest plan, and its time at the largest micro-batch is a lower
+  bound. Combinations are visited by that bound and the search stops once K plans beat the next
+  bound;
+* memory is monotone in each knob's order (`_MEMORY_RANK`): a combination that does not fit at
+  micro-batch 1 rules out every combination that is at least as large in every knob, without
+  billing them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from memdoc.core.billing.bill import Bill, compute_bill
+from memdoc.core.billing.ladder import fit_lora_targets
+from memdoc.core.billing.steptime import StepTime, step_time
+from memdoc.core.model.gpu import GpuSpec
+from memdoc.core.model.model_spec import ModelSpec
+from memdoc.core.model.plan import (
+    Checkpointing,
+    Loss,
+    Method,
+    Offload,
+    Optimizer,
+    Precision,
+    Shard,
+    TrainingPlan,
+)
+from memdoc.errors import PlanError
+
+HEADROOM = 0.05
+"""Fraction of GPU memory a plan must leave free (allocator drift, NCCL buffers, dataset spikes)."""
+
+_MEMORY_RANK: dict[str, dict] = {
+    "method": {Method.FULL: 2, Method.LORA: 1, Method.QLORA: 0},
+    "precision": {Precision.AMP_BF16: 1, Precision.BF16: 0},
+    "optimizer": {Optimizer.ADAMW: 3, Optimizer.ADAMW_FUSED: 2, Optimizer.ADAMW_8BIT: 1, Optimizer.PAGED_ADAMW_8BIT: 0},
+    "checkpointing": {Checkpointing.NONE: 2, Checkpointing.SELECTIVE: 1, Checkpointing.FULL: 0},
+    "loss": {Loss.HF: 1, Loss.FUSED: 0},
+    "shard": {Shard.NONE: 3, Shard.ZERO1: 2, Shard.ZERO2: 1, Shard.ZERO3: 0, Shard.FSDP: 0},
+    "offload": {Offload.NONE: 2, Offload.OPTIMIZER: 1, Offload.OPTIMIZER_PARAMS: 0},
+}
+"""Per knob, values ordered by the memory they need (larger rank: at least as much, all else equal)."""
+KNOBS = tuple(_MEMORY_RANK)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One plan the search found, with its bill and modelled time."""
+
+    plan: TrainingPlan
+    bill: Bill
+    time: StepTime
+    changes: tuple[tuple[str, object, object], ...]
+    """(field, the user's value, this plan's value) for every field that differs."""
+
+    def to_json(self) -> dict:
+        return {
+            "plan": self.plan.to_dict(),
+            "per_gpu": {"peak_allocated": self.bill.peak_allocated, "process_total": self.bill.process_total},
+            "fits": bool(self.bill.fits),
+            "headroom_bytes": self.bill.headroom_bytes,
+            "time": self.time.to_json(self.plan.world_size),
+            "changes": [{"field": f, "from": _plain(a), "to": _plain(b)} for f, a, b in self.changes],
+        }
+
+
+def _plain(value):
+    return value.value if hasattr(value, "value") else list(value) if isinstance(value, tuple) else value
+
+
+def fits_with_headroom(bill: Bill, gpu: GpuSpec) -> bool:
+    return bill.process_total <= gpu.memory_bytes * (1 - HEADROOM)
+
+
+def _values(knob: str, base: TrainingPlan, fixed: frozenset[str]) -> tuple:
+    if knob in fixed:
+        return (getattr(base, knob),)
+    if knob == "shard":
+        return tuple(Shard) if base.world_size > 1 else (Shard.NONE, Shard.ZERO3)
+    return tuple(_MEMORY_RANK[knob])
+
+
+def _dominates(larger: dict, smaller: dict) -> bool:
+    """True when `larger` needs at least the memory of `smaller` in every knob."""
+    for knob in KNOBS:
+        a, b = larger[knob], smaller[knob]
+        if a != b and _MEMORY_RANK[knob][a] <= _MEMORY_RANK[knob][b]:
+            return False
+    return True
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def search(
+    model: ModelSpec,
+    base: TrainingPlan,
+    gpu: GpuSpec,
+    *,
+    fixed: frozenset[str] = frozenset(),
+    global_batch: int | None = None,
+    top: int = 5,
+) -> list[Candidate]:
+    """The `top` fastest plans that fit `gpu` with `HEADROOM`, fastest first (empty: nothing fits).
+
+    `fixed`: plan fields the user set, kept as in `base`. `global_batch`: sequences per
+    optimizer step over all GPUs (default: base's micro-batch × accumulation × GPUs).
+    """
+    world = base.world_size
+    if global_batch is None:
+        global_batch = base.micro_batch * base.grad_accum * world
+    if global_batch < 1 or global_batch % world:
+        raise PlanError(f"--global-batch {global_batch} must be a positive multiple of the {world} GPUs")
+    per_gpu = global_batch // world
+    micro_options = _divisors(per_gpu)
+    if "micro_batch" in fixed:
+        micro_options = [m for m in micro_options if m == base.micro_batch]
+    if "grad_accum" in fixed:
+        micro_options = [m for m in micro_options if per_gpu // m == base.grad_accum]
+    if not micro_options:
+        raise PlanError(f"--batch {base.micro_batch} × --accum {base.grad_accum} × {world} GPUs "
+                        f"does not make the global batch of {global_batch} sequences")
+    combos = []
+    for values in itertools.product(*(_values(k, base, fixed) for k in KNOBS)):
+        knobs = dict(zip(KNOBS, values))
+        if knobs["offload"] is not Offload.NONE and knobs["optimizer"] is not Optimizer.ADAMW and "optimizer" not in fixed:
+            continue  # DeepSpeed's CPU Adam runs the step: the GPU optimizer choice is moot
+        if world == 1 and knobs["shard"] is Shard.ZERO3 and knobs["offload"] is not Offload.OPTIMIZER_PARAMS and "shard" not in fixed:
+            continue
+        try:
+            plan = base.replace(**knobs, micro_batch=micro_options[-1], grad_accum=per_gpu // micro_options[-1])
+        except PlanError:
+            continue
+        if "lora_targets" not in fixed:
+            plan = fit_lora_targets(plan, model)
+        combos.append((step_time(model, plan, gpu).seconds, knobs, plan))
+    combos.sort(key=lambda c: c[0])
+    failed: list[dict] = []
+    found: list[Candidate] = []
+    for bound, knobs, plan in combos:
+        if len(found) >= top and bound > found[top - 1].time.seconds * (1 + TIE):
+            break
+        if any(_dominates(knobs, small) for small in failed):
+            continue
+        best = _largest_fitting(model, plan, gpu, micro_options, per_gpu)
+        if best is None:
+            failed.append(knobs)
+            continue
+        plan, bill = best
+        candidate = Candidate(plan=plan, bill=bill, time=step_time(model, plan, gpu), changes=_changes(base, plan))
+        if not any(_redundant(candidate, other) for other in found):
+            found = [c for c in found if not _redundant(c, candidate)]
+            found.append(candidate)
+            found.sort(key=lambda c: c.time.seconds)
+    return found[:top]
+
+
+TIE = 0.01
+"""Plans whose times differ by less than this fraction are equally fast."""
+
+
+def _redundant(candidate: Candidate, other: Candidate) -> bool:
+    """True when `other` has the same time and memory (within `TIE`) with no more changes than `candidate`.
+
+    LoRA's optimizer choice, say, moves nothing measurable; nor does ZeRO-1 vs ZeRO-2 for
+    adapters: the list keeps one plan of each such group, the one with the fewest changes.
+    """
+
+    def same(a: float, b: float) -> bool:
+        return abs(a - b) <= TIE * max(a, b)
+
+    return (
+        candidate is not other
+        and len(other.changes) <= len(candidate.changes)
+        and same(other.time.seconds, candidate.time.seconds)
+        and same(other.bill.process_total, candidate.bill.process_total)
+    )
+
+
+def _largest_fitting(model, plan, gpu, micro_options, per_gpu) -> tuple[TrainingPlan, Bill] | None:
+    """The plan at the largest micro-batch in `micro_options` that fits, with its bill (None: not even the smallest)."""
+
+    def at(index: int) -> tuple[TrainingPlan, Bill]:
+        m = micro_options[index]
+        p = plan.replace(micro_batch=m, grad_accum=per_gpu // m)
+        return p, compute_bill(model, p, gpu)
+
+    top = at(len(micro_options) - 1)
+    if fits_with_headroom(top[1], gpu):
+        return top
+    low = at(0)
+    if not fits_with_headroom(low[1], gpu):
+        return None
+    lo, hi = 0, len(micro_options) - 1  # lo fits, hi does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        candidate = at(mid)
+        if fits_with_headroom(candidate[1], gpu):
+            lo, low = mid, candidate
+        else:
+            hi = mid
+    return low
+
+
+def _changes(base: TrainingPlan, plan: TrainingPlan) -> tuple[tuple[str, object, object], ...]:
+    before, after = base.to_dict(), plan.to_dict()
+    changes = []
+    for name, value in after.items():
+        if value != before[name] and not (name.startswith("lora_") and not plan.is_peft):
+            changes.append((name, getattr(base, name), getattr(plan, name)))
+    return tuple(changes)
