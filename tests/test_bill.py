@@ -103,8 +103,9 @@ def test_kv_cache_formula():
 
 def test_ladder_stops_at_first_fit_and_is_cheapest_first():
     steps = climb(resolve_model("meta-llama/Llama-2-7b-hf"), parse_plan(batch=4), resolve_gpu("24"))
-    ids = [s.rung.id for s in steps]
-    assert ids[0] == "accumulate" and steps[-1].fits and not any(s.fits for s in steps[:-1])
+    climbed = [s for s in steps if s.rung.id != "drop-unneeded"]  # the final pass comes after the first fit
+    ids = [s.rung.id for s in climbed]
+    assert ids[0] == "accumulate" and climbed[-1].fits and not any(s.fits for s in climbed[:-1])
     assert steps[0].plan.grad_accum == 4 and steps[0].plan.micro_batch == 1
 
 
@@ -158,7 +159,9 @@ def test_fused_loss_never_stores_the_logits():
 def test_ladder_skips_remedies_that_save_nothing_yet():
     # Full fine-tuning of a 7B model peaks at the optimizer step: checkpointing (or a fused loss)
     # cannot help until LoRA has moved the peak into backward, so LoRA comes first.
-    steps = climb(resolve_model("meta-llama/Llama-2-7b-hf"), parse_plan(), resolve_gpu("24"))
-    ids = [s.rung.id for s in steps]
-    assert ids[0] == "lora" and "checkpointing" in ids and steps[-1].fits
-    assert all(s.saved_bytes > 0 for s in steps)
+    # Fused AdamW (no foreach temporaries) is the one cheaper remedy that saves there.
+    steps = climb(resolve_model("meta-llama/Llama-2-7b-hf"), parse_plan(optimizer="adamw"), resolve_gpu("24"))
+    climbed = [s for s in steps if s.rung.id != "drop-unneeded"]
+    ids = [s.rung.id for s in climbed]
+    assert ids[:2] == ["fused-adamw", "lora"] and "checkpointing" in ids and steps[-1].fits
+    assert all(s.saved_bytes > 0 for s in climbed)

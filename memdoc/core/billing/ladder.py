@@ -1,13 +1,19 @@
 """The cost-increasing ladder: remedies applied cheapest first, each on top of the last, until it fits.
 
-Order (the seed articles' ladder, with two rungs the field has added since: a fused linear
+Order (the seed articles' ladder, with the rungs the field has added since: a fused linear
 cross-entropy right after accumulation — free in time, and with 128K+ vocabularies often the
-largest single saving — and the 8-bit optimizer between QLoRA and offload):
-① gradient accumulation (micro-batch 1, same effective batch) → ①b fused cross-entropy → ② activation checkpointing →
-③ bf16 → ④ LoRA → ④b QLoRA → ⑤ 8-bit paged AdamW → ⑥ optimizer offload → ⑦ ZeRO-3 over the
-GPUs given → ⑧ weight offload. A rung that does not apply to the plan (already on, or needs more
-GPUs) is skipped. Stop at the first plan that fits: stacking more makes runs slower and harder
-to debug.
+largest single saving — fused AdamW for full fine-tuning (faster than foreach and without its
+parameter-sized temporaries), bf16 before checkpointing when fp32 was asked (it saves memory
+and time, where checkpointing costs a third of the step), and the 8-bit optimizer between QLoRA
+and offload):
+① gradient accumulation (micro-batch 1, same effective batch) → ①b fused cross-entropy → ①c fused
+AdamW → ①d bf16 from fp32 → ② activation checkpointing → ③ bf16 from AMP → ④ LoRA → ④b QLoRA →
+⑤ 8-bit paged AdamW → ⑥ optimizer offload → ⑦ ZeRO-3 over the GPUs given → ⑧ weight offload
+(ZeRO-3 offload, on one GPU too). A rung that does not apply to the plan (already on, or needs
+more GPUs) is skipped. Stop at the first plan that fits: stacking more makes runs slower and
+harder to debug — and then drop every remedy the final plan does not need ("enough is enough"):
+a remedy taken early (a fused loss) can be made unnecessary by a later one (LoRA). Each rung's
+time is `steptime.step_seconds`.
 """
 
 from __future__ import annotations
@@ -58,8 +64,18 @@ def _checkpoint(p: TrainingPlan) -> TrainingPlan | None:
     return None if p.checkpointing is Checkpointing.FULL else p.replace(checkpointing=Checkpointing.FULL)
 
 
+def _bf16_from_fp32(p: TrainingPlan) -> TrainingPlan | None:
+    return p.replace(precision=Precision.BF16) if p.precision is Precision.FP32 else None
+
+
 def _bf16(p: TrainingPlan) -> TrainingPlan | None:
     return None if p.precision in (Precision.BF16, Precision.FP16) else p.replace(precision=Precision.BF16)
+
+
+def _fused_adamw(p: TrainingPlan) -> TrainingPlan | None:
+    if p.method is not Method.FULL or p.optimizer is not Optimizer.ADAMW or p.offload is not Offload.NONE:
+        return None
+    return p.replace(optimizer=Optimizer.ADAMW_FUSED)
 
 
 def _lora(p: TrainingPlan) -> TrainingPlan | None:
@@ -89,7 +105,11 @@ def _shard(p: TrainingPlan) -> TrainingPlan | None:
 
 
 def _offload_params(p: TrainingPlan) -> TrainingPlan | None:
-    if p.offload is Offload.OPTIMIZER_PARAMS or p.shard not in (Shard.ZERO3, Shard.FSDP):
+    if p.offload is Offload.OPTIMIZER_PARAMS:
+        return None
+    if p.world_size == 1:  # DeepSpeed ZeRO-3 offload runs on one GPU
+        return p.replace(shard=Shard.ZERO3, offload=Offload.OPTIMIZER_PARAMS, optimizer=Optimizer.ADAMW)
+    if p.shard not in (Shard.ZERO3, Shard.FSDP):
         return None
     return p.replace(offload=Offload.OPTIMIZER_PARAMS, optimizer=Optimizer.ADAMW)
 
@@ -97,6 +117,8 @@ def _offload_params(p: TrainingPlan) -> TrainingPlan | None:
 RUNGS: tuple[Rung, ...] = (
     Rung("accumulate", "gradient accumulation: micro-batch 1, same effective batch", _accumulate),
     Rung("fused-loss", "fused linear cross-entropy (Liger): the logits are never stored whole", _fused_loss),
+    Rung("fused-adamw", "fused AdamW: one kernel, no foreach temporaries", _fused_adamw),
+    Rung("bf16", "bf16 weights, gradients and states", _bf16_from_fp32),
     Rung("checkpointing", "activation checkpointing on every decoder layer", _checkpoint),
     Rung("bf16", "bf16 weights, gradients and states", _bf16),
     Rung("lora", "LoRA adapters instead of full fine-tuning", _lora),
@@ -104,7 +126,7 @@ RUNGS: tuple[Rung, ...] = (
     Rung("8bit-optimizer", "8-bit paged AdamW (bitsandbytes)", _eight_bit),
     Rung("offload-optimizer", "optimizer states and step on the CPU (ZeRO-Offload)", _offload_optimizer),
     Rung("shard", "ZeRO-3 / FSDP: shard weights, gradients and states over the GPUs", _shard),
-    Rung("offload-params", "weights on the CPU too (ZeRO-Infinity)", _offload_params),
+    Rung("offload-params", "weights on the CPU too (ZeRO-3 offload; on one GPU as well)", _offload_params),
 )
 
 
@@ -139,6 +161,9 @@ class LadderStep:
             "fits": self.fits,
         }
 
+
+DROP_TOLERANCE = 0.01
+"""The final pass drops a remedy only if the step without it is at most this fraction slower."""
 
 MIN_SAVING = 0.01
 """A rung is taken only if it cuts the process total by at least this fraction: a remedy that saves
@@ -181,7 +206,62 @@ def climb(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec) -> list[LadderStep
                 break
         else:
             break  # no remaining rung saves anything on this plan
+    if steps and steps[-1].fits:
+        final = _drop_unneeded(model, plan, steps, gpu, base_time)
+        if final is not None:
+            steps.append(final)
     return steps
+
+
+def _reverts(plan: TrainingPlan, steps: list[LadderStep]) -> list[tuple[str, dict]]:
+    """(rung id, the fields it changed with their values before it) for every rung taken."""
+    out, previous = [], plan
+    for step in steps:
+        before, after = previous.to_dict(), step.plan.to_dict()
+        changed = {k: getattr(previous, k) for k in after if after[k] != before[k]}
+        out.append((step.rung.id, changed))
+        previous = step.plan
+    return out
+
+
+def _drop_unneeded(model: ModelSpec, plan: TrainingPlan, steps: list[LadderStep], gpu: GpuSpec,
+                   base_time: float) -> LadderStep | None:
+    """A last step without the remedies the final plan does not need, or None when each is needed.
+
+    A remedy is dropped when the plan without it still fits and is no slower (within
+    `DROP_TOLERANCE`): LoRA that makes a weight-offloaded 70B step five times faster is not
+    "unneeded". Greedy: of the remedies that can go, drop the one that leaves the fastest plan,
+    and repeat; what stays is minimal (undoing any one of them no longer fits, or is slower).
+    """
+    current = steps[-1].plan
+    current_bill = steps[-1].bill
+    current_seconds = steps[-1].step_seconds
+    pending = _reverts(plan, steps)
+    dropped: list[str] = []
+    while True:
+        options = []
+        for rung_id, fields in pending:
+            try:
+                candidate = fit_lora_targets(current.replace(**fields), model)
+            except PlanError:
+                continue
+            if candidate == current:
+                continue
+            bill = compute_bill(model, candidate, gpu)
+            seconds = step_seconds(model, candidate, gpu)
+            if bill.fits and seconds <= current_seconds * (1 + DROP_TOLERANCE):
+                options.append((seconds, rung_id, fields, candidate, bill))
+        if not options:
+            break
+        current_seconds, rung_id, fields, current, current_bill = min(options, key=lambda o: o[0])
+        dropped.append(rung_id)
+        pending = [(r, f) for r, f in pending if r != rung_id]
+    if not dropped:
+        return None
+    rung = Rung("drop-unneeded", "drop what the final plan does not need: " + ", ".join(dropped), lambda p: None)
+    seconds = step_seconds(model, current, gpu)
+    return LadderStep(rung=rung, plan=current, bill=current_bill, saved_bytes=steps[-1].bill.process_total - current_bill.process_total,
+                      step_seconds=seconds, relative_time=seconds / base_time)
 
 
 def max_fitting(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec, knob: str) -> int | None:
