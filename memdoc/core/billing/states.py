@@ -18,12 +18,13 @@ Dtype rules (what HF Trainer / peft / bitsandbytes actually allocate):
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 from memdoc.core.billing.activations import _saves_input, _targets
 from memdoc.core.model.model_spec import ModelSpec
-from memdoc.core.model.plan import Method, Optimizer, TrainingPlan
+from memdoc.core.model.plan import Attention, Checkpointing, Loss, Method, Optimizer, TrainingPlan
 
 NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)
 """4-bit code + 8-bit absmax per 64 weights + fp32 second-level absmax per 256 blocks."""
@@ -134,7 +135,19 @@ def _param_shapes(model: ModelSpec) -> list[tuple[int, int]]:
 
 
 def model_states(model: ModelSpec, plan: TrainingPlan) -> ModelStates:
-    """Unsharded weights / grads / optimizer states of the plan, in bytes."""
+    """Unsharded weights / grads / optimizer states of the plan, in bytes.
+
+    Memoised on the plan with its activation-only fields (batch, sequence, accumulation,
+    checkpointing, attention, loss) set to their defaults: states do not depend on them, and
+    `memdoc plan` bills hundreds of plans that differ only there.
+    """
+    key = plan.replace(micro_batch=1, seq_len=1, grad_accum=1, checkpointing=Checkpointing.NONE,
+                       attention=Attention.SDPA, loss=Loss.HF)
+    return _model_states(model, key)
+
+
+@functools.lru_cache(maxsize=1024)
+def _model_states(model: ModelSpec, plan: TrainingPlan) -> ModelStates:
     param_bytes = plan.precision.param_bits // 8
     compute_bytes = plan.precision.compute_bits // 8
     layers = [model.layouts[i] for i in range(model.num_layers)]
