@@ -67,9 +67,10 @@ def render_time(time, world_size: int, generic_gpu: bool = False) -> None:
     """One line: modelled seconds per optimizer step, tokens/s, and wall time per billion tokens."""
     per_billion = 1e9 / (time.tokens_per_second * world_size)
     gpus = f" on {world_size} GPUs" if world_size > 1 else ""
-    gpus += " (A100 rates assumed: name the GPU for its own)" if generic_gpu else ""
-    stdout.print(f"  step time ≈ {duration(time.seconds)} per optimizer step ({time.tokens:,} tokens per GPU) · "
-                 f"{time.tokens_per_second:,.0f} tokens/s per GPU · {duration(per_billion)} per billion tokens{gpus}")
+    stdout.print(f"  step time ≈ {duration(time.seconds)} per optimizer step ({time.tokens:,} tokens/GPU) · "
+                 f"{time.tokens_per_second:,.0f} tokens/s/GPU · {duration(per_billion)} per billion tokens{gpus}")
+    if generic_gpu:
+        stdout.print("  (times at A100 rates: name the GPU, e.g. --gpu rtx-4090, for its own)")
 
 
 def render_bill(bill, ladder, command_line=None, time=None) -> None:
