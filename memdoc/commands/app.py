@@ -20,6 +20,7 @@ app = typer.Typer(
         "Examples:\n\n"
         "  memdoc bill meta-llama/Llama-2-7b --gpu 24\n\n"
         "  memdoc bill Qwen/Qwen2.5-14B --gpu rtx-4090 --method qlora --checkpointing full\n\n"
+        "  memdoc plan meta-llama/Llama-3.1-8B --gpu rtx-4090 --global-batch 16\n\n"
         "  memdoc diagnose meta-llama/Llama-3.2-1B --batch 4\n\n"
         "  memdoc prescribe --log train.log\n\n"
         "  memdoc emit --recipe recipes/llama2-7b-lora-24gb.yaml --format trl -o sft.yaml"
