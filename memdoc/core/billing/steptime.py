@@ -56,6 +56,10 @@ were not used. Result: η = 0.75, h₀ = 1000, memory 0.70, 2 µs per kernel; mo
 all 18 cases: median |ratio − 1| 7.5%, worst ×1.34 (GPT-2, whose dropout and gelu_new chain
 are only roughly counted); held-out: median 9.2%, worst ×1.21. The FP32 (CUDA-core) path skips
 the thin-matrix factor: without tensor cores, GEMMs saturate at far smaller tiles.
+
+Not calibrated (no measured rows): QLoRA (only its dequantisation traffic is counted, about +15%
+over LoRA for an 8B model; bitsandbytes' kernels may well cost more), offload, and multi-GPU
+communication (the first-order terms above, as before).
 """
 
 from __future__ import annotations
@@ -79,9 +83,13 @@ from memdoc.core.model.plan import (
 )
 
 MATMUL_EFFICIENCY = 0.75
+"""Fitted: fraction of the dtype's peak that large GEMMs reach (cuBLAS on an H200 under HF eager)."""
 SMALL_MATMUL_DIM = 1000.0
+"""Fitted: hidden size at which tensor-core GEMM efficiency halves (η · h / (h + h₀))."""
 MEMORY_EFFICIENCY = 0.70
+"""Fitted: fraction of peak HBM bandwidth element-wise kernels and the optimizer step reach."""
 KERNEL_OVERHEAD_S = 2e-6
+"""Fitted: fixed cost of one launched kernel, seconds."""
 KERNELS_PER_LAYER = 40
 """Kernels one HF decoder layer launches in forward (eager: norms alone are 6 each)."""
 KERNELS_PER_EXPERT = 6
