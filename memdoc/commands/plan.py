@@ -71,10 +71,8 @@ def plan_command(
         raise PlanError("-o/--force write the config of --emit FORMAT; pass --emit too")
     setup = plan.resolve(model)
     found = search(setup.model, setup.plan, setup.gpu, fixed=setup.explicit, global_batch=global_batch, top=top)
-    emitted = None
-    if emit_format and found:
-        emitted = _emit(setup, found[0].plan, emit_format, output, force, capture=json_out)
     if json_out:
+        emitted = _emit(setup, found[0].plan, emit_format, output, force, capture=True) if emit_format and found else None
         base = compute_bill(setup.model, setup.plan, setup.gpu)
         render.print_json({
             "model": setup.model.id,
@@ -88,6 +86,8 @@ def plan_command(
         })
     else:
         render.render_plans(setup, found, HEADROOM)
+        if emit_format and found:
+            _emit(setup, found[0].plan, emit_format, output, force, capture=False)
     if not found:
         raise typer.Exit(3)
 
