@@ -124,3 +124,13 @@ def test_bill_json_has_time_and_ladder_rungs_have_step_seconds():
 def test_bill_prints_time_per_step_and_per_billion_tokens():
     result = CliRunner().invoke(app, ["bill", "Qwen/Qwen2.5-0.5B", "--gpu", "h200"])
     assert "per optimizer step" in result.output and "per billion tokens" in result.output
+
+
+def test_every_gpu_has_an_fp32_rate_below_its_tensor_rate():
+    from memdoc.core.model.gpu import load_gpu_table
+
+    for gpu in load_gpu_table():
+        tensor = gpu.bf16_tflops or gpu.fp16_tflops
+        assert gpu.fp32_tflops and gpu.fp32_tflops < tensor, gpu.id
+    assert resolve_gpu("h100-sxm").fp32_tflops == pytest.approx(67, abs=0.5)  # H100 datasheet: FP32 67 TFLOPS
+    assert resolve_gpu("a100-80").fp32_tflops == 19.5  # A100 datasheet
