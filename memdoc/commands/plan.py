@@ -24,6 +24,7 @@ Examples:
 
 Every plan flag you pass is kept fixed; the others are searched (method, precision, optimizer,
 micro-batch × accumulation for the global batch, checkpointing, fused loss, sharding, offload).
+--batch fixes the micro-batch: give --global-batch instead to let plan split it.
 LoRA rank and targets, sequence length, attention kernel and GPU count stay as given (or default).
 Exit status: 0 plans found, 2 bad input, 3 nothing fits.
 """
