@@ -9,7 +9,8 @@ rather than how (LoRA rank and targets, sequence length) and those never faster 
 the default (fp32, eager attention, other optimizers): pass them to have them kept.
 
 "Fits" means a process total at most (1 − `HEADROOM`) of the GPU's memory. Time is
-`steptime.step_time`. The search is exact for these models, and fast by two monotonicities:
+`steptime.step_time`. The search finds the fastest fitting plan of the space (plans within `TIE`
+count as equally fast; a test checks it against brute force), and is fast by two monotonicities:
 * peak memory grows with the micro-batch, and step time (at a fixed global batch) shrinks with
   it: for each combination of the other knobs, the largest fitting micro-batch (a binary search
   over the divisors) is its fastest plan, and its time at the largest micro-batch is a lower
