@@ -141,6 +141,7 @@ def emit(
         output_dir=output_dir,
         side_dir=side_dir,
         config_path=config_path,
+        config_of=setup.model.config_of,
     )
     emitted = emit_plan(fmt_value, ctx)
     files = [(Path(config_path), render_main(ctx, emitted))]

@@ -6,15 +6,20 @@ Resolution order (first hit wins):
    `~/.cache/huggingface/hub`), read directly — never the network;
 3. the bundled catalog (`memdoc/data/catalog/`), case-insensitive, with aliases such as Meta's
    original `meta-llama/Llama-2-7b` → `meta-llama/Llama-2-7b-hf`;
-4. the Hub, only when `HF_HUB_OFFLINE` is unset and the Hub answers within a few seconds.
+4. a fine-tuned variant of a catalog model (`…-Instruct`, `…-chat-hf`, `…-it`): billed with its
+   base's config (same layer shapes; the few sizing fields known to differ are in `variants.json`)
+   but keeping the id as given — the id is what a trainer loads (`ModelSpec.config_of` names the base);
+5. the Hub, only when `HF_HUB_OFFLINE` is unset and the Hub answers within a few seconds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import json
 import os
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -46,6 +51,21 @@ def catalog_config(model_id: str) -> dict:
     """The bundled config.json of a catalog id (exact spelling, as `catalog_ids` gives it)."""
     entry = resources.files(_CATALOG_PACKAGE) / (model_id.replace("/", "--", 1) + ".json")
     return json.loads(entry.read_text())
+
+
+_VARIANT_SUFFIX = re.compile(r"[-_](instruct|chat|it)(?=$|[-_])", re.IGNORECASE)
+"""The fine-tune marker in Hub ids: Qwen2.5-7B-Instruct, Mistral-7B-Instruct-v0.3, Llama-2-7b-chat-hf, gemma-2-9b-it."""
+
+
+def variant_base(model: str) -> str | None:
+    """The catalog id a fine-tuned variant (instruct/chat/it) shares its architecture with, else None."""
+    base = _VARIANT_SUFFIX.sub("", model, count=1)
+    return catalog_ids().get(base.lower()) if base != model else None
+
+
+def _variant_config(model: str, base: str) -> dict:
+    overrides = json.loads((resources.files(_CATALOG_PACKAGE) / "variants.json").read_text())
+    return {**catalog_config(base), **overrides.get(model.lower(), {})}
 
 
 def _read_config_file(path: Path, model: str) -> dict:
@@ -114,6 +134,9 @@ def load_config(model: str) -> tuple[str, dict, str]:
     catalog_id = catalog_ids().get(model.lower())
     if catalog_id is not None:
         return catalog_id, catalog_config(catalog_id), "catalog"
+    base = variant_base(model)
+    if base is not None:
+        return model, _variant_config(model, base), "catalog"
     hub = _hub_config(model)
     if hub is not None:
         return model, hub, "hub"
@@ -128,8 +151,10 @@ def resolve_model(model: str) -> ModelSpec:
     """MODEL (id, directory or config.json) → ModelSpec; unknown architectures are counted on the meta device."""
     model_id, config, source = load_config(model)
     try:
-        return spec_from_config(config, model_id=model_id, source=source)
+        spec = spec_from_config(config, model_id=model_id, source=source)
     except UnsupportedArchitecture:
         from memdoc.resolve.meta_count import spec_with_meta_count
 
-        return spec_with_meta_count(config, model_id=model_id, source=source)
+        spec = spec_with_meta_count(config, model_id=model_id, source=source)
+    base = variant_base(model_id) if source == "catalog" and model_id.lower() not in catalog_ids() else None
+    return dataclasses.replace(spec, config_of=base) if base else spec

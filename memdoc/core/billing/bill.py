@@ -145,6 +145,8 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
     step_temp = _sharded(states.optimizer_step_temp, shard.shards_optimizer, world)
     host: dict[str, int] = {}
     notes = []
+    if model.config_of:
+        notes.append(f"billed with the config of {model.config_of}: a fine-tuned variant has its base's layer shapes")
     if model.family == "unknown":
         notes.append(f"no activation model for model_type {model.model_type!r}: activations estimated for a generic "
                      "decoder layer of its sizes (parameters are exact, from the meta device)")

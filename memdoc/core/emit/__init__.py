@@ -23,7 +23,10 @@ def emit(fmt: str, ctx: EmitContext) -> Emitted:
         emitter = _EMITTERS[fmt]
     except KeyError:
         raise PlanError(f"--format {fmt!r} is not one of: {', '.join(FORMATS)}") from None
-    return emitter(ctx)
+    emitted = emitter(ctx)
+    if ctx.config_of:
+        emitted.notes.insert(0, f"model {ctx.model_id} is loaded as given; it was billed with the config of {ctx.config_of} (same layer shapes)")
+    return emitted
 
 
 __all__ = ["DEFAULT_FILENAMES", "FORMATS", "EmitContext", "Emitted", "SideFile", "emit", "render_main", "render_side"]

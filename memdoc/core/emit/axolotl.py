@@ -12,6 +12,8 @@ from memdoc.core.emit.base import (
     EmitContext,
     Emitted,
     HF_OPTIMIZERS,
+    LR_SCHEDULER,
+    WARMUP_RATIO,
     SGD_OPTIM_ARGS,
     SideFile,
     all_linear,
@@ -24,7 +26,10 @@ from memdoc.core.emit.base import (
 )
 from memdoc.core.emit.common import multinode_note
 from memdoc.core.emit.deepspeed import deepspeed_config
+from memdoc.core.emit.templates import chat_template
 from memdoc.core.model.plan import Loss, Method, Offload, OffloadTarget, Optimizer, Precision
+
+AXOLOTL_DATASET_FORMAT = 'rows {"messages": [{"role": "user", "content": …}, {"role": "assistant", "content": …}]}, rendered with chat_template'
 
 LIGER_PLUGIN = "axolotl.integrations.liger.LigerPlugin"
 
@@ -93,9 +98,15 @@ def emit_axolotl(ctx: EmitContext) -> Emitted:
             config["lora_target_linear"] = True
         else:
             config["lora_target_modules"] = list(plan.lora_targets)
-    config["datasets"] = [{"path": ctx.dataset or DATASET_PLACEHOLDER, "type": "alpaca"}]
+    template = chat_template(ctx.model_id)
+    config["chat_template"] = template.axolotl if template else "tokenizer_default"
+    comments = {"chat_template": "the family's chat format (Axolotl's ChatTemplate)" if template else "the chat template in the model's tokenizer_config.json"}
+    if template is None or template.axolotl == "tokenizer_default":
+        notes.append("chat_template: tokenizer_default uses the tokenizer's own chat template (instruct/chat checkpoints ship one; for a base checkpoint without one, set chat_template)")
+    config["datasets"] = [{"path": ctx.dataset or DATASET_PLACEHOLDER, "type": "chat_template", "field_messages": "messages"}]
+    comments["datasets"] = AXOLOTL_DATASET_FORMAT
     if not ctx.dataset:
-        placeholders["datasets"] = "set path (--dataset) and the prompt format type"
+        placeholders["datasets"] = f"set path (--dataset); {AXOLOTL_DATASET_FORMAT}"
     config["output_dir"] = ctx.output_dir or OUTPUT_DIR_PLACEHOLDER
     if not ctx.output_dir:
         placeholders["output_dir"] = "where checkpoints go (--output-dir)"
@@ -106,7 +117,8 @@ def emit_axolotl(ctx: EmitContext) -> Emitted:
     config["num_epochs"] = 1
     config["learning_rate"] = default_learning_rate(plan)
     placeholders["learning_rate"] = "a common default for this method; tune it"
-    config["lr_scheduler"] = "cosine"
+    config["lr_scheduler"] = LR_SCHEDULER
+    config["warmup_ratio"] = WARMUP_RATIO
     config["optimizer"] = HF_OPTIMIZERS[plan.optimizer]
     if plan.optimizer is Optimizer.SGD:
         config["optim_args"] = SGD_OPTIM_ARGS
@@ -128,4 +140,4 @@ def emit_axolotl(ctx: EmitContext) -> Emitted:
     launch = f"axolotl train {ctx.config_path}"
     if ctx.multi_gpu:
         notes.append(f"axolotl train launches on all local GPUs through accelerate ({plan.gpus_per_node} per node billed)")
-    return Emitted("axolotl", config, launch, notes, side, placeholders)
+    return Emitted("axolotl", config, launch, notes, side, placeholders, comments)

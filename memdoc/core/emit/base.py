@@ -32,6 +32,12 @@ OUTPUT_DIR_PLACEHOLDER = "CHANGE_ME_output_dir"
 NVME_PLACEHOLDER = "/CHANGE_ME_local_nvme"
 TRAIN_SCRIPT_PLACEHOLDER = "YOUR_TRAIN_SCRIPT.py"
 
+TRL_DATASET_FORMAT = (
+    'rows {"messages": [{"role": "user", "content": …}, {"role": "assistant", "content": …}]} '
+    '(the tokenizer\'s chat template is applied), or {"prompt": …, "completion": …}, or {"text": …}'
+)
+"""The dataset formats TRL's SFTTrainer reads (TRL docs, "Dataset formats and types")."""
+
 DS_CONFIG_NAME = "ds_config.json"
 FSDP_CONFIG_NAME = "fsdp.yaml"
 
@@ -72,6 +78,8 @@ class EmitContext:
     """Directory prefix (as the user typed it) under which side files are referenced."""
     config_path: str = "config.yaml"
     """How the launch command names the main config file."""
+    config_of: str | None = None
+    """The catalog model whose config was billed when `model_id` is a fine-tuned variant of it."""
 
     @property
     def multi_gpu(self) -> bool:
@@ -101,6 +109,8 @@ class Emitted:
     side_files: list[SideFile] = field(default_factory=list)
     placeholders: dict[str, str] = field(default_factory=dict)
     """Top-level key → why the user must set it (rendered as a trailing comment)."""
+    comments: dict[str, str] = field(default_factory=dict)
+    """Top-level key → what its value means, e.g. the dataset's row format (a trailing comment)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -185,6 +195,15 @@ LIGER_NOTE = (
 )
 
 
+WARMUP_RATIO = 0.1
+"""Linear warmup over the first 10 % of the steps, then cosine decay: LLaMA-Factory's SFT examples
+(examples/train_lora/llama3_lora_sft.yaml, examples/train_full/llama3_full_sft.yaml) and Axolotl's
+use warmup_ratio 0.1 with lr_scheduler cosine. transformers 5 reads a `warmup_steps` below 1 as
+this ratio (TrainingArguments.get_warmup_steps; `warmup_ratio` was removed)."""
+
+LR_SCHEDULER = "cosine"
+
+
 def default_learning_rate(plan: TrainingPlan) -> float:
     return 2.0e-4 if plan.is_peft else 1.0e-5
 
@@ -249,6 +268,8 @@ def render_main(ctx: EmitContext, emitted: Emitted) -> str:
         key = line.split(":", 1)[0] if line and not line.startswith((" ", "-")) else None
         if key in emitted.placeholders:
             line = f"{line}  # PLACEHOLDER: {emitted.placeholders[key]}"
+        elif key in emitted.comments:
+            line = f"{line}  # {emitted.comments[key]}"
         body.append(line)
     return "\n".join(lines + body) + "\n"
 

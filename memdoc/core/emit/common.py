@@ -7,6 +7,8 @@ from memdoc.core.emit.base import (
     DS_CONFIG_NAME,
     FSDP_CONFIG_NAME,
     OUTPUT_DIR_PLACEHOLDER,
+    LR_SCHEDULER,
+    WARMUP_RATIO,
     EmitContext,
     SideFile,
     checkpointing_keys,
@@ -30,7 +32,8 @@ def training_arguments(ctx: EmitContext, notes: list[str], placeholders: dict[st
     out["learning_rate"] = default_learning_rate(plan)
     placeholders["learning_rate"] = "a common default for this method; tune it"
     out["num_train_epochs"] = 1
-    out["lr_scheduler_type"] = "cosine"
+    out["lr_scheduler_type"] = LR_SCHEDULER
+    out["warmup_steps"] = WARMUP_RATIO
     out.update(optimizer_keys(plan, notes))
     out.update(trainer_amp_flags(plan, notes))
     out.update(checkpointing_keys(plan, notes))

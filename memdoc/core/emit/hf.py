@@ -48,7 +48,10 @@ def emit_hf(ctx: EmitContext) -> Emitted:
             f"lora_alpha={lora_alpha(plan)}, lora_dropout={LORA_DROPOUT}, target_modules={targets}, task_type=\"CAUSAL_LM\"))"
             + (" after prepare_model_for_kbit_training(model, use_gradient_checkpointing=...)" if plan.method is Method.QLORA else "")
         )
-    notes.append(f"sequence length {plan.seq_len}: TrainingArguments has no sequence-length key; truncate/pack your dataset to {plan.seq_len} tokens")
+    notes.append(
+        f"sequence length {plan.seq_len}: TrainingArguments has no dataset or sequence-length key; tokenize your dataset "
+        f"to input_ids (+ labels) truncated/packed to {plan.seq_len} tokens and pass it as Trainer(train_dataset=...)"
+    )
     if plan.loss is Loss.FUSED:
         config["use_liger_kernel"] = True
         notes.append(LIGER_NOTE)

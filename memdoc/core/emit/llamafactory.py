@@ -12,11 +12,42 @@ from memdoc.core.emit.base import (
     Emitted,
     all_linear,
     lora_alpha,
+    precision_note,
     uses_deepspeed,
     uses_fsdp,
 )
 from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
+from memdoc.core.emit.templates import chat_template
 from memdoc.core.model.plan import Loss, Method, Precision, Shard
+
+
+LF_DATASET_FORMAT = (
+    "declared in data/dataset_info.json: alpaca format (instruction/input/output columns) or "
+    "sharegpt format (a conversations list), rendered with `template`"
+)
+
+
+def _precision(plan, notes: list[str]) -> dict:
+    """LLaMA-Factory precision keys beyond TrainingArguments' bf16/fp16 (model/adapter.py: trainable
+    parameters are upcast to fp32 unless pure_bf16; the frozen base is loaded in the compute dtype)."""
+    p = plan.precision
+    if plan.is_peft:
+        if p in (Precision.AMP_BF16, Precision.AMP_FP16):
+            notes.append(
+                f"precision {p.value}: LLaMA-Factory loads the frozen base in {p.compute_dtype_name}, not float32 "
+                "(less memory than billed); the adapters are upcast to fp32"
+            )
+        elif p is not Precision.FP32:
+            notes.append(f"{precision_note(plan)} (LLaMA-Factory upcasts trainable parameters to fp32 unless pure_bf16, which is not set)")
+        return {}
+    if p is Precision.BF16 and plan.shard is Shard.ZERO3:
+        notes.append("precision bf16 (pure): LLaMA-Factory refuses pure_bf16 with DeepSpeed ZeRO-3; emitted as bf16 AMP (fp32 master weights in DeepSpeed)")
+    elif p is Precision.BF16:
+        notes.append("precision bf16 (pure): pure_bf16: true keeps weights, gradients and optimizer states in bf16")
+        return {"pure_bf16": True}
+    elif p is Precision.AMP_BF16:
+        notes.append("precision amp-bf16: bf16: true; LLaMA-Factory upcasts the trainable weights to fp32 (master copy) and autocasts in bf16")
+    return {}
 
 
 def emit_llamafactory(ctx: EmitContext) -> Emitted:
@@ -38,10 +69,16 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
     if plan.method is Method.QLORA:
         config.update(quantization_bit=4, quantization_method="bnb", quantization_type="nf4", double_quantization=True)
     config["dataset"] = ctx.dataset or DATASET_PLACEHOLDER
+    comments = {"dataset": LF_DATASET_FORMAT}
     if not ctx.dataset:
-        placeholders["dataset"] = "a dataset name from your dataset_info.json (--dataset)"
-    config["template"] = "default"
-    placeholders["template"] = "the chat template of your model (llama3, qwen, mistral, …)"
+        placeholders["dataset"] = f"a dataset name from your dataset_info.json (--dataset); {LF_DATASET_FORMAT}"
+    template = chat_template(ctx.model_id)
+    if template is None:
+        config["template"] = "default"
+        placeholders["template"] = "no registered chat template known for this model: set the one it was trained with (llama3, qwen, mistral, …)"
+    else:
+        config["template"] = template.llamafactory
+        comments["template"] = "the family's chat format (LLaMA-Factory's template registry)"
     config["cutoff_len"] = plan.seq_len
     args = training_arguments(ctx, notes, placeholders)
     checkpointing = args.pop("gradient_checkpointing")
@@ -51,13 +88,7 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
     if checkpointing:
         config["use_reentrant_gc"] = False
     config.update(args)
-    if plan.precision is Precision.BF16 and plan.shard is Shard.ZERO3:
-        notes.append("precision bf16 (pure): LLaMA-Factory refuses pure_bf16 with DeepSpeed ZeRO-3; emitted as bf16 AMP (fp32 master weights in DeepSpeed)")
-    elif plan.precision is Precision.BF16:
-        config["pure_bf16"] = True
-        notes.append("precision bf16 (pure): pure_bf16: true keeps weights, gradients and optimizer states in bf16")
-    elif plan.precision is Precision.AMP_BF16:
-        notes.append("precision amp-bf16: bf16: true; LLaMA-Factory upcasts the trainable weights to fp32 (master copy) and autocasts in bf16")
+    config.update(_precision(plan, notes))
     if plan.loss is Loss.FUSED:
         config["enable_liger_kernel"] = True
         notes.append(LIGER_NOTE)
@@ -69,4 +100,4 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
         launch = f"FORCE_TORCHRUN=1 NNODES={plan.nodes} NPROC_PER_NODE={plan.gpus_per_node} llamafactory-cli train {ctx.config_path}"
     else:
         launch = f"llamafactory-cli train {ctx.config_path}"
-    return Emitted("llamafactory", config, launch, notes, side, placeholders)
+    return Emitted("llamafactory", config, launch, notes, side, placeholders, comments)

@@ -7,6 +7,7 @@ from memdoc.core.emit.base import (
     LIGER_NOTE,
     DATASET_PLACEHOLDER,
     FSDP_CONFIG_NAME,
+    TRL_DATASET_FORMAT,
     EmitContext,
     Emitted,
     all_linear,
@@ -30,8 +31,9 @@ def emit_trl(ctx: EmitContext) -> Emitted:
         "attn_implementation": plan.attention.value,
         "dataset_name": ctx.dataset or DATASET_PLACEHOLDER,
     }
+    comments = {"dataset_name": TRL_DATASET_FORMAT}
     if not ctx.dataset:
-        placeholders["dataset_name"] = "a Hub dataset id or local path (--dataset)"
+        placeholders["dataset_name"] = f"a Hub dataset id or local path (--dataset); {TRL_DATASET_FORMAT}"
     config["max_length"] = plan.seq_len
     config.update(training_arguments(ctx, notes, placeholders))
     notes.append(precision_note(plan))
@@ -58,4 +60,4 @@ def emit_trl(ctx: EmitContext) -> Emitted:
         launch = f"accelerate launch --num_processes {plan.world_size} -m trl.scripts.sft --config {ctx.config_path}"
     else:
         launch = f"trl sft --config {ctx.config_path}"
-    return Emitted("trl", config, launch, notes, side, placeholders)
+    return Emitted("trl", config, launch, notes, side, placeholders, comments)

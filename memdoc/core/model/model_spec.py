@@ -65,6 +65,8 @@ class ModelSpec:
     """Exact parameter counts by component."""
     source: str = "catalog"
     """Where the config came from: local, cache, catalog or hub."""
+    config_of: str | None = None
+    """For a fine-tuned variant billed with its base's catalog config (`id` stays the variant's): the base id."""
     config: dict = field(default_factory=dict, repr=False, compare=False)
     """The raw config.json dict."""
 

@@ -1,0 +1,185 @@
+"""`memdoc emit` configs a trainer runs as is (issue 14): the model id as given, each trainer's precision
+and chat template, the card's dtype, LoRA targets that exist, the defaults a trainer's user expects.
+
+Every expectation is read back through the trainer's own parser (TRL's SFT parser, LLaMA-Factory's
+get_train_args, Axolotl's validate_config, transformers' HfArgumentParser / Trainer) or taken from the
+trainer's own registry (LLaMA-Factory's DEFAULT_TEMPLATE, Axolotl's ChatTemplate enum).
+"""
+
+import os
+import re
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from memdoc.cli import app
+
+os.environ.setdefault("DISABLE_VERSION_CHECK", "1")  # LLaMA-Factory pins transformers; its parser is what we test
+runner = CliRunner()
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def emit_config(tmp_path, *args, fmt="trl") -> dict:
+    path = tmp_path / f"{fmt}.yaml"
+    result = run("emit", *args, "--format", fmt, "-o", path)
+    assert result.exit_code == 0, result.output
+    return yaml.safe_load(path.read_text())
+
+
+def trl_args(tmp_path, *args):
+    make_parser = pytest.importorskip("trl.scripts.sft").make_parser
+    cfg = emit_config(tmp_path, *args, fmt="trl")
+    cfg["use_cpu"] = True
+    path = tmp_path / "cpu-trl.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return make_parser().parse_args_and_config(["--config", str(path)])
+
+
+def llamafactory_args(tmp_path, monkeypatch, *args, bf16_gpu=True):
+    parser = pytest.importorskip("llamafactory.hparams.parser")
+    cfg = emit_config(tmp_path, *args, fmt="llamafactory")
+    cfg["use_cpu"] = True
+    monkeypatch.setattr(parser, "is_torch_bf16_gpu_available", lambda: bf16_gpu)
+    return cfg, parser.get_train_args(cfg)
+
+
+# --------------------------------------------------------------------------------------------
+# 1. the id the user asked for is the id the trainer loads
+
+
+VARIANTS = [
+    ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B"),
+    ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B"),
+    ("mistralai/Mistral-7B-Instruct-v0.3", "mistralai/Mistral-7B-v0.3"),
+    ("google/gemma-2-9b-it", "google/gemma-2-9b"),
+    ("meta-llama/Llama-2-7b-chat-hf", "meta-llama/Llama-2-7b-hf"),
+]
+
+
+@pytest.mark.parametrize("variant,base", VARIANTS)
+def test_variant_id_is_loaded_as_given(tmp_path, monkeypatch, variant, base):
+    script_args, training_args, model_args, _ = trl_args(tmp_path, variant, "--method", "lora")
+    assert model_args.model_name_or_path == variant
+    assert emit_config(tmp_path, variant, "--method", "lora", fmt="axolotl")["base_model"] == variant
+    _, (lf_model_args, *_rest) = llamafactory_args(tmp_path, monkeypatch, variant, "--method", "lora")
+    assert lf_model_args.model_name_or_path == variant
+
+
+@pytest.mark.parametrize("variant,base", VARIANTS)
+def test_variant_billed_with_base_shapes_and_says_so(variant, base):
+    import json
+
+    def bill(model):
+        result = run("bill", model, "--gpu", "80", "--method", "lora", "--json", "--no-ladder")
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    mine, theirs = bill(variant), bill(base)
+    assert mine["per_gpu"] == theirs["per_gpu"] and mine["model"]["params"] == theirs["model"]["params"]  # same shapes, same bytes
+    assert mine["model"]["id"] == variant and any(base in note for note in mine["notes"])
+    result = run("emit", variant, "--method", "lora")
+    assert result.exit_code == 0 and f"config of {base}" in result.stderr
+    assert f"config of {base}" in result.stdout  # the note is in the file's header too
+
+
+def test_qwen25_instruct_context_is_its_own():
+    """Qwen2.5-7B-Instruct's config.json says 32768 positions (the base says 131072): --seq beyond it is refused."""
+    assert run("bill", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "141", "--seq", "65536").exit_code == 2
+    assert run("bill", "Qwen/Qwen2.5-7B", "--gpu", "141", "--seq", "65536", "--method", "qlora").exit_code in (0, 3)
+
+
+def test_variant_of_unknown_base_is_still_unknown():
+    """Mistral-7B-Instruct-v0.2 has no v0.2 base in the catalog (and its config differs from v0.1): not guessed."""
+    result = run("emit", "mistralai/Mistral-7B-Instruct-v0.2")
+    assert result.exit_code == 2 and "unknown model" in result.output
+
+
+# --------------------------------------------------------------------------------------------
+# 2. LLaMA-Factory LoRA precision and chat templates
+
+
+@pytest.mark.parametrize("method", ["lora", "qlora"])
+def test_llamafactory_lora_keeps_adapters_fp32(tmp_path, monkeypatch, method):
+    """bf16: true without pure_bf16: LLaMA-Factory then upcasts the trainable adapters to fp32 (model/adapter.py)."""
+    cfg, (_, _, training_args, finetuning_args, _) = llamafactory_args(tmp_path, monkeypatch, "meta-llama/Llama-3.1-8B", "--method", method)
+    assert "pure_bf16" not in cfg
+    assert training_args.bf16 is True and finetuning_args.pure_bf16 is False
+
+
+def test_llamafactory_full_bf16_is_pure(tmp_path, monkeypatch):
+    _, (_, _, training_args, finetuning_args, _) = llamafactory_args(tmp_path, monkeypatch, "meta-llama/Llama-3.2-1B")
+    assert finetuning_args.pure_bf16 is True
+
+
+def _llamafactory_registry():
+    constants = pytest.importorskip("llamafactory.extras.constants")
+    out = {}
+    for name, sources in constants.SUPPORTED_MODELS.items():
+        hf_id = sources.get(constants.DownloadSource.DEFAULT)
+        if hf_id and constants.DEFAULT_TEMPLATE.get(name):
+            out[hf_id] = constants.DEFAULT_TEMPLATE[name]
+    return out
+
+
+def test_chat_templates_agree_with_llamafactory_registry():
+    """For every model LLaMA-Factory registers with a template, memdoc picks the same one (or none)."""
+    from memdoc.core.emit.templates import chat_template
+
+    registry = _llamafactory_registry()
+    checked = 0
+    for hf_id, expected in registry.items():
+        template = chat_template(hf_id)
+        if template is not None:
+            assert template.llamafactory == expected, hf_id
+            checked += 1
+    assert checked >= 40  # Llama 2/3, Qwen2/2.5/3, Mistral/Mixtral, Gemma 1/2, Phi-3, Falcon, DeepSeek-V2
+
+
+def test_chat_template_names_exist_in_both_registries():
+    """LLaMA-Factory's registry is read from its source (importing llamafactory.data needs torchaudio)."""
+    import importlib.util
+    from pathlib import Path
+
+    from axolotl.utils.schemas.enums import ChatTemplate
+
+    from memdoc.core.emit import templates
+
+    source = Path(importlib.util.find_spec("llamafactory").origin).parent / "data" / "template.py"
+    registered = set(re.findall(r'register_template\(\s*name="([^"]+)"', source.read_text()))
+    assert {"llama3", "qwen", "mistral", "gemma"} <= registered
+    for _, template in templates.TABLE:
+        assert template.llamafactory in registered
+        assert template.axolotl in {c.value for c in ChatTemplate}
+
+
+@pytest.mark.parametrize(
+    "model,lf,axolotl",
+    [
+        ("meta-llama/Llama-3.1-8B-Instruct", "llama3", "llama3"),
+        ("Qwen/Qwen2.5-7B-Instruct", "qwen", "qwen_25"),
+        ("mistralai/Mistral-7B-Instruct-v0.3", "mistral", "mistral_v2v3"),
+        ("google/gemma-2-9b-it", "gemma2", "gemma"),
+        ("microsoft/Phi-3-mini-4k-instruct", "phi", "phi_3"),
+    ],
+)
+def test_emitted_template_reaches_the_trainers(tmp_path, monkeypatch, model, lf, axolotl):
+    _, (_, data_args, *_rest) = llamafactory_args(tmp_path, monkeypatch, model, "--method", "lora")
+    assert data_args.template == lf
+    config_mod = pytest.importorskip("axolotl.utils.config")
+    from axolotl.utils.dict import DictDefault
+
+    cfg = emit_config(tmp_path, model, "--method", "lora", fmt="axolotl")
+    validated = config_mod.validate_config(DictDefault(cfg))
+    assert validated.chat_template == axolotl
+    assert validated.datasets[0]["type"] == "chat_template"
+
+
+def test_unknown_family_template_is_a_placeholder(tmp_path):
+    path = tmp_path / "lf.yaml"
+    assert run("emit", "EleutherAI/pythia-1b", "--format", "llamafactory", "-o", path).exit_code == 0
+    line = next(line for line in path.read_text().splitlines() if line.startswith("template:"))
+    assert line.startswith("template: default  # PLACEHOLDER")
