@@ -44,6 +44,10 @@ class OutputExistsError(MemdocError):
     """A file memdoc would write already exists and `--force` was not given."""
 
 
+class OutputError(MemdocError):
+    """A file memdoc would write cannot be written (a parent is a file, no permission, read-only filesystem)."""
+
+
 class UnknownSymptomError(MemdocError):
     """`--symptom` names no entry of the symptom knowledge base."""
 

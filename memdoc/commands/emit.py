@@ -4,7 +4,6 @@
 import json
 import os
 import sys
-import tempfile
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -65,22 +64,6 @@ def command_line(setup, fmt: str, *, output: Optional[str]) -> str:
     return " ".join(parts)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory and os.replace: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def _note(text: str) -> None:
     print(text, file=sys.stderr)
 
@@ -109,7 +92,8 @@ def emit(
     """
     from memdoc.core.billing.bill import compute_bill
     from memdoc.core.emit import DEFAULT_FILENAMES, EmitContext, emit as emit_plan, render_main, render_side
-    from memdoc.errors import OutputExistsError, PlanError
+    from memdoc.commands.files import write_all
+    from memdoc.errors import PlanError
 
     setup = plan.resolve(model, need_gpu=fit)
     the_bill = compute_bill(setup.model, setup.plan, setup.gpu)
@@ -147,13 +131,9 @@ def emit(
     files = [(Path(config_path), render_main(ctx, emitted))]
     files += [(Path(ctx.side_path(side.name)), render_side(ctx, side)) for side in emitted.side_files]
     if output is not None:
-        if output.exists() and output.is_dir():
+        if output.is_dir():
             raise PlanError(f"-o {output} is a directory; give a file name such as {output / DEFAULT_FILENAMES[fmt_value]}")
-        existing = [str(path) for path, _ in files if path.exists()]
-        if existing and not force:
-            raise OutputExistsError(f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}", hint="pass --force to overwrite")
-        for path, text in files:
-            _write_atomic(path, text)
+        write_all(files, force=force)
     if json_out:
         print(json.dumps({
             "format": fmt_value,

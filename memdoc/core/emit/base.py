@@ -40,6 +40,8 @@ TRL_DATASET_FORMAT = (
 
 DS_CONFIG_NAME = "ds_config.json"
 FSDP_CONFIG_NAME = "fsdp.yaml"
+SIDE_NAME_IF_TAKEN = {DS_CONFIG_NAME: "deepspeed_zero.json", FSDP_CONFIG_NAME: "accelerate_fsdp.yaml"}
+"""Side-file names used when the main config itself is named ds_config.json / fsdp.yaml."""
 
 HF_OPTIMIZERS = {
     Optimizer.ADAMW: "adamw_torch",
@@ -86,6 +88,9 @@ class EmitContext:
         return self.plan.world_size > 1
 
     def side_path(self, name: str) -> str:
+        """Where side file `name` goes: next to the main config, never over it."""
+        if name == os.path.basename(self.config_path):
+            name = SIDE_NAME_IF_TAKEN[name]
         return os.path.join(self.side_dir, name) if self.side_dir else name
 
 
