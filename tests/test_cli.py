@@ -35,7 +35,7 @@ def test_every_command_has_help_with_examples(command):
         (["bill", "meta-llama/Llama-2-7b", "--gpu", "24", "--shard", "zero3"], "needs more than one GPU"),
         (["bill", "meta-llama/Llama-2-7b", "--gpu", "rtx-9999"], "rtx-9999"),
         (["bill", "microsoft/Phi-3-mini-4k-instruct", "--gpu", "24", "--method", "lora", "--lora-targets", "q_proj"],
-         "match no module of microsoft/Phi-3-mini-4k-instruct"),
+         "matches no linear module of microsoft/Phi-3-mini-4k-instruct"),
         (["bill", "meta-llama/Llama-2-7b"], "pass --gpu"),
         (["bill", "--gpu", "24"], "no MODEL given"),
     ],

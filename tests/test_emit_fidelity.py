@@ -183,3 +183,95 @@ def test_unknown_family_template_is_a_placeholder(tmp_path):
     assert run("emit", "EleutherAI/pythia-1b", "--format", "llamafactory", "-o", path).exit_code == 0
     line = next(line for line in path.read_text().splitlines() if line.startswith("template:"))
     assert line.startswith("template: default  # PLACEHOLDER")
+
+
+# --------------------------------------------------------------------------------------------
+# 3. precision by card: no bf16 below compute capability 8.0
+
+
+def test_bf16_flag_agrees_with_the_datasheets():
+    """compute capability ≥ 8.0 ⇔ the datasheet lists a BF16 tensor rate (bf16_tflops, an independent column)."""
+    from memdoc.core.model.gpu import load_gpu_table, resolve_gpu
+
+    for gpu in load_gpu_table():
+        if gpu.vendor == "nvidia":
+            assert gpu.compute_capability is not None, gpu.id
+            assert gpu.supports_bf16 is (gpu.bf16_tflops is not None), gpu.id
+    assert [g.id for g in load_gpu_table() if not g.supports_bf16] == ["t4", "v100-16", "v100-32"]
+    assert resolve_gpu("24").supports_bf16  # a size-only card is taken to be a current one
+
+
+@pytest.mark.parametrize("gpu", ["t4", "v100-32"])
+@pytest.mark.parametrize("method,precision", [("full", "amp-fp16"), ("lora", "fp16"), ("qlora", "fp16")])
+def test_card_without_bf16_bills_and_emits_fp16(tmp_path, gpu, method, precision):
+    import json
+
+    from transformers import HfArgumentParser, TrainingArguments
+
+    model = "meta-llama/Llama-3.2-1B"
+    result = run("bill", model, "--gpu", gpu, "--method", method, "--json", "--no-ladder")
+    assert result.exit_code in (0, 3), result.output
+    billed = json.loads(result.stdout)
+    assert billed["plan"]["precision"] == precision
+    explicit = json.loads(run("bill", model, "--gpu", gpu, "--method", method, "--precision", precision, "--json", "--no-ladder").stdout)
+    assert billed["per_gpu"] == explicit["per_gpu"]
+    cfg = emit_config(tmp_path, model, "--gpu", gpu, "--method", method, fmt="hf")
+    cfg["use_cpu"] = True
+    (tmp_path / "cpu.yaml").write_text(yaml.safe_dump(cfg))
+    (args,) = HfArgumentParser(TrainingArguments).parse_yaml_file(str(tmp_path / "cpu.yaml"))
+    assert args.fp16 is True and args.bf16 is False
+
+
+def test_card_without_bf16_llamafactory_and_axolotl(tmp_path, monkeypatch):
+    cfg, (model_args, _, training_args, finetuning_args, _) = llamafactory_args(
+        tmp_path, monkeypatch, "meta-llama/Llama-3.2-1B", "--gpu", "t4", "--method", "lora", bf16_gpu=False
+    )
+    assert training_args.fp16 is True and training_args.bf16 is False and finetuning_args.pure_bf16 is False
+    ax = emit_config(tmp_path, "meta-llama/Llama-3.2-1B", "--gpu", "t4", "--method", "qlora", fmt="axolotl")
+    assert ax["fp16"] is True and ax["bf16"] is False
+
+
+@pytest.mark.parametrize("precision", ["bf16", "amp-bf16"])
+def test_explicit_bf16_on_a_t4_is_refused(precision):
+    result = run("emit", "meta-llama/Llama-3.2-1B", "--gpu", "t4", "--precision", precision)
+    assert result.exit_code == 2
+    assert "NVIDIA Tesla T4 has no bf16" in result.output and "amp-fp16" in result.output
+
+
+def test_ladder_never_proposes_bf16_on_a_t4():
+    import json
+
+    result = run("emit", "meta-llama/Llama-3.1-8B", "--gpu", "t4", "--fit", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["fits"] and "bf16" not in data["plan"]["precision"]
+
+
+# --------------------------------------------------------------------------------------------
+# 4. every LoRA target names a module
+
+
+@pytest.mark.parametrize(
+    "targets,bad,suggestion",
+    [("q_prj,v_proj", "q_prj", "q_proj"), ("q_proj,vproj", "vproj", "v_proj"), ("q_proj,lm_heads", "lm_heads", None)],
+)
+def test_every_lora_target_must_match(targets, bad, suggestion):
+    result = run("emit", "meta-llama/Llama-2-7b-hf", "--method", "lora", "--lora-targets", targets)
+    assert result.exit_code == 2
+    line = result.output.strip().splitlines()[-1]
+    assert line.startswith(f"Error: --lora-targets {bad} matches no linear module of meta-llama/Llama-2-7b-hf")
+    assert (f"did you mean {suggestion}?" in line) if suggestion else "did you mean" not in line
+
+
+def test_lora_targets_that_all_match_reach_peft(tmp_path):
+    """The targets accepted are the ones peft wraps in a real (tiny) Llama: nothing silently dropped."""
+    pytest.importorskip("peft")
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    _, _, model_args, _ = trl_args(tmp_path, "meta-llama/Llama-2-7b-hf", "--method", "lora", "--lora-targets", "q_proj,self_attn.k_proj,down_proj")
+    targets = model_args.lora_target_modules
+    tiny = LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, vocab_size=64))
+    peft_model = get_peft_model(tiny, LoraConfig(r=4, target_modules=targets))
+    wrapped = {name.rsplit(".", 1)[-1] for name, module in peft_model.named_modules() if hasattr(module, "lora_A")}
+    assert wrapped == {"q_proj", "k_proj", "down_proj"}

@@ -115,8 +115,24 @@ class PlanArgs:
             gpu = resolve_gpu(gpu_text) if gpu_text else detect_local_gpu()
             if gpu is None:
                 raise NoGpuDetectedError("no local NVIDIA GPU found; pass --gpu (e.g. --gpu 24 or --gpu rtx-4090)")
+            plan = precision_for_card(plan, gpu, explicit="precision" in plan_values)
         return Setup(model=model, plan=plan, gpu=gpu, recipe=str(recipe_path) if recipe_path else None,
                      explicit=frozenset(_FLAG_TO_FIELD.get(k.replace("-", "_"), k.replace("-", "_")) for k in plan_values))
+
+
+def precision_for_card(plan: TrainingPlan, gpu: GpuSpec, *, explicit: bool) -> TrainingPlan:
+    """A card without bf16 (compute capability < 8.0: T4, V100) trains in fp16 AMP: the default
+    precision becomes amp-fp16 (full fine-tune: fp32 master weights + fp16 autocast and loss scaling)
+    or fp16 (LoRA/QLoRA: frozen base in fp16, fp32 adapters, fp16 autocast); asking for bf16 is an error."""
+    if gpu.supports_bf16 or plan.precision not in (Precision.BF16, Precision.AMP_BF16):
+        return plan
+    fallback = Precision.FP16 if plan.is_peft else Precision.AMP_FP16
+    if explicit:
+        raise PlanError(
+            f"{gpu.name} has no bf16 (compute capability {gpu.compute_capability}; bf16 needs 8.0+), so --precision "
+            f"{plan.precision.value} cannot run there; use --precision {fallback.value}"
+        )
+    return plan.replace(precision=fallback)
 
 
 def plan_options(command):

@@ -56,8 +56,14 @@ def detect_local_gpu() -> GpuSpec | None:
         spec = match_device_name(first)
         if spec is not None:
             return dataclasses.replace(spec, memory_bytes=memory, memory_basis="nvml", count=count)
+        try:
+            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(pynvml.nvmlDeviceGetHandleByIndex(indices[0]))
+            capability = f"{major}.{minor}"
+        except Exception:
+            capability = None
         return GpuSpec(
             id="local",
+            compute_capability=capability,
             name=first,
             vendor="nvidia",
             memory_bytes=memory,

@@ -194,6 +194,12 @@ def climb(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec) -> list[LadderStep
     while remaining and not previous.fits:
         for rung in list(remaining):
             candidate = _apply(rung, previous.plan, model)
+            if candidate is not None and candidate.precision in (Precision.BF16, Precision.AMP_BF16) and not gpu.supports_bf16:
+                # No bf16 on this card (T4, V100): a LoRA plan goes to fp16 instead; a full fine-tune keeps its
+                # fp32 master weights (the HF loss scaler refuses pure-fp16 gradients) — the rung may apply after LoRA.
+                if not candidate.is_peft:
+                    continue
+                candidate = candidate.replace(precision=Precision.FP16)
             if candidate is None:
                 remaining.remove(rung)
                 continue

@@ -90,6 +90,16 @@ class GpuSpec:
     """Exact device names NVML / torch report for this model (used by detection)."""
     notes: str | None = None
     """Caveats about the figures (derived values, variants), for humans."""
+    compute_capability: str | None = None
+    """NVIDIA CUDA compute capability ("8.9"); None for AMD and for GPUs known only by size."""
+
+    @property
+    def supports_bf16(self) -> bool:
+        """Whether the card runs bf16: compute capability ≥ 8.0 (Ampere+), the test
+        `torch.cuda.is_bf16_supported()` makes; AMD CDNA2/3 and size-only GPUs are taken to run it."""
+        if self.compute_capability is None:
+            return True
+        return int(self.compute_capability.split(".")[0]) >= 8
 
     @property
     def total_memory_bytes(self) -> int:
@@ -133,6 +143,7 @@ def _spec_from_entry(entry: dict) -> GpuSpec:
         host_link_gbps=opt_float("host_link_gbps"),
         source=str(entry["source"]),
         notes=entry.get("notes"),
+        compute_capability=None if entry.get("compute_capability") is None else str(entry["compute_capability"]),
     )
 
 

@@ -335,14 +335,21 @@ def check_plan_against_model(
 ) -> None:
     """Refuse plans that cannot run on this model (the model-dependent half of validation).
 
-    `linear_names` are the model's LoRA-targetable module names (empty: not known, not checked);
-    like peft, a target list that matches none of them is an error.
+    `linear_names` are the model's LoRA-targetable module names (empty: not known, not checked).
+    Every target must name one of them (peft only refuses a list matching nothing, so a typo next
+    to a valid name would silently train fewer adapters than billed); a dotted target
+    (`self_attn.q_proj`) is matched by its last part, as peft matches module-name suffixes.
     """
     if plan.is_peft and linear_names and ALL_LINEAR not in plan.lora_targets:
-        if not set(plan.lora_targets) & linear_names:
+        bad = [t for t in plan.lora_targets if t.split(".")[-1] not in linear_names]
+        if bad:
+            import difflib
+
+            close = difflib.get_close_matches(bad[0].split(".")[-1], sorted(linear_names), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]}?)" if close else ""
             raise PlanError(
-                f"--lora-targets {','.join(plan.lora_targets)} match no module of {model_id} "
-                f"(its linear modules: {', '.join(sorted(linear_names))}; or use all-linear)"
+                f"--lora-targets {bad[0]} matches no linear module of {model_id}{hint}; "
+                f"its modules: {', '.join(sorted(linear_names))}, or all-linear"
             )
     if plan.is_peft and plan.lora_rank >= hidden_size:
         raise PlanError(f"--lora-rank {plan.lora_rank} must be smaller than the hidden size {hidden_size} of {model_id}")
