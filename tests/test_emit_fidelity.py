@@ -275,3 +275,127 @@ def test_lora_targets_that_all_match_reach_peft(tmp_path):
     peft_model = get_peft_model(tiny, LoraConfig(r=4, target_modules=targets))
     wrapped = {name.rsplit(".", 1)[-1] for name, module in peft_model.named_modules() if hasattr(module, "lora_A")}
     assert wrapped == {"q_proj", "k_proj", "down_proj"}
+
+
+# --------------------------------------------------------------------------------------------
+# 5. what a trainer's user expects
+
+
+def _hf_args(tmp_path, *args):
+    from transformers import HfArgumentParser, TrainingArguments
+
+    cfg = emit_config(tmp_path, *args, fmt="hf")
+    cfg["use_cpu"] = True
+    (tmp_path / "cpu.yaml").write_text(yaml.safe_dump(cfg))
+    (parsed,) = HfArgumentParser(TrainingArguments).parse_yaml_file(str(tmp_path / "cpu.yaml"))
+    return parsed
+
+
+def test_warmup_and_cosine_schedule(tmp_path, monkeypatch):
+    """10 % linear warmup then cosine decay, as the trainers compute it from the emitted keys."""
+    hf = _hf_args(tmp_path, "meta-llama/Llama-3.2-1B", "--method", "lora")
+    assert hf.lr_scheduler_type.value == "cosine" and hf.get_warmup_steps(1000) == 100
+    _, training_args, _, _ = trl_args(tmp_path, "meta-llama/Llama-3.2-1B", "--method", "lora")
+    assert training_args.lr_scheduler_type.value == "cosine" and training_args.get_warmup_steps(1000) == 100
+    _, (_, _, lf_args, _, _) = llamafactory_args(tmp_path, monkeypatch, "meta-llama/Llama-3.2-1B", "--method", "lora")
+    assert lf_args.lr_scheduler_type.value == "cosine" and lf_args.get_warmup_steps(1000) == 100
+    config_mod = pytest.importorskip("axolotl.utils.config")
+    from axolotl.utils.dict import DictDefault
+
+    ax = config_mod.validate_config(DictDefault(emit_config(tmp_path, "meta-llama/Llama-3.2-1B", "--method", "lora", fmt="axolotl")))
+    assert ax.lr_scheduler == "cosine" and ax.warmup_ratio == 0.1
+
+
+def test_checkpointing_is_non_reentrant_everywhere(tmp_path, monkeypatch):
+    hf = _hf_args(tmp_path, "meta-llama/Llama-3.2-1B", "--checkpointing", "full")
+    assert hf.activation_checkpointing is True
+    assert hf.activation_checkpointing_kwargs == {"use_reentrant": False}
+    _, trl, _, _ = trl_args(tmp_path, "meta-llama/Llama-3.2-1B", "--checkpointing", "full")
+    assert trl.activation_checkpointing is True and trl.activation_checkpointing_kwargs == {"use_reentrant": False}
+    _, (model_args, _, _, _, _) = llamafactory_args(tmp_path, monkeypatch, "meta-llama/Llama-3.2-1B", "--checkpointing", "full")
+    assert model_args.disable_gradient_checkpointing is False and model_args.use_reentrant_gc is False
+    ax = emit_config(tmp_path, "meta-llama/Llama-3.2-1B", "--checkpointing", "full", fmt="axolotl")
+    assert ax["gradient_checkpointing"] is True and ax["gradient_checkpointing_kwargs"] == {"use_reentrant": False}
+
+
+@pytest.mark.parametrize(
+    "optimizer,cls,kwargs",
+    [
+        ("adamw", "AdamW", {"fused": None}),
+        ("adamw-fused", "AdamW", {"fused": True}),
+        ("sgd", "SGD", {"momentum": 0.9}),
+        ("adafactor", "Adafactor", {"relative_step": False}),
+    ],
+)
+def test_optimizer_is_the_planned_one(tmp_path, optimizer, cls, kwargs):
+    """The optimizer class and options transformers' Trainer builds from the emitted `optim` keys."""
+    from transformers import Trainer
+
+    args = _hf_args(tmp_path, "meta-llama/Llama-3.2-1B", "--optimizer", optimizer, "--precision", "amp-bf16")
+    optimizer_cls, optimizer_kwargs = Trainer.get_optimizer_cls_and_kwargs(args)
+    assert optimizer_cls.__name__ == cls
+    for key, value in kwargs.items():
+        assert optimizer_kwargs.get(key) == value, (key, optimizer_kwargs)
+
+
+def test_given_dataset_keeps_its_format_comment(tmp_path):
+    for fmt, key in [("trl", "dataset_name"), ("llamafactory", "dataset"), ("axolotl", "datasets")]:
+        path = tmp_path / f"{fmt}.yaml"
+        assert run("emit", "meta-llama/Llama-3.2-1B", "--format", fmt, "--dataset", "me/data", "-o", path).exit_code == 0
+        line = next(line for line in path.read_text().splitlines() if line.startswith(f"{key}:"))
+        assert "#" in line and "PLACEHOLDER" not in line
+        assert ("messages" in line) or ("alpaca" in line and "sharegpt" in line), line
+
+
+# --------------------------------------------------------------------------------------------
+# 6. end to end: the HF Trainer format trains
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_hf_trainer_trains_two_steps_on_cpu(tmp_path, method):
+    """A tiny Llama saved in the test, the emitted TrainingArguments YAML (plus use_cpu, as on a CPU box),
+    the model loaded and wrapped the way the emitted notes say, and 2 optimizer steps of transformers' Trainer."""
+    import json
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, HfArgumentParser, LlamaConfig, Trainer, TrainingArguments
+
+    model_dir = tmp_path / "tiny-llama"
+    LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=128, max_position_embeddings=64,
+    ).save_pretrained(model_dir)
+    out = tmp_path / "args.yaml"
+    result = run(
+        "emit", model_dir, "--format", "hf", "--method", method, "--checkpointing", "full", "--optimizer", "adamw-fused",
+        "--seq", 32, "--batch", 2, "--accum", 2, "--output-dir", tmp_path / "run", "-o", out, "--json",
+    )
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)["plan"]
+    cfg = yaml.safe_load(out.read_text())
+    cfg["use_cpu"] = True
+    (tmp_path / "cpu.yaml").write_text(yaml.safe_dump(cfg))
+    (args,) = HfArgumentParser(TrainingArguments).parse_yaml_file(str(tmp_path / "cpu.yaml"))
+
+    torch.manual_seed(0)
+    dtype = {"bf16": torch.bfloat16, "amp-bf16": torch.float32}[plan["precision"]]
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir), dtype=dtype)  # random weights
+    if method == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(
+            r=plan["lora_rank"], lora_alpha=2 * plan["lora_rank"], lora_dropout=0.05,
+            target_modules=plan["lora_targets"], task_type="CAUSAL_LM",
+        ))
+    rows = 2 * 2 * 2  # micro-batch 2 × accumulation 2 × 2 steps, one epoch
+    data = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 128, (rows, plan["seq_len"]))]
+    trainer = Trainer(model=model, args=args, train_dataset=data)
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    trainer.train()
+    assert trainer.state.global_step == 2
+    losses = [log["loss"] for log in trainer.state.log_history if "loss" in log] or [trainer.state.log_history[-1]["train_loss"]]
+    assert all(torch.isfinite(torch.tensor(losses)))
+    changed = [n for n, p in model.named_parameters() if p.requires_grad and not torch.equal(p.detach(), before[n])]
+    assert changed  # the optimizer stepped
+    assert type(trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer") else trainer.optimizer).__name__ == "AdamW"
+    assert trainer.args.activation_checkpointing and trainer.args.activation_checkpointing_kwargs == {"use_reentrant": False}
