@@ -215,6 +215,7 @@ def test_card_without_bf16_bills_and_emits_fp16(tmp_path, gpu, method, precision
     assert billed["plan"]["precision"] == precision
     explicit = json.loads(run("bill", model, "--gpu", gpu, "--method", method, "--precision", precision, "--json", "--no-ladder").stdout)
     assert billed["per_gpu"] == explicit["per_gpu"]
+    assert any("has no bf16 (compute capability" in note for note in billed["notes"])
     cfg = emit_config(tmp_path, model, "--gpu", gpu, "--method", method, fmt="hf")
     cfg["use_cpu"] = True
     (tmp_path / "cpu.yaml").write_text(yaml.safe_dump(cfg))

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from memdoc.core.billing.activations import Activations, estimate_activations
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
-from memdoc.core.model.plan import Method, Offload, Shard, TrainingPlan
+from memdoc.core.model.plan import Method, Offload, Precision, Shard, TrainingPlan
 from memdoc.core.billing.states import ModelStates, model_states
 from memdoc.units import MiB
 
@@ -147,6 +147,8 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
     notes = []
     if model.config_of:
         notes.append(f"billed with the config of {model.config_of}: a fine-tuned variant has its base's layer shapes")
+    if gpu is not None and not gpu.supports_bf16 and plan.precision in (Precision.FP16, Precision.AMP_FP16):
+        notes.append(f"{gpu.name} has no bf16 (compute capability {gpu.compute_capability}): it trains in fp16 (with loss scaling)")
     if model.family == "unknown":
         notes.append(f"no activation model for model_type {model.model_type!r}: activations estimated for a generic "
                      "decoder layer of its sizes (parameters are exact, from the meta device)")
