@@ -25,7 +25,8 @@ Examples:
   memdoc emit --recipe recipes/llama3.1-8b-full-zero3-8x80gb.yaml --format hf -o run/args.yaml --dataset my/data
 
 Multi-GPU plans also write ds_config.json (ZeRO) or fsdp.yaml (FSDP) next to -o FILE.
-Without -o the config is printed on stdout. Existing files are kept unless --force.
+All files are written or none, with the mode your umask gives; existing ones only with --force.
+Without -o the config is printed on stdout. The config loads MODEL as given.
 Exit status: 0 written, 2 bad input (or an existing file without --force), 3 with --fit when nothing fits.
 """
 
@@ -77,7 +78,7 @@ def emit(
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Target trainer config.")] = Format.trl,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the config here (side files go next to it). Default: print it.")] = None,
     fit: Annotated[bool, typer.Option("--fit", help="If the plan does not fit the GPU, emit the cheapest ladder plan that does.")] = False,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite existing files.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace existing files (all or none; mode from your umask).")] = False,
     dataset: Annotated[Optional[str], typer.Option("--dataset", help="Dataset (Hub id, path or LLaMA-Factory name) instead of the placeholder.")] = None,
     output_dir: Annotated[Optional[str], typer.Option("--output-dir", help="Training output directory instead of the placeholder.")] = None,
     json_out: JsonOpt = False,
