@@ -203,8 +203,9 @@ LIGER_NOTE = (
 WARMUP_RATIO = 0.1
 """Linear warmup over the first 10 % of the steps, then cosine decay: LLaMA-Factory's SFT examples
 (examples/train_lora/llama3_lora_sft.yaml, examples/train_full/llama3_full_sft.yaml) and Axolotl's
-use warmup_ratio 0.1 with lr_scheduler cosine. transformers 5 reads a `warmup_steps` below 1 as
-this ratio (TrainingArguments.get_warmup_steps; `warmup_ratio` was removed)."""
+use warmup_ratio 0.1 with lr_scheduler cosine. transformers ≥ 5.0 reads a `warmup_steps` below 1 as
+this ratio (TrainingArguments.get_warmup_steps); `warmup_ratio` was deprecated in 5.0 and removed in
+5.2 (huggingface/transformers#41326), so the HF-based formats write warmup_steps: 0.1."""
 
 LR_SCHEDULER = "cosine"
 
