@@ -57,6 +57,7 @@ VARIANTS = [
     ("mistralai/Mistral-7B-Instruct-v0.3", "mistralai/Mistral-7B-v0.3"),
     ("google/gemma-2-9b-it", "google/gemma-2-9b"),
     ("meta-llama/Llama-2-7b-chat-hf", "meta-llama/Llama-2-7b-hf"),
+    ("EleutherAI/pythia-1b-deduped", "EleutherAI/pythia-1b"),
 ]
 
 
@@ -84,6 +85,14 @@ def test_variant_billed_with_base_shapes_and_says_so(variant, base):
     result = run("emit", variant, "--method", "lora")
     assert result.exit_code == 0 and f"config of {base}" in result.stderr
     assert f"config of {base}" in result.stdout  # the note is in the file's header too
+
+
+def test_alias_to_another_repository_is_said():
+    """Meta's original Llama-2 repository has no transformers checkpoint: the config loads the -hf twin and says so."""
+    result = run("emit", "meta-llama/Llama-2-7b")
+    assert result.exit_code == 0
+    assert yaml.safe_load(result.stdout)["model_name_or_path"] == "meta-llama/Llama-2-7b-hf"
+    assert "meta-llama/Llama-2-7b is catalogued as meta-llama/Llama-2-7b-hf" in result.stderr
 
 
 def test_qwen25_instruct_context_is_its_own():

@@ -127,6 +127,7 @@ def emit(
         side_dir=side_dir,
         config_path=config_path,
         config_of=setup.model.config_of,
+        asked_id=setup.model_arg if setup.model.source == "catalog" else None,
     )
     emitted = emit_plan(fmt_value, ctx)
     files = [(Path(config_path), render_main(ctx, emitted))]

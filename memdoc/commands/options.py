@@ -73,6 +73,8 @@ class Setup:
     recipe: str | None = None
     explicit: frozenset[str] = frozenset()
     """Plan fields the user set (a flag or the recipe); the rest are defaults (`memdoc plan` searches those)."""
+    model_arg: str | None = None
+    """MODEL as the user gave it (the catalog may spell it differently in `model.id`)."""
 
 
 @dataclass(frozen=True)
@@ -117,7 +119,8 @@ class PlanArgs:
                 raise NoGpuDetectedError("no local NVIDIA GPU found; pass --gpu (e.g. --gpu 24 or --gpu rtx-4090)")
             plan = precision_for_card(plan, gpu, explicit="precision" in plan_values)
         return Setup(model=model, plan=plan, gpu=gpu, recipe=str(recipe_path) if recipe_path else None,
-                     explicit=frozenset(_FLAG_TO_FIELD.get(k.replace("-", "_"), k.replace("-", "_")) for k in plan_values))
+                     explicit=frozenset(_FLAG_TO_FIELD.get(k.replace("-", "_"), k.replace("-", "_")) for k in plan_values),
+                     model_arg=model_name)
 
 
 def precision_for_card(plan: TrainingPlan, gpu: GpuSpec, *, explicit: bool) -> TrainingPlan:

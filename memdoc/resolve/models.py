@@ -53,8 +53,9 @@ def catalog_config(model_id: str) -> dict:
     return json.loads(entry.read_text())
 
 
-_VARIANT_SUFFIX = re.compile(r"[-_](instruct|chat|it)(?=$|[-_])", re.IGNORECASE)
-"""The fine-tune marker in Hub ids: Qwen2.5-7B-Instruct, Mistral-7B-Instruct-v0.3, Llama-2-7b-chat-hf, gemma-2-9b-it."""
+_VARIANT_SUFFIX = re.compile(r"[-_](instruct|chat|it|deduped)(?=$|[-_])", re.IGNORECASE)
+"""The variant marker in Hub ids: Qwen2.5-7B-Instruct, Mistral-7B-Instruct-v0.3, Llama-2-7b-chat-hf, gemma-2-9b-it
+(fine-tunes), pythia-1b-deduped (same architecture, other training data)."""
 
 
 def variant_base(model: str) -> str | None:

@@ -26,6 +26,8 @@ def emit(fmt: str, ctx: EmitContext) -> Emitted:
     emitted = emitter(ctx)
     if ctx.config_of:
         emitted.notes.insert(0, f"model {ctx.model_id} is loaded as given; it was billed with the config of {ctx.config_of} (same layer shapes)")
+    elif ctx.asked_id and ctx.asked_id.lower() != ctx.model_id.lower():
+        emitted.notes.insert(0, f"model {ctx.asked_id} is catalogued as {ctx.model_id}, the repository transformers loads: the config names that")
     return emitted
 
 

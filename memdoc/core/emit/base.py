@@ -82,6 +82,8 @@ class EmitContext:
     """How the launch command names the main config file."""
     config_of: str | None = None
     """The catalog model whose config was billed when `model_id` is a fine-tuned variant of it."""
+    asked_id: str | None = None
+    """MODEL as the user typed it, when the catalog names the repository differently (an alias)."""
 
     @property
     def multi_gpu(self) -> bool:
