@@ -257,6 +257,15 @@ def test_ladder_never_proposes_bf16_on_a_t4():
     assert data["fits"] and "bf16" not in data["plan"]["precision"]
 
 
+def test_plan_search_never_proposes_bf16_on_a_v100():
+    import json
+
+    result = run("plan", "meta-llama/Llama-3.2-1B", "--gpu", "v100-16", "--json")
+    assert result.exit_code == 0, result.output
+    plans = json.loads(result.stdout)["plans"]
+    assert plans and all("bf16" not in p["plan"]["precision"] for p in plans)
+
+
 # --------------------------------------------------------------------------------------------
 # 4. every LoRA target names a module
 

@@ -123,6 +123,8 @@ def search(
     `fixed`: plan fields the user set, kept as in `base`. `global_batch`: sequences per
     optimizer step over all GPUs (default: base's micro-batch × accumulation × GPUs).
     """
+    if not gpu.supports_bf16:  # T4, V100: the search space's bf16 precisions cannot run; keep the card's fp16 AMP
+        fixed = fixed | {"precision"}
     world = base.world_size
     if global_batch is None:
         global_batch = base.micro_batch * base.grad_accum * world
