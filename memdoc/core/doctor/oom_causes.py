@@ -34,12 +34,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import dataclasses
+
 from memdoc.core.doctor.logtext import normalise_log
 from memdoc.core.doctor.oom import OomEvent
+from memdoc.core.model.gpu import GpuSpec, generic_gpu, load_gpu_table
 from memdoc.units import GiB, format_bytes
 
-__all__ = ["Cause", "CauseReading", "read_causes", "vllm_gpu_memory_utilization"]
+__all__ = ["Cause", "CauseReading", "card_from_capacity", "read_causes", "vllm_gpu_memory_utilization"]
 
+CARD_MATCH_SHARE = 0.015
+"""A table GPU is "the card" when its memory is within this share of the reported capacity
+(drivers reserve a few hundred MiB differently across versions; ECC takes ~6% on some cards)."""
 CAP_SHARE = 0.9
 """A cap (memory fraction, gpu_memory_utilization) below this share of the card is a cause: above
 it, what is left is what the CUDA context and other libraries need anyway."""
@@ -261,6 +267,17 @@ def _full(event: OomEvent) -> Cause | None:
         evidence=f"{format_bytes(M)} allocated by PyTorch, {_share(M, limit)} of {of} {format_bytes(limit)}",
         fix="the plan needs less memory: the prescriptions below, cheapest first",
     )
+
+
+def card_from_capacity(total: int | None) -> tuple[GpuSpec | None, tuple[str, ...]]:
+    """The GPU the message's "total capacity" describes: a generic GPU of exactly that memory (what
+    the process could use), and the names of table GPUs of that size (within `CARD_MATCH_SHARE`)."""
+    if not total or total <= 0:
+        return None, ()
+    names = tuple(g.name for g in load_gpu_table() if abs(g.memory_bytes - total) <= CARD_MATCH_SHARE * total)
+    gpu = generic_gpu(total / GiB)
+    label = f"{format_bytes(total)} GPU from the log" + (f" ({' / '.join(names[:3])})" if names else "")
+    return dataclasses.replace(gpu, name=label, memory_bytes=total), names
 
 
 def read_causes(event: OomEvent | None, log_text: str = "") -> CauseReading:
