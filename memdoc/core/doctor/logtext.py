@@ -25,7 +25,9 @@ from dataclasses import dataclass
 __all__ = ["Frame", "normalise_log", "traceback_frames"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_TAG = re.compile(r"<[A-Za-z/!][^<>\n]{0,400}>")
+_TAG = re.compile(r"<(?!(?:module|lambda|listcomp|dictcomp|setcomp|genexpr|string|stdin|frozen |ipython-input)\b)"
+                  r"[A-Za-z/!][^<>\n]{0,400}>")
+"""HTML tags, but not Python's `<module>`, `<lambda>`, `<ipython-input-…>` pseudo-file and function names."""
 _LEVEL = r"(?:DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL)"
 # Per-line prefixes; applied repeatedly at the start of each line.
 _LINE_PREFIX = re.compile(
