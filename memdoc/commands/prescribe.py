@@ -73,18 +73,22 @@ def prescribe(
     if model is not None or plan.values.get("recipe"):
         setup = plan.resolve(model, need_gpu=False)
         gpu = setup.gpu
-        if gpu is None and oom is not None and oom.total:
-            from memdoc.core.doctor.oom_causes import card_from_capacity
-
-            gpu = card_from_capacity(oom.allowed if oom.allowed and oom.allowed < oom.total else oom.total)[0]
-        from memdoc.core.doctor.quantify import quantify
-
-        base, quantified = quantify(chosen.prescriptions, setup.model, setup.plan, gpu)
         if oom is not None:
             from memdoc.core.doctor.culprit import find_culprit, plan_tensors
 
             tensors = plan_tensors(setup.model, setup.plan, inference=chosen.id == "inference-oom")
-            culprit = find_culprit(oom.requested, tensors, guess.phase if guess else None)
+            culprit = find_culprit(oom.requested, tensors, guess.phase)
+            if culprit is not None and symptom is None and chosen.id == "mid-run-oom" and (
+                    culprit.item == "logits" or "attention" in culprit.name):
+                # a tensor set by the sequence length (scores s², logits s × vocab): the long-sample ladder shrinks it
+                chosen = get_symptom("long-sample-oom")
+            if gpu is None and oom.total:
+                from memdoc.core.doctor.oom_causes import card_from_capacity
+
+                gpu = card_from_capacity(oom.allowed if oom.allowed and oom.allowed < oom.total else oom.total)[0]
+        from memdoc.core.doctor.quantify import quantify
+
+        base, quantified = quantify(chosen.prescriptions, setup.model, setup.plan, gpu)
     order = _order(chosen.prescriptions, culprit)
     if json_out:
         render.print_json(_json(chosen, order, oom, guess, quantified, base, culprit, symptom is not None))
