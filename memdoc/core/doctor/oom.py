@@ -17,12 +17,10 @@ It understands:
   for the cache blocks" and "The model's max seq len (N) is larger than the maximum number of
   tokens that can be stored in KV cache (M)" (format `vllm-kv-cache`).
 
-Logs are messy: the text is normalised first (`memdoc.core.doctor.logtext`), and clause patterns
-accept any whitespace (including line breaks) between words, so wrapped messages still parse. If
-nothing is found, the lines are joined without separators and parsed again (hard-wrapped,
-mid-word breaks). The same message repeated (several ranks, a user quoting it twice) becomes one
-event with a `count`. Parsing never raises. Which symptom an event is, and what its figures
-mean, are `memdoc.core.doctor.oom_symptom` and `oom_causes`.
+Logs are messy: the text is normalised first (`memdoc.core.doctor.logtext`); clause patterns accept
+any whitespace between words, so wrapped messages parse; if nothing is found, lines are joined
+without separators and parsed again (mid-word breaks). One message repeated (several ranks) is one
+event with a `count`. Parsing never raises. What an event means: `oom_symptom`, `oom_causes`.
 
 Sizes: PyTorch prints sizes with c10's `format_size`: "N bytes" up to 1 KiB, then KiB/MiB/GiB with
 two decimals, all binary (1 GiB = 1024³ bytes), so a parsed figure is exact only to ±0.005 of the
@@ -499,5 +497,4 @@ def parse_oom_log(text: str) -> list[OomEvent]:
 
 def first_oom(text: str) -> OomEvent | None:
     """The first out-of-memory message in `text`, or None."""
-    events = parse_oom_log(text)
-    return events[0] if events else None
+    return next(iter(parse_oom_log(text)), None)
