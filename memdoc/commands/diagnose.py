@@ -36,7 +36,7 @@ def diagnose(
     *,
     plan: PlanArgs,
     json_out: JsonOpt = False,
-    steps: Annotated[int, typer.Option("--steps", min=1, help="Stop the script after this many optimizer steps (the 2nd is the steady state: optimizer states exist).", rich_help_panel=RUN)] = 2,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Stop the script after this many optimizer steps (the 2nd is the steady state: optimizer states exist; ≥ 3 also checks for memory that grows step by step).", rich_help_panel=RUN)] = 2,
     timeout: Annotated[float, typer.Option("--timeout", min=0, help="Stop the script after this many seconds (0 = never).", rich_help_panel=RUN)] = 300.0,
     snapshot: Annotated[Optional[Path], typer.Option("--snapshot", help="Write the CUDA memory snapshot pickle here (for pytorch.org/memory_viz) and an offline HTML timeline next to it (FILE.html).", rich_help_panel=RUN)] = None,
     summary: Annotated[bool, typer.Option("--summary", help="Print torch.cuda.memory_summary() (CUDA scripts).", rich_help_panel=RUN)] = False,

@@ -33,6 +33,8 @@ that cannot be read or compiled is memdoc's `ScriptError`.
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import time
 
 from memdoc.probe.script.sandbox import Stop
@@ -95,6 +97,14 @@ class Session:
         self.uses_cuda = False
         self.cuda_oom_info = None
         self.in_report = False
+        self.script_path: str | None = None
+        """The user's script (absolute path): allocation sites are its lines."""
+        self.record_sites = steps >= 3  # growth needs ≥ 3 step starts; sites cost a frame walk per allocation
+        self.sites: dict[int, str] = {}
+        self.step_starts: list[int] = []
+        """Live bytes at the start (first root forward) of each step."""
+        self.site_bytes: list[dict[str, int]] = []
+        """At each step start: live bytes by allocating script line, model states and setup excluded."""
 
     # ---- time
     def check_deadline(self) -> None:
@@ -159,6 +169,32 @@ class Session:
         dead = [k for k, (_, ref, _, _) in self.live.items() if ref.expired()]
         for k in dead:
             self.total -= self.live.pop(k)[0]
+            self.sites.pop(k, None)
+
+    def site(self) -> str | None:
+        """'train.py:42': the innermost line of the user's script on the stack (None outside it)."""
+        frame = sys._getframe(2)
+        while frame is not None:
+            if frame.f_code.co_filename == self.script_path:
+                return f"{os.path.basename(self.script_path)}:{frame.f_lineno}"
+            frame = frame.f_back
+        return None
+
+    def step_start(self) -> None:
+        """Record live bytes at a step's first forward, and (with sites) by the script line that allocated them."""
+        if len(self.step_starts) != self.step_index:
+            return
+        self.sweep()
+        self.step_starts.append(self.total)
+        if self.record_sites:
+            weights, grads, opt = self.state_bytes()
+            known = set(weights) | set(grads) | set(opt)
+            by_site: dict[str, int] = {}
+            for k, (n, _ref, bucket, _step) in self.live.items():
+                if k not in known and bucket != "setup":
+                    site = self.sites.get(k) or "?"
+                    by_site[site] = by_site.get(site, 0) + n
+            self.site_bytes.append(by_site)
 
     def add(self, t) -> None:
         info = storage_key(t)
@@ -174,6 +210,8 @@ class Session:
             self.uses_cuda = True
         self.live[key] = (nbytes, ref, self.bucket(), self.step_index)
         self.total += nbytes
+        if self.record_sites and self.script_path:
+            self.sites[key] = self.site()
 
     def breakdown(self) -> dict:
         weights, grads, opt = self.state_bytes()
@@ -230,6 +268,7 @@ class Session:
                 self.roots[id(module)] = module
             if self.phase not in ("forward",):
                 self.phase = "forward"
+                self.step_start()
             self.forward_seen = True
             for dev in ("cuda", "cpu"):
                 with contextlib.suppress(Exception):
