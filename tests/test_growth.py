@@ -66,6 +66,7 @@ def test_hf_trainer_example_does_not_grow(tmp_path):
     # the shipped example stops at max_steps=2: run a copy with 4 steps
     for name in ("hf_trainer.py", "_tiny_hf.py"):
         text = (ROOT / "examples" / name).read_text()
+        text = text.replace('Path(__file__).resolve().parents[1] / "memdoc"', f'Path({str(ROOT)!r}) / "memdoc"')
         (tmp_path / name).write_text(text.replace("max_steps=2,", "max_steps=4,"))
     report = _diagnose(tmp_path / "hf_trainer.py", steps=4)
     assert report["stopped_after_steps"] == 4 and _growth(report) is None

@@ -83,6 +83,7 @@ class Session:
         self.autocast_seen = False
         self.forward_seen = False
         self.first_input_shape: tuple | None = None
+        self.train_input_shape = False  # first_input_shape came from a grad-enabled forward
         self.ckpt_calls = 0
         self.ckpt_reentrant = 0
         self.ckpt_wrapped: dict[int, object] = {}
@@ -270,15 +271,21 @@ class Session:
                 self.phase = "forward"
                 self.step_start()
             self.forward_seen = True
+        if not self.autocast_seen:
+            # checked at every module, not only the root: accelerate (HF Trainer bf16=True) enters
+            # autocast inside the root's wrapped forward, after the root's pre-hook has run
             for dev in ("cuda", "cpu"):
                 with contextlib.suppress(Exception):
                     if torch.is_autocast_enabled(dev):
                         self.autocast_seen = True
         self.depth += 1
-        if self.first_input_shape is None and isinstance(module, torch.nn.Embedding) and args:
+        if isinstance(module, torch.nn.Embedding) and args and not self.train_input_shape:
             x = args[0]
             if isinstance(x, torch.Tensor) and x.dim() == 2:
-                self.first_input_shape = tuple(x.shape)
+                # the batch shape of a training forward (grad enabled), not of an eval/generate call before it
+                if self.first_input_shape is None or torch.is_grad_enabled():
+                    self.first_input_shape = tuple(x.shape)
+                self.train_input_shape = torch.is_grad_enabled()
         if getattr(module, "gradient_checkpointing", False) is True and not module.training and torch.is_grad_enabled():
             self.ckpt_not_training[id(module)] = module
 
