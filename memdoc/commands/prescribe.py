@@ -78,6 +78,12 @@ def prescribe(
 
             tensors = plan_tensors(setup.model, setup.plan, inference=chosen.id == "inference-oom")
             culprit = find_culprit(oom.requested, tensors, guess.phase)
+            if culprit is not None:
+                import dataclasses
+
+                from memdoc.core.doctor.oom_symptom import LARGE_BLOCK_UNKNOWN
+
+                guess = dataclasses.replace(guess, unknowns=tuple(u for u in guess.unknowns if u != LARGE_BLOCK_UNKNOWN))
             if culprit is not None and symptom is None and chosen.id == "mid-run-oom" and (
                     culprit.item == "logits" or "attention" in culprit.name):
                 # a tensor set by the sequence length (scores s², logits s × vocab): the long-sample ladder shrinks it

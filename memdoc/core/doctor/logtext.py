@@ -37,9 +37,10 @@ _LINE_PREFIX = re.compile(
       | \d{1,4}:(?=[ \t])                                         # srun -l '0: '
       | [\w.-]{1,40}[ \t]+\|(?=[ \t])                             # docker compose 'vllm-1  | '
       | \|(?=[ \t])                                               # markdown table / CI column '  | '
-      | \([\w.-]+(?:[ \t]+\w+=\w+)*\)(?=[ \t]+(?:"""
+      | \([\w.-]+(?:[ \t]+\w+=\w+)+\)(?=[ \t])                 # (VllmWorker rank=3 pid=1090) (EngineCore pid=316)
+      | \([\w.-]+\)(?=[ \t]+(?:"""
     + _LEVEL
-    + r"""|\[)\b)  # (VllmWorker rank=3 pid=1090)
+    + r"""|\[)\b)
       | """
     + _LEVEL
     + r"""[ \t]+\d{1,2}-\d{1,2}[ \t]+\d{1,2}:\d{2}:\d{2}(?:\.\d+)?[ \t]+\[?[\w./-]+:\d+\]  # vLLM

@@ -25,11 +25,13 @@ from memdoc.core.doctor.oom import OomEvent
 from memdoc.core.doctor.oom_causes import Cause, read_causes
 from memdoc.units import format_bytes
 
-__all__ = ["PHASES", "SymptomGuess", "infer_symptom", "phase_of"]
+__all__ = ["LARGE_BLOCK_UNKNOWN", "PHASES", "SymptomGuess", "infer_symptom", "phase_of"]
 
 PHASES = ("generate", "startup", "optimizer", "backward", "loss", "eval", "forward", "training-step")
 """Values of `SymptomGuess.phase`, highest priority first."""
 
+LARGE_BLOCK_UNKNOWN = "whether the large block is attention or logits (no such frame in the traceback)"
+"""The unknown a culprit tensor (`memdoc.core.doctor.culprit`) answers."""
 LONG_SAMPLE_SHARE_OF_TOTAL = 1 / 8
 """A single request ≥ this share of the card is a 'large block'."""
 LONG_SAMPLE_SHARE_WITH_FRAMES = 1 / 32
@@ -158,7 +160,7 @@ def _large_block(event: OomEvent, frames: list[Frame], phase: str | None, reason
         reasons.append(f"one request of {format_bytes(A)} ({share}) is a large block, typical of a sequence² attention "
                        f"score matrix or a tokens × vocabulary logits tensor ({what})")
         if not big_frames:
-            unknowns.append("whether the large block is attention or logits (no such frame in the traceback)")
+            unknowns.append(LARGE_BLOCK_UNKNOWN)
     return large
 
 
