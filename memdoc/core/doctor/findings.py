@@ -32,6 +32,7 @@ Rules (ids are stable, used by --json and tests):
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 FRAGMENTATION_RATIO = 0.20
@@ -219,7 +220,7 @@ def lint(f: RunFacts) -> list[Finding]:
 def _growth(f: RunFacts) -> Finding | None:
     """``memory-growth``: every step start after the first holds more than the one before."""
     starts = f.step_start_bytes[1:]
-    deltas = [b - a for a, b in zip(starts, starts[1:])]
+    deltas = [b - a for a, b in itertools.pairwise(starts)]
     if not deltas or min(deltas) < GROWTH_MIN_BYTES:
         return None
     per_step = sum(deltas) // len(deltas)

@@ -94,7 +94,7 @@ class Frame:
 
 
 _STD = re.compile(r'File "([^"\n]*)", line \d+, in ([<>\w.]+)')
-_IPY_NEW = re.compile(r"^(?:File )?(/[^\s:]+\.py|[A-Za-z]:\\[^:]+\.py):\d+,? in ([\w.<>]+)\(")
+_IPY_NEW = re.compile(r"^(?:File )?(~?/[^\s:]+\.py|[A-Za-z]:\\[^:]+\.py):\d+,? in ([\w.<>]+)\(")
 _IPY_CELL = re.compile(r"^(Cell In ?\[\d+\]|<ipython-input-[\w-]+>)(?:, line \d+)?(?: in ([\w.<>]+)\(\))?")
 _IPY_OLD = re.compile(r"^(/\S+\.py|[A-Za-z]:\\\S+\.py) in ([\w.<>]+)\(")
 _RICH = re.compile(r"^[│|]\s*(\S+\.py):\d+ in ([\w.<>]+)\s*[│|]?$")

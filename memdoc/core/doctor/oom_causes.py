@@ -14,8 +14,8 @@ smaller batch is not the answer. The rules, in rank order:
 3. `request-larger-than-card`: one request larger than the whole card (a shape bug).
 4. `other-processes`: "Process P has X memory in use" clauses (not this process seen under its
    host PID), or capacity − free − this process's usage ≥ `OTHER_MIN_BYTES` and
-   ≥ `OTHER_MIN_SHARE` of the card (legacy text: capacity − free − reserved, which also holds
-   this process's CUDA context, so the threshold is doubled).
+   ≥ `OTHER_MIN_SHARE` of the card (without that figure: capacity − free − reserved, which also
+   holds this process's CUDA context, so the threshold is doubled).
 5. `fragmentation`: reserved-but-unallocated R ≥ the request and ≥ `FRAGMENTATION_MIN_SHARE` of
    the card: idle cached bytes enough for the request but in no block large enough;
    `expandable_segments:True` lets the allocator map them into one range (frees up to R).
@@ -31,10 +31,9 @@ Pure logic: no torch. Thresholds are module constants; each states why it is whe
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
-
-import dataclasses
 
 from memdoc.core.doctor.logtext import normalise_log
 from memdoc.core.doctor.oom import OomEvent
@@ -185,7 +184,7 @@ def _others(event: OomEvent, unknowns: list[str]) -> Cause | None:
         outside = T - F - event.this_process_in_use
         floor = max(OTHER_MIN_BYTES, OTHER_MIN_SHARE * T)
         how = f"capacity {format_bytes(T)} − free {format_bytes(F)} − this process {format_bytes(event.this_process_in_use)}"
-    elif event.reserved_total is not None or (event.format == "cuda-legacy" and reserved is not None):
+    elif reserved is not None:
         outside = T - F - reserved
         floor = 2 * max(OTHER_MIN_BYTES, OTHER_MIN_SHARE * T)
         how = (f"capacity {format_bytes(T)} − free {format_bytes(F)} − reserved by PyTorch {format_bytes(reserved)}, "
@@ -242,6 +241,19 @@ def _non_pytorch(event: OomEvent) -> Cause | None:
     )
 
 
+def _too_large(event: OomEvent) -> Cause | None:
+    A, T = event.requested, event.total
+    if A is None or T is None or A <= T:
+        return None
+    return Cause(
+        id="request-larger-than-card",
+        title="one allocation is larger than the whole card",
+        evidence=f"the request ({format_bytes(A)}) is larger than the card ({format_bytes(T)})",
+        fix="no memory setting fits it: look for a shape bug, an unbounded sequence length or a broadcast that "
+        "materialises a huge tensor",
+    )
+
+
 def _free_but_refused(event: OomEvent) -> Cause | None:
     A, F = event.requested, event.free
     if A is None or F is None or F < A or event.allowed is not None:
@@ -290,22 +302,13 @@ def read_causes(event: OomEvent | None, log_text: str = "") -> CauseReading:
         found = [
             _cap(event, util),
             _vllm(event, util),
-            None,
+            _too_large(event),
             _others(event, unknowns),
             _fragmentation(event, unknowns),
             _non_pytorch(event),
             _free_but_refused(event),
             _full(event),
         ]
-        A, T = event.requested, event.total
-        if A is not None and T is not None and A > T:
-            found[2] = Cause(
-                id="request-larger-than-card",
-                title="one allocation is larger than the whole card",
-                evidence=f"the request ({format_bytes(A)}) is larger than the card ({format_bytes(T)})",
-                fix="no memory setting fits it: look for a shape bug, an unbounded sequence length or a "
-                "broadcast that materialises a huge tensor",
-            )
         causes = tuple(c for c in found if c is not None)
     except Exception:  # pragma: no cover - the doctor never raises on a parsed OOM
         causes = ()
