@@ -12,6 +12,8 @@ smaller batch is not the answer. The rules, in rank order:
 2. `vllm-kv-cache`: vLLM refused to start because the KV cache for one max-length request does
    not fit in what `gpu_memory_utilization` leaves after weights and activations.
 3. `request-larger-than-card`: one request larger than the whole card (a shape bug).
+   `sysmem-fallback`: PyTorch holds more than the card's capacity: the driver spills into system
+   RAM (Windows' "CUDA Sysmem Fallback Policy", unified memory) — slow, and it still ran out.
 4. `other-processes`: "Process P has X memory in use" clauses (not this process seen under its
    host PID), or capacity − free − this process's usage ≥ `OTHER_MIN_BYTES` and
    ≥ `OTHER_MIN_SHARE` of the card (without that figure: capacity − free − reserved, which also
@@ -21,10 +23,11 @@ smaller batch is not the answer. The rules, in rank order:
    `expandable_segments:True` lets the allocator map them into one range (frees up to R).
 6. `non-pytorch-memory`: this process uses ≥ `NON_PYTORCH_MIN_BYTES` more than PyTorch reserved
    (CUDA context and library workspaces are normally 0.3–1.5 GiB).
-7. `free-but-refused`: the driver reported more free memory than the request, with no cap
-   printed: other processes racing for the card, or unified memory (integrated GPUs).
-8. `tensors-fill-the-card`: live tensors use ≥ `FULL_SHARE` of the card (or of the cap): the
-   plan itself needs less memory — the ladder below.
+7. `free-but-refused`: the driver reported at least `REFUSED_MARGIN` × the request free (and
+   ≥ `REFUSED_MIN_BYTES` more than it), with no cap printed: other processes racing for the card,
+   or unified memory (integrated GPUs). Closer to the request, page granularity explains it.
+8. `tensors-fill-the-card`: this process (its NVML figure when printed, else PyTorch's tensors)
+   uses ≥ `FULL_SHARE` of the card (or of the cap): the plan needs less memory — the ladder below.
 
 Pure logic: no torch. Thresholds are module constants; each states why it is where it is.
 """
@@ -56,6 +59,10 @@ FRAGMENTATION_MIN_SHARE = 0.05
 """Reserved-but-unallocated below this share of the card is the allocator's normal rounding slack."""
 NON_PYTORCH_MIN_BYTES = 2 * GiB
 """A CUDA context with cuBLAS/cuDNN handles takes 0.3–1.5 GiB; more is NCCL, CUDA graphs or a library's own cudaMalloc."""
+REFUSED_MARGIN = 2
+REFUSED_MIN_BYTES = 256 * 1024**2
+"""`free-but-refused` needs free ≥ 2 × the request and 256 MiB beyond it: closer, the driver's page
+granularity and its own reservations explain the failure."""
 FULL_SHARE = 0.8
 """Live tensors above this share of the card (or cap) fill it: the plan must shrink."""
 
@@ -254,9 +261,23 @@ def _too_large(event: OomEvent) -> Cause | None:
     )
 
 
+def _sysmem(event: OomEvent) -> Cause | None:
+    M, T = event.allocated_by_pytorch, event.total
+    if M is None or not T or M <= T:
+        return None
+    return Cause(
+        id="sysmem-fallback",
+        title="PyTorch holds more than the card",
+        evidence=f"{format_bytes(M)} allocated by PyTorch on a {format_bytes(T)} card: the driver has been spilling "
+        "GPU memory into system RAM (Windows' CUDA Sysmem Fallback Policy, or unified memory)",
+        fix="the run needs far less memory than it uses (the prescriptions below); spilling makes each step many "
+        "times slower, so set the fallback policy to 'Prefer No Sysmem Fallback' to fail fast while tuning",
+    )
+
+
 def _free_but_refused(event: OomEvent) -> Cause | None:
     A, F = event.requested, event.free
-    if A is None or F is None or F < A or event.allowed is not None:
+    if A is None or F is None or F < REFUSED_MARGIN * A or F - A < REFUSED_MIN_BYTES or event.allowed is not None:
         return None
     return Cause(
         id="free-but-refused",
@@ -268,15 +289,18 @@ def _free_but_refused(event: OomEvent) -> Cause | None:
 
 
 def _full(event: OomEvent) -> Cause | None:
-    M = event.allocated_by_pytorch
+    M, P = event.allocated_by_pytorch, event.this_process_in_use
     limit = event.allowed or event.total
-    if M is None or not limit or M < FULL_SHARE * limit:
+    used = P if P and not event.allowed else M
+    if used is None or not limit or used < FULL_SHARE * limit or (M is not None and M > limit):
         return None
     of = "the allowed" if event.allowed else "the card's"
+    what = (f"this process uses {format_bytes(P)} ({format_bytes(M)} in PyTorch tensors)" if used is P
+            else f"{format_bytes(M)} allocated by PyTorch")
     return Cause(
         id="tensors-fill-the-card",
         title="the live tensors fill the card",
-        evidence=f"{format_bytes(M)} allocated by PyTorch, {_share(M, limit)} of {of} {format_bytes(limit)}",
+        evidence=f"{what}, {_share(used, limit)} of {of} {format_bytes(limit)}",
         fix="the plan needs less memory: the prescriptions below, cheapest first",
     )
 
@@ -303,6 +327,7 @@ def read_causes(event: OomEvent | None, log_text: str = "") -> CauseReading:
             _cap(event, util),
             _vllm(event, util),
             _too_large(event),
+            _sysmem(event),
             _others(event, unknowns),
             _fragmentation(event, unknowns),
             _non_pytorch(event),
