@@ -259,3 +259,22 @@ def test_never_raises_never_refuses(a, t, f, m, r, allowed, legacy, before, afte
     guess = infer_symptom(event, text)
     assert guess.symptom is not None
     assert guess.phase is not None or guess.assumptions or guess.symptom == "long-sample-oom" or guess.fragmentation
+
+
+def test_terminal_report_leads_with_the_causes():
+    result = runner.invoke(app, ["prescribe", "--log", "-"], input=FRACTION)
+    assert result.exit_code == 0
+    out = " ".join(result.output.split())
+    assert out.index("cause 1: the process is capped far below the card") < out.index("Prescriptions, cheapest first")
+    assert "assumed: no traceback" in out
+
+
+def test_terminal_report_names_the_culprit():
+    # Llama-3.2-1B, 2 × 2048 tokens × 128,256 vocab × 4 B fp32 logits = 3.91 GiB (a 2 MiB multiple)
+    n = 2 * 2048 * 128256 * 4
+    text = OOM.replace("20.00 MiB", f"{n / 1024**3:.2f} GiB")
+    result = runner.invoke(app, ["prescribe", "--log", "-", "meta-llama/Llama-3.2-1B", "--method", "lora",
+                                 "--batch", "2", "--seq", "2048"], input=text)
+    assert result.exit_code == 0
+    out = " ".join(result.output.split())
+    assert "culprit: fp32 logits" in out and "[2 × 2048 × 128256]" in out and "long-sample-oom" in out
