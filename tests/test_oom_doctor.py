@@ -278,3 +278,13 @@ def test_terminal_report_names_the_culprit():
     assert result.exit_code == 0
     out = " ".join(result.output.split())
     assert "culprit: fp32 logits" in out and "[2 × 2048 × 128256]" in out and "long-sample-oom" in out
+
+
+def test_diagnose_reads_the_scripts_oom():
+    pytest.importorskip("torch")
+    script = Path(__file__).resolve().parents[1] / "examples" / "oom_midstep.py"
+    result = runner.invoke(app, ["diagnose", str(script), "--json"])
+    assert result.exit_code == 3
+    rep = json.loads(result.stdout)
+    # this process uses 22.51 of the 23.65 GiB card; 1.90 GiB cached < the 2 GiB request: not fragmentation
+    assert [c["id"] for c in rep["oom"]["causes"]] == ["tensors-fill-the-card"]

@@ -117,6 +117,8 @@ def _diagnose_script(target: str, args: list[str], *, plan: PlanArgs, json_out: 
     result = run_script(target, args, steps=steps, timeout=timeout or None, stdout_to_stderr=json_out,
                         want_snapshot=snapshot is not None)
     sys.stdout.flush()
+    if result.oom:
+        _read_oom(result.oom)
     if result.traceback:
         sys.stderr.write(result.traceback)
         sys.stderr.flush()
@@ -139,6 +141,16 @@ def _diagnose_script(target: str, args: list[str], *, plan: PlanArgs, json_out: 
         render.render_script_report(result, bill, summary=summary, written=written)
     if result.exit_code:
         raise typer.Exit(result.exit_code)
+
+
+def _read_oom(oom: dict) -> None:
+    """Add the OOM doctor's causes (figures of the message, `memdoc.core.doctor.oom_causes`) to the report."""
+    import dataclasses
+
+    from memdoc.core.doctor.oom import first_oom
+    from memdoc.core.doctor.oom_causes import read_causes
+
+    oom["causes"] = [dataclasses.asdict(c) for c in read_causes(first_oom(oom.get("message") or "")).causes]
 
 
 def _bill_for(result, render):

@@ -293,6 +293,8 @@ def render_script_report(result, bill=None, *, summary: bool = False, written: l
         from rich.markup import escape
 
         stdout.print(f"  [red]{escape(result.oom['message'])}[/]")
+        for i, cause in enumerate(result.oom.get("causes") or [], 1):
+            stdout.print(f"      cause {i}: {escape(cause['title'])}: {escape(cause['evidence'])}")
         stdout.print(f"      → [b]{result.oom.get('prescribe', 'memdoc prescribe --symptom mid-run-oom')}[/b] (or `memdoc prescribe --log` with the full error)")
     if result.peak_phase is None:
         stdout.print("  no forward pass of an nn.Module was seen: nothing to attribute")
