@@ -138,3 +138,20 @@ def test_no_match_is_null():
 @pytest.mark.parametrize("printed", [2 * MiB, 20 * MiB])
 def test_small_segments_name_nothing(printed):
     assert find_culprit(printed, []) is None
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_every_catalog_model_lists_its_tensors(method):
+    from memdoc.core.doctor.culprit import plan_tensors
+    from memdoc.core.model.plan import parse_plan
+    from memdoc.resolve.models import catalog_ids, resolve_model
+
+    for model_id in catalog_ids():
+        model = resolve_model(model_id)
+        plan = parse_plan(method=method, micro_batch=2, seq_len=512, lora_targets=model.default_lora_targets)
+        for inference in (False, True):
+            tensors = plan_tensors(model, plan, inference=inference)
+            assert tensors and all(t.bytes > 0 and len(t.shape) >= 2 for t in tensors), model_id
+            logits = [t for t in tensors if t.item == "logits" and t.phase == "loss"]
+            if not inference:
+                assert logits[0].bytes == 4 * 2 * 512 * model.vocab_size

@@ -288,3 +288,15 @@ def test_diagnose_reads_the_scripts_oom():
     rep = json.loads(result.stdout)
     # this process uses 22.51 of the 23.65 GiB card; 1.90 GiB cached < the 2 GiB request: not fragmentation
     assert [c["id"] for c in rep["oom"]["causes"]] == ["tensors-fill-the-card"]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(a=_SIZE, t=_SIZE, f=_SIZE, m=_SIZE, r=_SIZE, legacy=st.booleans(), before=_FRAME)
+def test_prescribe_cli_never_refuses_a_parsed_oom(a, t, f, m, r, legacy, before):
+    if legacy:
+        msg = f"CUDA out of memory. Tried to allocate {a} (GPU 0; {t} total capacity; {m} already allocated; {f} free; {r} cached)"
+    else:
+        msg = (f"HIP out of memory. Tried to allocate {a}. GPU 1 has a total capacty of {t} of which {f} is free. "
+               f"Of the allocated memory {m} is allocated by PyTorch, and {r} is reserved by PyTorch but unallocated.")
+    out = _prescribe(before + msg)
+    assert out["symptom"] and out["oom"]["requested"] is not None
