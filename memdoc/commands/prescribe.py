@@ -74,7 +74,7 @@ def prescribe(
         setup = plan.resolve(model, need_gpu=False)
         gpu = setup.gpu
         if oom is not None:
-            from memdoc.core.doctor.culprit import find_culprit, plan_tensors
+            from memdoc.core.doctor.culprit import find_culprit, plan_tensors, symptom_for_culprit
 
             tensors = plan_tensors(setup.model, setup.plan, inference=chosen.id == "inference-oom")
             culprit = find_culprit(oom.requested, tensors, guess.phase)
@@ -84,10 +84,8 @@ def prescribe(
                 from memdoc.core.doctor.oom_symptom import LARGE_BLOCK_UNKNOWN
 
                 guess = dataclasses.replace(guess, unknowns=tuple(u for u in guess.unknowns if u != LARGE_BLOCK_UNKNOWN))
-            if culprit is not None and symptom is None and chosen.id == "mid-run-oom" and (
-                    culprit.item == "logits" or "attention" in culprit.name):
-                # a tensor set by the sequence length (scores s², logits s × vocab): the long-sample ladder shrinks it
-                chosen = get_symptom("long-sample-oom")
+            if symptom is None:
+                chosen = get_symptom(symptom_for_culprit(chosen.id, culprit))
             if gpu is None and oom.total:
                 from memdoc.core.doctor.oom_causes import card_from_capacity
 
@@ -95,35 +93,16 @@ def prescribe(
         from memdoc.core.doctor.quantify import quantify
 
         base, quantified = quantify(chosen.prescriptions, setup.model, setup.plan, gpu)
-    order = _order(chosen.prescriptions, culprit)
+    from memdoc.core.doctor.culprit import culprit_first, shrinks
+
+    order = culprit_first(chosen.prescriptions, culprit)
     if json_out:
-        render.print_json(_json(chosen, order, oom, guess, quantified, base, culprit, symptom is not None))
+        render.print_json(_json(chosen, order, oom, guess, quantified, base, culprit, symptom is not None, shrinks))
     else:
         render.render_prescriptions(chosen, oom, guess, quantified, base, order=order, culprit=culprit)
 
 
-CULPRIT_LEVERS = {"logits": ("loss", "seq_len", "micro_batch"), "activations": ("attention", "checkpointing", "seq_len", "micro_batch"),
-                  "optimizer": ("optimizer", "offload", "method"), "gradients": ("method", "shard", "optimizer_in_backward"),
-                  "weights": ("precision", "method", "shard"), "kv_cache": ()}
-"""Plan levers that shrink a culprit of each bill item (a prescription whose `why` is that item counts too)."""
-
-
-def _order(prescriptions, culprit) -> list:
-    """Prescriptions that shrink the culprit tensor first (ladder order kept within each group)."""
-    return [p for p in prescriptions if _shrinks(p, culprit)] + [p for p in prescriptions if not _shrinks(p, culprit)]
-
-
-def _shrinks(p, culprit) -> bool:
-    """Does prescription `p` shrink the culprit tensor?"""
-    if culprit is None:
-        return False
-    if culprit.note:  # eager attention under an SDPA plan: only putting attention back on SDPA/flash removes it
-        return bool((p.lever or {}).get("attention"))
-    levers = CULPRIT_LEVERS.get(culprit.item, ())
-    return p.why == culprit.item or any(k in levers for k in (p.lever or {}))
-
-
-def _json(symptom, order, oom, guess, quantified, base, culprit, from_flag: bool) -> dict:
+def _json(symptom, order, oom, guess, quantified, base, culprit, from_flag: bool, shrinks) -> dict:
     import dataclasses
 
     by_id = {q.prescription.id: q for q in quantified or []}
@@ -160,7 +139,7 @@ def _json(symptom, order, oom, guess, quantified, base, culprit, from_flag: bool
                 "fits_alone": by_id[p.id].fits_alone if p.id in by_id else None,
                 "time_cost": p.time_cost,
                 "how": p.how,
-                "shrinks_culprit": _shrinks(p, culprit),
+                "shrinks_culprit": shrinks(p, culprit),
             }
             for p in order
         ],

@@ -25,7 +25,8 @@ from memdoc.core.billing.inference import kv_cache_bytes
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Loss, Method, Optimizer, TrainingPlan
 
-__all__ = ["PlanTensor", "allocation_bytes", "find_culprit", "plan_tensors", "printed_tolerance"]
+__all__ = ["CULPRIT_LEVERS", "PlanTensor", "allocation_bytes", "culprit_first", "find_culprit", "plan_tensors",
+           "printed_tolerance", "shrinks", "symptom_for_culprit"]
 
 MIN_BLOCK = 512
 """c10 `kMinBlockSize`: every request is rounded up to a multiple of 512 B."""
@@ -166,3 +167,37 @@ def find_culprit(requested: int | None, tensors: list[PlanTensor], phase: str | 
         if same:
             return same[0]
     return matches[0]
+
+
+CULPRIT_LEVERS = {
+    "logits": ("loss", "seq_len", "micro_batch"),
+    "activations": ("attention", "checkpointing", "seq_len", "micro_batch"),
+    "optimizer": ("optimizer", "offload", "method"),
+    "gradients": ("method", "shard", "optimizer_in_backward"),
+    "weights": ("precision", "method", "shard"),
+    "kv_cache": (),
+}
+"""Plan levers that shrink a culprit of each bill item (a prescription whose `why` is that item counts too)."""
+
+
+def shrinks(prescription, culprit: PlanTensor | None) -> bool:
+    """Does `prescription` (a `memdoc.core.doctor.symptoms.Prescription`) shrink the culprit tensor?"""
+    if culprit is None:
+        return False
+    lever = prescription.lever or {}
+    if culprit.note:  # eager attention under an SDPA plan: only putting attention back on SDPA/flash removes it
+        return bool(lever.get("attention"))
+    return prescription.why == culprit.item or any(k in CULPRIT_LEVERS.get(culprit.item, ()) for k in lever)
+
+
+def culprit_first(prescriptions, culprit: PlanTensor | None) -> list:
+    """The prescriptions that shrink the culprit first, each group in its ladder order."""
+    return [p for p in prescriptions if shrinks(p, culprit)] + [p for p in prescriptions if not shrinks(p, culprit)]
+
+
+def symptom_for_culprit(symptom: str, culprit: PlanTensor | None) -> str:
+    """A mid-run OOM whose culprit is set by the sequence length (eager scores s², logits s × vocab) is
+    treated as long-sample-oom: that ladder (length cap, flash attention, chunked loss) shrinks it."""
+    if culprit is not None and symptom == "mid-run-oom" and (culprit.item == "logits" or "attention" in culprit.name):
+        return "long-sample-oom"
+    return symptom
