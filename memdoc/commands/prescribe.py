@@ -19,6 +19,9 @@ Examples:
   memdoc prescribe --symptom startup-oom meta-llama/Llama-3.1-8B --gpu 24 --method full
 
   memdoc prescribe --log train.log          (or --log - to read stdin)
+
+  memdoc prescribe --log oom.txt meta-llama/Llama-3.1-8B --method lora --batch 2 --seq 4096
+                                            (names the tensor of "Tried to allocate X")
 """
 
 
