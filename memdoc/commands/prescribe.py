@@ -20,8 +20,7 @@ Examples:
 
   memdoc prescribe --log train.log          (or --log - to read stdin)
 
-  memdoc prescribe --log oom.txt meta-llama/Llama-3.1-8B --method lora --batch 2 --seq 4096
-                                            (names the tensor of "Tried to allocate X")
+  memdoc prescribe --log oom.txt meta-llama/Llama-3.1-8B --method lora --seq 4096
 """
 
 
