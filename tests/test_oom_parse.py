@@ -10,7 +10,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memdoc.core.doctor.oom import OomEvent, first_oom, infer_symptom, parse_oom_log, size_to_bytes
+from memdoc.core.doctor.oom import OomEvent, first_oom, parse_oom_log, size_to_bytes
+from memdoc.core.doctor.oom_symptom import infer_symptom
 
 CORPUS = yaml.safe_load((Path(__file__).parent / "fixtures" / "oom-corpus.yaml").read_text(encoding="utf-8"))
 
@@ -313,7 +314,7 @@ def test_startup_from_optimizer_state_creation():
 def test_optimizer_step_is_mid_run():
     e = _entry("LlamaFactory/issues/7532")
     guess = infer_symptom(first_oom(e["text"]), e["text"])
-    assert guess.symptom == "mid-run-oom" and guess.phase == "training-step"
+    assert guess.symptom == "mid-run-oom" and guess.phase == "optimizer"
     assert any("host PID" in u for u in guess.unknowns)
 
 
@@ -349,7 +350,8 @@ def test_large_logits_block_is_long_sample():
     assert guess.symptom == "long-sample-oom" and "mid-run-oom" in guess.also
 
 
-def test_sizeless_message_lists_what_is_missing():
+def test_sizeless_message_is_diagnosed_with_its_assumption():
     e = _entry("RFB_ESRGAN")
     guess = infer_symptom(first_oom(e["text"]), e["text"])
-    assert guess.symptom is None and any("no figures" in u for u in guess.unknowns)
+    assert guess.symptom == "startup-oom" and any("no figures" in u for u in guess.unknowns)
+    assert guess.assumptions and "--symptom" in guess.assumptions[0]

@@ -36,7 +36,7 @@ def diagnose(
     *,
     plan: PlanArgs,
     json_out: JsonOpt = False,
-    steps: Annotated[int, typer.Option("--steps", min=1, help="Stop the script after this many optimizer steps (the 2nd is the steady state: optimizer states exist).", rich_help_panel=RUN)] = 2,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Stop the script after this many optimizer steps (the 2nd is the steady state: optimizer states exist; ≥ 3 also checks for memory that grows step by step).", rich_help_panel=RUN)] = 2,
     timeout: Annotated[float, typer.Option("--timeout", min=0, help="Stop the script after this many seconds (0 = never).", rich_help_panel=RUN)] = 300.0,
     snapshot: Annotated[Optional[Path], typer.Option("--snapshot", help="Write the CUDA memory snapshot pickle here (for pytorch.org/memory_viz) and an offline HTML timeline next to it (FILE.html).", rich_help_panel=RUN)] = None,
     summary: Annotated[bool, typer.Option("--summary", help="Print torch.cuda.memory_summary() (CUDA scripts).", rich_help_panel=RUN)] = False,
@@ -117,6 +117,8 @@ def _diagnose_script(target: str, args: list[str], *, plan: PlanArgs, json_out: 
     result = run_script(target, args, steps=steps, timeout=timeout or None, stdout_to_stderr=json_out,
                         want_snapshot=snapshot is not None)
     sys.stdout.flush()
+    if result.oom:
+        _read_oom(result.oom)
     if result.traceback:
         sys.stderr.write(result.traceback)
         sys.stderr.flush()
@@ -139,6 +141,16 @@ def _diagnose_script(target: str, args: list[str], *, plan: PlanArgs, json_out: 
         render.render_script_report(result, bill, summary=summary, written=written)
     if result.exit_code:
         raise typer.Exit(result.exit_code)
+
+
+def _read_oom(oom: dict) -> None:
+    """Add the OOM doctor's causes (figures of the message, `memdoc.core.doctor.oom_causes`) to the report."""
+    import dataclasses
+
+    from memdoc.core.doctor.oom import first_oom
+    from memdoc.core.doctor.oom_causes import read_causes
+
+    oom["causes"] = [dataclasses.asdict(c) for c in read_causes(first_oom(oom.get("message") or "")).causes]
 
 
 def _bill_for(result, render):

@@ -19,6 +19,8 @@ Examples:
   memdoc prescribe --symptom startup-oom meta-llama/Llama-3.1-8B --gpu 24 --method full
 
   memdoc prescribe --log train.log          (or --log - to read stdin)
+
+  memdoc prescribe --log oom.txt meta-llama/Llama-3.1-8B --method lora --seq 4096
 """
 
 
@@ -35,12 +37,16 @@ def prescribe(
 ) -> None:
     """Map a symptom, or the OOM message in a training log, to its causes and prescriptions.
 
-    Prescriptions come in ladder order (cheapest first), each with what it shrinks, its time cost
-    and the switch in HF/TRL, Axolotl, LLaMA-Factory, PyTorch or the environment. Given a model
-    and plan flags, each is quantified with the bill: bytes saved and whether it alone fits.
+    With --log, the figures of the OOM are read first: a memory-fraction cap, other processes,
+    fragmentation, non-PyTorch memory each come as a cause with its evidence, before the
+    symptom's ladder. A log without a traceback is still diagnosed (the assumption is printed);
+    --symptom overrides the guess. Given a model and plan, "Tried to allocate X" is matched to
+    the plan's tensor of that size (oom.culprit), prescriptions that shrink it come first, and
+    each prescription is quantified with the bill (the card from the log when --gpu is absent).
     """
     from memdoc import render
-    from memdoc.core.doctor.oom import first_oom, infer_symptom
+    from memdoc.core.doctor.oom import first_oom
+    from memdoc.core.doctor.oom_symptom import infer_symptom
     from memdoc.core.doctor.symptoms import get_symptom, list_symptoms
     from memdoc.errors import ConfigError, PlanError
 
@@ -51,8 +57,8 @@ def prescribe(
         else:
             render.table("Symptoms", [("id", "left"), ("what you see", "left")], [[s.id, s.title] for s in symptoms])
         return
-    if (symptom is None) == (log is None):
-        raise PlanError("give exactly one of --symptom NAME or --log FILE (or --list)")
+    if symptom is None and log is None:
+        raise PlanError("give --symptom NAME or --log FILE (or --list)")
     oom = guess = None
     if log is not None:
         try:
@@ -60,38 +66,71 @@ def prescribe(
         except OSError as exc:
             raise ConfigError(f"cannot read log {log}: {exc.strerror or exc}") from None
         oom = first_oom(text)
+        if oom is None and symptom is None:
+            raise ConfigError("no CUDA/HIP out-of-memory message found in the log",
+                              hint="pass --symptom NAME (see memdoc prescribe --list)")
         guess = infer_symptom(oom, text)
-        if guess.symptom is None:
-            raise ConfigError(
-                "no CUDA/HIP out-of-memory message found in the log" if oom is None
-                else "found an OOM but could not tell the symptom: " + "; ".join(guess.unknowns),
-                hint="pass --symptom NAME (see memdoc prescribe --list)",
-            )
-        symptom = guess.symptom
-    chosen = get_symptom(symptom)
-    quantified = base = setup = None
+    chosen = get_symptom(symptom or guess.symptom)
+    quantified = base = setup = culprit = None
     if model is not None or plan.values.get("recipe"):
         setup = plan.resolve(model, need_gpu=False)
+        gpu = setup.gpu
+        if oom is not None:
+            from memdoc.core.doctor.culprit import find_culprit, plan_tensors, symptom_for_culprit
+
+            tensors = plan_tensors(setup.model, setup.plan, inference=chosen.id == "inference-oom")
+            culprit = find_culprit(oom.requested, tensors, guess.phase)
+            if culprit is not None:
+                import dataclasses
+
+                from memdoc.core.doctor.oom_symptom import LARGE_BLOCK_UNKNOWN
+
+                guess = dataclasses.replace(guess, unknowns=tuple(u for u in guess.unknowns if u != LARGE_BLOCK_UNKNOWN))
+            if symptom is None:
+                chosen = get_symptom(symptom_for_culprit(chosen.id, culprit))
+            if gpu is None and oom.total:
+                from memdoc.core.doctor.oom_causes import card_from_capacity
+
+                gpu = card_from_capacity(oom.allowed if oom.allowed and oom.allowed < oom.total else oom.total)[0]
         from memdoc.core.doctor.quantify import quantify
 
-        base, quantified = quantify(chosen.prescriptions, setup.model, setup.plan, setup.gpu)
+        base, quantified = quantify(chosen.prescriptions, setup.model, setup.plan, gpu)
+    from memdoc.core.doctor.culprit import culprit_first, shrinks
+
+    order = culprit_first(chosen.prescriptions, culprit)
     if json_out:
-        render.print_json(_json(chosen, oom, guess, quantified, base))
+        render.print_json(_json(chosen, order, oom, guess, quantified, base, culprit, symptom is not None, shrinks))
     else:
-        render.render_prescriptions(chosen, oom, guess, quantified, base)
+        render.render_prescriptions(chosen, oom, guess, quantified, base, order=order, culprit=culprit)
 
 
-def _json(symptom, oom, guess, quantified, base) -> dict:
+def _json(symptom, order, oom, guess, quantified, base, culprit, from_flag: bool, shrinks) -> dict:
     import dataclasses
 
     by_id = {q.prescription.id: q for q in quantified or []}
     oom_json = None
     if oom is not None:
         oom_json = {k: v for k, v in dataclasses.asdict(oom).items() if k != "raw"}
+        oom_json["culprit"] = None if culprit is None else culprit.to_json()
+    diagnosis = None
+    if guess is not None:
+        from memdoc.core.doctor.oom_causes import card_from_capacity
+
+        card, names = card_from_capacity(oom.total if oom is not None else None)
+        diagnosis = {
+            "symptom_from": "flag" if from_flag else ("assumption" if guess.assumptions else "log"),
+            "guessed_symptom": guess.symptom,
+            "phase": guess.phase,
+            "causes": [dataclasses.asdict(c) for c in guess.causes],
+            "reasons": list(guess.reasons),
+            "assumptions": list(guess.assumptions),
+            "unknowns": list(guess.unknowns),
+            "card": None if card is None else {"memory_bytes": card.memory_bytes, "matches": list(names)},
+        }
     return {
         "symptom": symptom.id,
         "oom": oom_json,
-        "diagnosis": None if guess is None else {"reasons": list(guess.reasons), "unknowns": list(guess.unknowns)},
+        "diagnosis": diagnosis,
         "bill": None if base is None else {"process_total": base.process_total, "fits": base.fits},
         "prescriptions": [
             {
@@ -102,7 +141,8 @@ def _json(symptom, oom, guess, quantified, base) -> dict:
                 "fits_alone": by_id[p.id].fits_alone if p.id in by_id else None,
                 "time_cost": p.time_cost,
                 "how": p.how,
+                "shrinks_culprit": shrinks(p, culprit),
             }
-            for p in symptom.prescriptions
+            for p in order
         ],
     }

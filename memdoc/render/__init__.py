@@ -293,6 +293,8 @@ def render_script_report(result, bill=None, *, summary: bool = False, written: l
         from rich.markup import escape
 
         stdout.print(f"  [red]{escape(result.oom['message'])}[/]")
+        for i, cause in enumerate(result.oom.get("causes") or [], 1):
+            stdout.print(f"      cause {i}: {escape(cause['title'])}: {escape(cause['evidence'])}")
         stdout.print(f"      → [b]{result.oom.get('prescribe', 'memdoc prescribe --symptom mid-run-oom')}[/b] (or `memdoc prescribe --log` with the full error)")
     if result.peak_phase is None:
         stdout.print("  no forward pass of an nn.Module was seen: nothing to attribute")
@@ -343,29 +345,41 @@ def render_script_report(result, bill=None, *, summary: bool = False, written: l
         stdout.print(f"  wrote {path}")
 
 
-def render_prescriptions(symptom, oom, guess, quantified, base) -> None:
-    """Symptom, what the log said, and the prescriptions in ladder order (quantified when billed)."""
+def render_prescriptions(symptom, oom, guess, quantified, base, *, order=None, culprit=None) -> None:
+    """OOM figures, causes, the culprit tensor, then the prescriptions (those for the culprit first)."""
     from memdoc.units import format_bytes
 
     if oom is not None:
         figures = [f"{name.replace('_', ' ')} {format_bytes(getattr(oom, name))}"
-                   for name in ("requested", "total", "free", "allocated_by_pytorch", "reserved_unallocated")
+                   for name in ("requested", "total", "free", "allowed", "allocated_by_pytorch", "reserved_unallocated")
                    if getattr(oom, name, None) is not None]
-        stdout.print(f"[b]OOM found[/b] ({oom.format}): " + ", ".join(figures))
+        stdout.print(f"[b]OOM found[/b] ({oom.format}): " + (", ".join(figures) or oom.status or ""))
     if guess is not None:
+        for i, cause in enumerate(guess.causes, 1):
+            frees = f" (frees {format_bytes(cause.frees_bytes)})" if cause.frees_bytes else ""
+            stdout.print(f"  [b]cause {i}[/b]: {cause.title}: {cause.evidence}")
+            stdout.print(f"     fix: {cause.fix}{frees}")
         for reason in guess.reasons:
             stdout.print(f"  because: {reason}")
+        for assumption in guess.assumptions:
+            stdout.print(f"  [yellow]assumed:[/] {assumption}")
         for unknown in guess.unknowns:
             stdout.print(f"  [yellow]could not tell:[/] {unknown}")
+    if culprit is not None:
+        shape = " × ".join(str(d) for d in culprit.shape)
+        stdout.print(f"  [b]culprit[/b]: {culprit.name} [{shape}] = {format_bytes(culprit.bytes)} ({culprit.item})")
+        if culprit.note:
+            stdout.print(f"     [yellow]note:[/] {culprit.note}")
     stdout.print(f"[b]{symptom.id}[/b]: {symptom.title}")
     for cause in symptom.causes:
         stdout.print(f"  cause: {cause}")
+    prescriptions = list(order) if order is not None else list(symptom.prescriptions)
     by_id = {q.prescription.id: q for q in quantified or []}
     columns = [("#", "right"), ("prescription", "left"), ("shrinks", "left"), ("time cost", "left")]
     if quantified is not None:
         columns += [("saves", "right"), ("fits alone", "left")]
     rows = []
-    for i, p in enumerate(symptom.prescriptions, 1):
+    for i, p in enumerate(prescriptions, 1):
         row = [i, p.action, p.why, p.time_cost]
         if quantified is not None:
             q = by_id[p.id]
@@ -376,7 +390,7 @@ def render_prescriptions(symptom, oom, guess, quantified, base) -> None:
     if base is not None:
         title += f" (your plan: {gib(base.process_total)} per GPU" + ("" if base.fits is None else (", fits)" if base.fits else ", does not fit)"))
     table(title, columns, rows)
-    for i, p in enumerate(symptom.prescriptions, 1):
+    for i, p in enumerate(prescriptions, 1):
         switches = "; ".join(f"{tool}: {value}" for tool, value in p.how.items())
         if switches:
             stdout.print(f"  {i}. {switches}")

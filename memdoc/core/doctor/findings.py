@@ -20,6 +20,11 @@ Rules (ids are stable, used by --json and tests):
   keeps parameter-sized scratch lists) are ≥ 25% of the trainable weights.
 - ``dataloader-workers-0``: a DataLoader iterated with ``num_workers=0`` (data loading in the
   training process: on a GPU, the GPU waits for it).
+- ``memory-growth``: (``diagnose --steps N``, N ≥ 3) live bytes at the start of each step after the
+  first grow by ≥ ``GROWTH_MIN_BYTES`` every step; names the lines of the script that allocated
+  the tensors that outlived a whole step (a list of logits, a loss kept with its graph, an
+  accumulated metric tensor). The first step start is skipped: optimizer states and gradients
+  appear during step 1.
 - ``fragmentation``: (CUDA) reserved − allocated is ≥ 20% of reserved, or the allocator retried
   (``num_alloc_retries`` > 0), while ``expandable_segments`` is not set in
   ``PYTORCH_CUDA_ALLOC_CONF``.
@@ -27,6 +32,7 @@ Rules (ids are stable, used by --json and tests):
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 FRAGMENTATION_RATIO = 0.20
@@ -35,6 +41,11 @@ OPTIMIZER_SHARE = 0.30
 """Optimizer states ≥ this share of the peak (and ≥ activations) ⇒ 'optimizer-dominates'."""
 FOREACH_SHARE = 0.25
 """Optimizer-step temporaries ≥ this share of the trainable weights ⇒ 'foreach-temporaries'."""
+
+GROWTH_MIN_BYTES = 1024
+"""Smallest per-step growth reported (a kept scalar per step is 4–8 B: a counter, not the creep that OOMs)."""
+GROWTH_SITE_SHARE = 0.05
+"""A script line is named when its tensors grow by ≥ this share of the total growth per step."""
 
 _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
@@ -96,6 +107,10 @@ class RunFacts:
     dataloader_workers: list[int] = field(default_factory=list)
     cuda: dict | None = None
     """{"allocated_peak", "reserved_peak", "inactive_split", "num_alloc_retries", "num_ooms", "alloc_conf"}."""
+    step_start_bytes: list[int] = field(default_factory=list)
+    """Live tensor bytes at the start of each step (first root forward), step 1 first."""
+    site_bytes: list[dict[str, int]] = field(default_factory=list)
+    """At each step start: live non-state bytes by the script line that allocated them ('train.py:42')."""
 
 
 def _fmt(n: int) -> str:
@@ -179,6 +194,9 @@ def lint(f: RunFacts) -> list[Finding]:
                     "(set num_workers / dataloader_num_workers ≥ 2, pin_memory=True)",
             symptom="slow-but-fits",
         ))
+    growth = _growth(f)
+    if growth is not None:
+        out.append(growth)
     cuda = f.cuda or {}
     reserved = int(cuda.get("reserved_peak", 0) or 0)
     allocated = int(cuda.get("allocated_peak", 0) or 0)
@@ -197,6 +215,35 @@ def lint(f: RunFacts) -> list[Finding]:
         ))
     out.sort(key=lambda x: _SEVERITY_ORDER.get(x.severity, 3))
     return out
+
+
+def _growth(f: RunFacts) -> Finding | None:
+    """``memory-growth``: every step start after the first holds more than the one before."""
+    starts = f.step_start_bytes[1:]
+    deltas = [b - a for a, b in itertools.pairwise(starts)]
+    if not deltas or min(deltas) < GROWTH_MIN_BYTES:
+        return None
+    per_step = sum(deltas) // len(deltas)
+    samples = f.site_bytes[1:]
+    growth: dict[str, int] = {}
+    if len(samples) >= 2:
+        for site in samples[-1]:
+            grew = samples[-1].get(site, 0) - samples[0].get(site, 0)
+            if grew >= GROWTH_SITE_SHARE * per_step * (len(samples) - 1) and site != "?":
+                growth[site] = grew // (len(samples) - 1)
+    ranked = sorted(growth, key=lambda s: -growth[s])
+    sites = [f"{s} (+{_fmt(growth[s])}/step)" for s in ranked[:4]]
+    where = ("; the tensors that survive each step were allocated at " + ", ".join(sites)) if sites else ""
+    return Finding(
+        id="memory-growth",
+        severity="error",
+        message=f"allocated memory grows by {_fmt(per_step)} per step "
+                f"({' → '.join(_fmt(b) for b in starts)} at the start of steps 2–{len(starts) + 1}){where}",
+        symptom="mid-run-oom",
+        modules=tuple(ranked[:4]),
+        detail="keep Python numbers, not tensors: loss.item() in running sums and lists, evaluation under "
+               "torch.no_grad(), metrics computed in the step (or .detach().cpu()) instead of keeping logits",
+    )
 
 
 __all__ = ["Finding", "RunFacts", "lint"]

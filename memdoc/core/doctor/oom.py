@@ -1,4 +1,4 @@
-"""Read out-of-memory messages out of a log, and guess which symptom they are.
+"""Read out-of-memory messages out of a log: every figure, in bytes.
 
 `parse_oom_log(text)` finds every CUDA/HIP out-of-memory message in arbitrary log text and
 returns one `OomEvent` per distinct message, with every figure converted to integer bytes.
@@ -12,44 +12,41 @@ It understands:
 - the legacy text (PyTorch 1.x–2.0): "Tried to allocate A (GPU d; T total capacity; M already
   allocated; F free; [X allowed;] R reserved in total by PyTorch)" and the 1.0–1.3 "… ; C cached)";
 - size-less failures: cuBLAS/cuDNN `*_STATUS_ALLOC_FAILED`, "CUDA error: out of memory",
-  the pre-1.0 "cuda runtime error (2) : out of memory", `CUDA_ERROR_OUT_OF_MEMORY`, HIP runtime OOM.
+  the pre-1.0 "cuda runtime error (2) : out of memory", `CUDA_ERROR_OUT_OF_MEMORY`, HIP runtime OOM;
+- vLLM's KV-cache refusals, which are out-of-memory errors of the engine: "No available memory
+  for the cache blocks" and "The model's max seq len (N) is larger than the maximum number of
+  tokens that can be stored in KV cache (M)" (format `vllm-kv-cache`).
 
-Logs are messy, so the text is normalised first: HTML tags and entities and ANSI colours are
-removed, per-line log prefixes (timestamps, `[rank0]:`, `ERROR 10-11 12:27:29 engine.py:157]`,
-vLLM worker tags, glog headers, `> ` quotes) are stripped, and clause patterns accept any
-whitespace (including line breaks) between words, so wrapped messages still parse. If nothing is
-found, the lines are joined without separators and parsed again (hard-wrapped, mid-word breaks).
-The same message repeated (several ranks, a user quoting it twice) becomes one event with a
-`count`. Parsing never raises.
-
-`infer_symptom(event, log_text)` maps an event plus the surrounding traceback to one of the
-symptom ids of `memdoc/data/symptoms.yaml` and says why, and what it could not tell. Its rules
-are the module constants below (`FRAGMENTATION_*`, `LONG_SAMPLE_*`) and are described on the
-function.
+Logs are messy: the text is normalised first (`memdoc.core.doctor.logtext`); clause patterns accept
+any whitespace between words, so wrapped messages parse; if nothing is found, lines are joined
+without separators and parsed again (mid-word breaks). One message repeated (several ranks) is one
+event with a `count`. Parsing never raises. What an event means: `oom_symptom`, `oom_causes`.
 
 Sizes: PyTorch prints sizes with c10's `format_size`: "N bytes" up to 1 KiB, then KiB/MiB/GiB with
-two decimals, all binary (1 GiB = 1024³ bytes). A parsed figure is therefore exact only to the
-printed rounding (±0.005 of the unit); `size_to_bytes` rounds half-even to whole bytes.
+two decimals, all binary (1 GiB = 1024³ bytes), so a parsed figure is exact only to ±0.005 of the
+unit (`size_to_bytes` rounds half-even to whole bytes). The request printed is the allocator's
+segment-sized `alloc_size`, not the tensor's size (c10 `DeviceCachingAllocator::malloc` formats
+`get_allocation_size(round_size(n))`): ≤ 1 MiB shows as 2 MiB, < 10 MiB as 20 MiB, larger ones
+rounded up to 2 MiB.
 """
 
 from __future__ import annotations
 
-import html
 import re
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 
+from memdoc.core.doctor.logtext import normalise_log
+
 __all__ = [
     "FORMATS",
     "OomEvent",
-    "SymptomGuess",
     "first_oom",
-    "infer_symptom",
     "parse_oom_log",
     "size_to_bytes",
 ]
 
-FORMATS = ("cuda-current", "cuda-legacy", "hip", "cublas-alloc", "cudnn", "cuda-generic")
+FORMATS = ("cuda-current", "cuda-legacy", "hip", "cublas-alloc", "cudnn", "cuda-generic", "vllm-kv-cache")
 """Values of `OomEvent.format`. `variant` refines them (see `OomEvent.variant`)."""
 
 _UNIT_BYTES = {
@@ -89,7 +86,8 @@ class OomEvent:
     variant: str | None = None
     """Refinement: 'capacty-typo' (2.1-era text), 'no-advice' (legacy text without the advice
     sentence), 'legacy-cached' (1.0–1.3 text with 'cached'), 'legacy' (HIP in the legacy layout),
-    'cuda-runtime-oom', 'thc-legacy', 'driver-oom', 'hip-runtime-oom' (size-less messages)."""
+    'cuda-runtime-oom', 'thc-legacy', 'driver-oom', 'hip-runtime-oom' (size-less messages);
+    'no-cache-blocks', 'max-seq-len', 'kv-needed' (vLLM's KV-cache refusals)."""
     backend: str | None = None
     """'CUDA', 'HIP' or 'XPU'."""
     exception_type: str | None = None
@@ -129,6 +127,14 @@ class OomEvent:
     """Library status for size-less messages ('CUBLAS_STATUS_ALLOC_FAILED', 'CUDA error: out of memory')."""
     call: str | None = None
     """The library call named by the message ('cublasCreate(handle)')."""
+    max_model_len: int | None = None
+    """vLLM: the context length the engine must serve ('max seq len (N)'), in tokens."""
+    kv_cache_tokens: int | None = None
+    """vLLM: tokens the KV cache could hold ('… stored in KV cache (M)')."""
+    kv_cache_needed: int | None = None
+    """vLLM v1: KV-cache bytes one max-length request needs."""
+    kv_cache_available: int | None = None
+    """vLLM v1: KV-cache bytes left under `gpu_memory_utilization` after weights and activations."""
     truncated: bool = False
     """The text ends inside the message (an excerpt cut mid-sentence)."""
     count: int = 1
@@ -176,46 +182,6 @@ class OomEvent:
 
 
 # ---------------------------------------------------------------------------------------------
-# Text normalisation
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_TAG = re.compile(r"<[A-Za-z/!][^<>\n]{0,400}>")
-# Per-line prefixes; applied repeatedly at the start of each line.
-_LINE_PREFIX = re.compile(
-    r"""^[ \t]*(?:
-        >+                                                        # markdown quote
-      | \[(?:rank|default|local_rank|worker)?\d+\]:?              # [rank0]: [default0]: [0]:
-      | \d{1,4}:(?=[ \t])                                         # srun -l '0: '
-      | \([\w.-]+(?:[ \t]+\w+=\w+)*\)(?=[ \t]+(?:DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL)\b)  # (VllmWorker rank=3 pid=1090)
-      | (?:DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL)[ \t]+\d{1,2}-\d{1,2}[ \t]+\d{1,2}:\d{2}:\d{2}(?:\.\d+)?[ \t]+\[?[\w./-]+:\d+\]  # vLLM
-      | \[?\d{4}-\d{2}-\d{2}[T \t]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]?
-        (?:[ \t]*[-|][ \t]*[\w.]+(?=[ \t]*[-|][ \t]*\[?(?:DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL)\b))?(?:[ \t]*[-|:]?[ \t]*\[?(?:DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL)\]?)?[ \t]*[-|:]?  # ISO time [- logger] [LEVEL]
-      | [IWEF]\d{4}[ \t]+\d{2}:\d{2}:\d{2}\.\d+[ \t]+\d+[ \t]+[\w./-]+:\d+\]   # glog
-      | \[\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\]                       # [12:00:01]
-    )""",
-    re.X,
-)
-
-
-def _strip_prefixes(line: str) -> str:
-    for _ in range(6):
-        m = _LINE_PREFIX.match(line)
-        if not m or m.end() == 0:
-            break
-        line = line[m.end() :]
-    return line.strip()
-
-
-def _normalise(text: str, joiner: str) -> str:
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    text = _ANSI.sub("", text)
-    text = _TAG.sub("", text)
-    text = html.unescape(text)
-    return joiner.join(_strip_prefixes(line) for line in text.split("\n"))
-
-
-# ---------------------------------------------------------------------------------------------
 # Patterns. Literal spaces in these templates become `\s*` (any whitespace, line breaks included).
 
 _NUMBER = r"(?<![\d.])(\d{1,15}(?:\.\d{1,6})?)"
@@ -234,6 +200,7 @@ _CUR_FREE = _pat(r"of which " + _SIZE + r" is free")
 _CUR_PROCESS = _pat(r"Process (\d+) has " + _SIZE + r" memory in use")
 _CUR_THIS = _pat(r"Including non-PyTorch memory, this process has " + _SIZE + r" memory in use")
 _CUR_ALLOC = _pat(r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch")
+_CUR_ALLOWED = _pat(_SIZE + r" allowed ;")
 _CUR_POOLS = _pat(r"with " + _SIZE + r" allocated in private pools")
 _CUR_UNALLOC = _pat(_SIZE + r" is reserved by PyTorch but unallocated\.?")
 _LEGACY_ITEM = _pat(
@@ -254,6 +221,14 @@ _GENERIC = (
     (_pat(r"(cuda runtime error \( ?2 ?\) : out of memory)()"), "cuda-generic", "thc-legacy", "CUDA"),
     (_pat(r"(CUDA_ERROR_OUT_OF_MEMORY)()"), "cuda-generic", "driver-oom", "CUDA"),
     (_pat(r"(HIP error: out of memory|hipErrorOutOfMemory)()"), "hip", "hip-runtime-oom", "HIP"),
+)
+
+_VLLM = (
+    (_pat(r"No available memory for the cache blocks"), "no-cache-blocks"),
+    (_pat(r"The model'?s max seq len \( ?(\d+) ?\) is larger than the maximum number of tokens that can be "
+          r"stored in KV cache \( ?(\d+) ?\)"), "max-seq-len"),
+    (_pat(r"To serve at least one request with the models?'?s? max seq len \( ?(\d+) ?\) ?, \( ?" + _SIZE
+          + r" KV cache is needed, which is larger than the available KV cache memory \( ?" + _SIZE + r" ?\)"), "kv-needed"),
 )
 
 _TAILS = tuple(
@@ -337,6 +312,7 @@ def _parse_sized(text: str, m: re.Match[str], end_limit: int) -> OomEvent:
             ("total", _CUR_CAPACITY),
             ("free", _CUR_FREE),
             ("this_process_in_use", _CUR_THIS),
+            ("allowed", _CUR_ALLOWED),
             ("allocated_by_pytorch", _CUR_ALLOC),
             ("allocated_in_private_pools", _CUR_POOLS),
             ("reserved_unallocated", _CUR_UNALLOC),
@@ -420,6 +396,31 @@ def _parse_generic(text: str) -> list[OomEvent]:
     return events
 
 
+def _parse_vllm(text: str) -> list[OomEvent]:
+    events = []
+    for pattern, variant in _VLLM:
+        for m in pattern.finditer(text):
+            fields: dict = {}
+            if variant == "max-seq-len":
+                fields = {"max_model_len": int(m.group(1)), "kv_cache_tokens": int(m.group(2))}
+            elif variant == "kv-needed":
+                fields = {"max_model_len": int(m.group(1)), "kv_cache_needed": _size(m, 2),
+                          "kv_cache_available": _size(m, 4)}
+            events.append(
+                OomEvent(
+                    format="vllm-kv-cache",
+                    variant=variant,
+                    backend="CUDA",
+                    exception_type=_exception_before(text, m.start()),
+                    status=re.sub(r"\s+", " ", m.group(0)),
+                    position=m.start(),
+                    raw=re.sub(r"\s+", " ", m.group(0)),
+                    **fields,
+                )
+            )
+    return events
+
+
 def _identity(e: OomEvent) -> tuple:
     """What makes two messages 'the same message' (figures, not wording)."""
     return (
@@ -437,6 +438,10 @@ def _identity(e: OomEvent) -> tuple:
         e.other_processes,
         e.status,
         e.call,
+        e.max_model_len,
+        e.kv_cache_tokens,
+        e.kv_cache_needed,
+        e.kv_cache_available,
     )
 
 
@@ -451,6 +456,7 @@ def _parse_normalised(text: str) -> list[OomEvent]:
             continue
     try:
         events.extend(_parse_generic(text))
+        events.extend(_parse_vllm(text))
     except Exception:  # pragma: no cover
         pass
     events.sort(key=lambda e: e.position)
@@ -480,10 +486,10 @@ def parse_oom_log(text: str) -> list[OomEvent]:
             text = bytes(text).decode("utf-8", errors="replace")
         elif not isinstance(text, str):
             text = str(text)
-        events = _parse_normalised(_normalise(text, "\n"))
+        events = _parse_normalised(normalise_log(text, "\n"))
         if not events and ("allocat" in text or "emory" in text or "ALLOC" in text):
             # Hard-wrapped text broken mid-word: join the lines with nothing between them.
-            events = _parse_normalised(_normalise(text, ""))
+            events = _parse_normalised(normalise_log(text, ""))
         return events
     except Exception:  # pragma: no cover - the contract is "never raises"
         return []
@@ -491,266 +497,4 @@ def parse_oom_log(text: str) -> list[OomEvent]:
 
 def first_oom(text: str) -> OomEvent | None:
     """The first out-of-memory message in `text`, or None."""
-    events = parse_oom_log(text)
-    return events[0] if events else None
-
-
-# ---------------------------------------------------------------------------------------------
-# Symptom inference
-
-FRAGMENTATION_MIN_SHARE_OF_TOTAL = 0.05
-"""Fragmentation needs reserved-but-unallocated ≥ this share of the card (smaller amounts are the
-caching allocator's normal rounding slack)."""
-LONG_SAMPLE_SHARE_OF_TOTAL = 1 / 8
-"""A single request ≥ this share of the card is a 'large block'."""
-LONG_SAMPLE_SHARE_WITH_FRAMES = 1 / 32
-"""With attention/softmax/loss frames in the traceback, ≥ this share already counts as large."""
-LONG_SAMPLE_NO_TOTAL_BYTES = 2 * 1024**3
-"""'Large block' threshold when the message does not state the capacity."""
-LONG_SAMPLE_MIN_BYTES = 512 * 1024**2
-"""…and never below this (on small cards an ordinary feature map is already 1/8 of the card)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class SymptomGuess:
-    """Which symptom an OOM looks like, with the evidence and the gaps."""
-
-    symptom: str | None
-    """A symptom id from symptoms.yaml, or None when the evidence does not decide."""
-    phase: str | None = None
-    """What the traceback shows was running: 'startup', 'training-step', 'forward', 'inference' or None."""
-    fragmentation: bool = False
-    """True when the fragmentation rule fires (see `infer_symptom`)."""
-    also: tuple[str, ...] = ()
-    """Other symptom ids that fit the evidence too."""
-    reasons: tuple[str, ...] = ()
-    """Why, one sentence each, citing the figures used."""
-    unknowns: tuple[str, ...] = ()
-    """What the log does not say and would change the answer."""
-
-
-_FRAME = re.compile(r'File "([^"\n]*)", line \d+, in ([<>\w.]+)[^\n]*(?:\n[ \t]*(?![ \t]*File ")([^\n]*))?')
-
-_INFERENCE_FUNCS = {
-    "generate", "_sample", "sample", "greedy_search", "beam_search", "_beam_search",
-    "_assisted_decoding", "contrastive_search", "_contrastive_search", "generate_until",
-    "run_engine_loop", "engine_step", "execute_model", "capture_model", "profile_run",
-}
-_INFERENCE_CODE = re.compile(r"\.generate\(|\bpipeline\(|\bLLM\(|llm\.generate|inference_mode")
-_INFERENCE_PATH = re.compile(r"/generation/|/vllm/|/sglang/|/text_generation")
-_STARTUP_FUNCS = {
-    "from_pretrained", "_load_pretrained_model", "load_state_dict", "_load_state_dict_into_meta_model",
-    "load_checkpoint_in_model", "set_module_tensor_to_device", "dispatch_model", "_move_model_to_device",
-    "prepare_model_for_kbit_training", "initialize_optimizer_states", "_configure_zero_optimizer",
-    "_configure_optimizer", "_configure_distributed_model", "cuda", "to", "_apply", "load_model",
-    "_prepare_deepspeed", "prepare_model", "_wrap_model", "_create_model", "init_device_mesh",
-}
-_STARTUP_CODE = re.compile(
-    r"from_pretrained\(|\b(?:model|module|net|self\.model)\.(?:to|cuda)\(|\.cuda\(\)|deepspeed\.initialize\(|"
-    r"accelerator\.prepare\(|load_state_dict\("
-)
-_STEP_FUNCS = {
-    "backward", "_engine_run_backward", "run_backward", "step", "_optimizer_step", "optimizer_step",
-    "training_step", "_inner_training_loop", "train_step", "compute_loss", "_foreach_add_", "_multi_tensor_adamw",
-    "_single_tensor_adamw", "adamw", "_fused_adamw", "clip_grad_norm_", "reduce_gradients",
-}
-_STEP_CODE = re.compile(r"\.backward\(|optimizer\.step\(|\.step\(\)|accelerator\.backward\(|autograd\.backward\(")
-_STEP_PATH = re.compile(r"torch/autograd/|torch/optim/")
-_BIG_BLOCK_CODE = re.compile(
-    r"softmax|scaled_dot_product|attn_weights|attention_probs|\battn\b|attention\(|matmul\(query|"
-    r"cross_entropy|nll_loss|log_softmax|lm_head|logits|\.float\(\)",
-    re.I,
-)
-_BIG_BLOCK_FUNCS = {"eager_attention_forward", "sdpa_attention_forward", "flash_attention_forward",
-                    "cross_entropy", "ForCausalLMLoss", "fixed_cross_entropy", "loss_function",
-                    "log_softmax", "softmax", "_log_softmax"}
-
-
-def _frames(log_text: str) -> list[tuple[str, str, str]]:
-    norm = _normalise(log_text, "\n")
-    return [(m.group(1), m.group(2), (m.group(3) or "").strip()) for m in _FRAME.finditer(norm)]
-
-
-def _phase(frames: list[tuple[str, str, str]]) -> tuple[str | None, str | None]:
-    """(phase, the frame that decided it). Priority: inference > startup > training-step > forward."""
-    def find(funcs, code, path=None):
-        for p, fn, src in frames:
-            if fn in funcs or (code is not None and code.search(src)) or (path is not None and path.search(p)):
-                return f"{fn} ({p.rsplit('/', 1)[-1]}){': ' + src if src else ''}"
-        return None
-
-    hit = find(_INFERENCE_FUNCS, _INFERENCE_CODE, _INFERENCE_PATH)
-    if hit:
-        return "inference", hit
-    hit = find(_STARTUP_FUNCS, _STARTUP_CODE)
-    if hit:
-        return "startup", hit
-    hit = find(_STEP_FUNCS, _STEP_CODE, _STEP_PATH)
-    if hit:
-        return "training-step", hit
-    hit = find({"forward", "_call_impl", "_wrapped_call_impl"}, None)
-    if hit:
-        return "forward", hit
-    return None, None
-
-
-def _gib(n: int) -> str:
-    from memdoc.units import format_bytes
-
-    return format_bytes(n)
-
-
-def infer_symptom(event: OomEvent | None, log_text: str = "") -> SymptomGuess:
-    """Guess the symptom of `event`, using the traceback in `log_text` (the whole log is fine).
-
-    Rules, in order (each firing one adds a reason; each missing input adds an unknown):
-
-    1. Fragmentation: reserved-but-unallocated R (current text; legacy: reserved − allocated, or
-       'cached') is at least the request A **and** at least 5% of the card's capacity T
-       (`FRAGMENTATION_MIN_SHARE_OF_TOTAL`; of allocated + R when T is missing). The allocator then
-       held enough idle bytes for the request but in no block large enough.
-    2. Phase from the traceback frames (function names, source lines, file paths), priority
-       inference > startup > training step > forward:
-       inference = `generate`/decoding loops, `/generation/`, vLLM/SGLang engine frames;
-       startup = `from_pretrained`, state-dict loading, `model.to(`/`.cuda()`/`Module._apply`,
-       DeepSpeed/accelerate initialisation, optimizer-state creation (`initialize_optimizer_states`);
-       training step = `backward`/autograd, `optimizer.step`/torch.optim, `training_step`;
-       forward = only `forward` frames.
-    3. Large attention/logits block (long-sample-oom): A ≥ T/8 (`LONG_SAMPLE_SHARE_OF_TOTAL`), or
-       A ≥ T/32 when a frame mentions attention/softmax/cross-entropy/logits/lm_head; 2 GiB
-       stands in for T/8 when T is missing; and always A ≥ 512 MiB (`LONG_SAMPLE_MIN_BYTES`).
-       One tensor that large in a decoder is a sequence²-sized score matrix (eager attention) or
-       a tokens × vocabulary logits/loss tensor, both set by the longest sample; outside startup
-       nothing else in training is allocated that large at once.
-    4. Decision: inference → inference-oom; startup → startup-oom; rule 3 → long-sample-oom
-       (also mid-run-oom); training step or forward → mid-run-oom; fragmentation alone →
-       mid-run-oom (fragmentation builds up over many steps); otherwise None with the candidates
-       in `also`.
-    """
-    reasons: list[str] = []
-    unknowns: list[str] = []
-    also: list[str] = []
-    if event is None:
-        return SymptomGuess(
-            symptom=None,
-            unknowns=("no out-of-memory message was found in the log",),
-        )
-    try:
-        frames = _frames(log_text or event.raw)
-    except Exception:  # pragma: no cover
-        frames = []
-    phase, decided_by = _phase(frames)
-
-    A, T = event.requested, event.total
-    R = event.unused_reserved
-    fragmentation = False
-    if not event.has_sizes:
-        reasons.append(
-            f"{event.status or 'the error'} reports no sizes: a library could not allocate its handle or "
-            "workspace, usually because the GPU was already full (this process or another one); a driver "
-            "or library mismatch can produce the same text"
-        )
-        unknowns.append("how much memory was in use (the message has no figures): run `memdoc diagnose` or nvidia-smi")
-    else:
-        if T is not None and A is not None and A > T:
-            reasons.append(
-                f"the single request ({_gib(A)}) is larger than the whole card ({_gib(T)}): no memory setting "
-                "can fit it; look for a shape bug or an unbounded sequence length"
-            )
-        if event.free is not None and A is not None and event.free >= A:
-            reasons.append(
-                f"the driver reported {_gib(event.free)} free, more than the {_gib(A)} requested: the limit is "
-                "elsewhere (a per-process memory fraction, other processes racing, or unified-memory/driver "
-                "reporting on this platform)"
-            )
-        if R is None:
-            unknowns.append("reserved-but-unallocated memory (the message does not give it): fragmentation not assessed")
-        elif A is not None:
-            base = T if T is not None else (event.allocated_by_pytorch or 0) + R
-            floor = FRAGMENTATION_MIN_SHARE_OF_TOTAL * base
-            if R >= A and R >= floor and base > 0:
-                fragmentation = True
-                reasons.append(
-                    f"{_gib(R)} was reserved by PyTorch but unallocated, more than the {_gib(A)} requested and "
-                    f"≥ {FRAGMENTATION_MIN_SHARE_OF_TOTAL:.0%} of {'the card' if T is not None else 'reserved memory'}: "
-                    "the free space is fragmented; set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
-                )
-            else:
-                reasons.append(
-                    f"reserved-but-unallocated is {_gib(R)} against a {_gib(A)} request: not fragmentation "
-                    f"(rule: ≥ the request and ≥ {FRAGMENTATION_MIN_SHARE_OF_TOTAL:.0%} of the card)"
-                )
-        if event.this_process_in_use == 0 and (event.allocated_by_pytorch or 0) > 0:
-            unknowns.append(
-                "the per-process figure says 0 bytes while PyTorch holds memory: NVML cannot see this process "
-                "(containers), so other-process usage is unknown"
-            )
-        for pid, used in event.other_processes:
-            reserved = event.reserved
-            if reserved is not None and used >= reserved:
-                unknowns.append(
-                    f"process {pid} holds {_gib(used)}: probably this process seen under its host PID (containers); "
-                    "if it is another job, free the GPU first"
-                )
-            else:
-                reasons.append(f"another process ({pid}) holds {_gib(used)} of this GPU")
-
-    big_frames = any(fn in _BIG_BLOCK_FUNCS or _BIG_BLOCK_CODE.search(src) for _, fn, src in frames)
-    large = False
-    if A is not None:
-        if T is not None:
-            large = A >= LONG_SAMPLE_MIN_BYTES and (
-                A >= LONG_SAMPLE_SHARE_OF_TOTAL * T or (big_frames and A >= LONG_SAMPLE_SHARE_WITH_FRAMES * T)
-            )
-            share = f"{A / T:.0%} of the card" if T else "?"
-        else:
-            large = A >= LONG_SAMPLE_NO_TOTAL_BYTES
-            share = "card size unknown"
-            unknowns.append("the card's capacity (not in the message): the large-block rule used 2 GiB instead")
-        if large and phase == "startup":
-            reasons.append(
-                f"one request of {_gib(A)} ({share}) during startup: a flattened weight, gradient or "
-                "optimizer-state buffer, not an activation"
-            )
-        elif large:
-            what = "a frame in attention/softmax/loss/logits" if big_frames else "no attention/loss frame to confirm it"
-            reasons.append(
-                f"one request of {_gib(A)} ({share}) is a large block, typical of a sequence² attention score "
-                f"matrix or a tokens × vocabulary logits tensor ({what})"
-            )
-            if not big_frames:
-                unknowns.append("whether the large block is attention or logits (no such frame in the traceback)")
-
-    if phase is None:
-        unknowns.append("what was running (no traceback frames in the log): startup, a training step, or generation")
-    else:
-        reasons.append(f"the traceback shows {phase.replace('-', ' ')}: {decided_by}")
-
-    if phase == "inference":
-        symptom = "inference-oom"
-    elif phase == "startup":
-        symptom = "startup-oom"
-    elif large and event.has_sizes:
-        symptom = "long-sample-oom"
-        also.append("mid-run-oom")
-    elif phase in ("training-step", "forward"):
-        symptom = "mid-run-oom"
-        if phase == "forward":
-            also.append("inference-oom")
-            unknowns.append("whether the forward pass was training or evaluation/generation")
-    elif fragmentation:
-        symptom = "mid-run-oom"
-        reasons.append("fragmentation builds up over many steps, so this is most likely a mid-run OOM")
-    else:
-        symptom = None
-        also.extend(["startup-oom", "mid-run-oom"])
-    if symptom == "long-sample-oom" and phase is None:
-        unknowns.append("whether the OOM happened in a training step or in generation")
-    return SymptomGuess(
-        symptom=symptom,
-        phase=phase,
-        fragmentation=fragmentation,
-        also=tuple(a for a in also if a != symptom),
-        reasons=tuple(reasons),
-        unknowns=tuple(unknowns),
-    )
+    return next(iter(parse_oom_log(text)), None)

@@ -31,6 +31,7 @@ def run_script(
     import torch
 
     session = Session(steps=steps, timeout=timeout)
+    session.script_path = str(path)  # the filename runpy compiles the script under
     cuda = cuda_start(session)
     stop_reason = "finished"
     script_exit = None
@@ -182,6 +183,8 @@ def build_result(session, path, stop_reason, oom, tb_text, script_exit, cuda, wa
         uses_cuda=session.uses_cuda,
         dataloader_workers=session.dataloader_workers,
         cuda=result.cuda,
+        step_start_bytes=list(session.step_starts),
+        site_bytes=list(session.site_bytes),
     )
     result.facts = facts
     result.findings = lint(facts)

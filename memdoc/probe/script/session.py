@@ -33,6 +33,8 @@ that cannot be read or compiled is memdoc's `ScriptError`.
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import time
 
 from memdoc.probe.script.sandbox import Stop
@@ -81,6 +83,7 @@ class Session:
         self.autocast_seen = False
         self.forward_seen = False
         self.first_input_shape: tuple | None = None
+        self.train_input_shape = False  # first_input_shape came from a grad-enabled forward
         self.ckpt_calls = 0
         self.ckpt_reentrant = 0
         self.ckpt_wrapped: dict[int, object] = {}
@@ -95,6 +98,14 @@ class Session:
         self.uses_cuda = False
         self.cuda_oom_info = None
         self.in_report = False
+        self.script_path: str | None = None
+        """The user's script (absolute path): allocation sites are its lines."""
+        self.record_sites = steps >= 3  # growth needs ≥ 3 step starts; sites cost a frame walk per allocation
+        self.sites: dict[int, str] = {}
+        self.step_starts: list[int] = []
+        """Live bytes at the start (first root forward) of each step."""
+        self.site_bytes: list[dict[str, int]] = []
+        """At each step start: live bytes by allocating script line, model states and setup excluded."""
 
     # ---- time
     def check_deadline(self) -> None:
@@ -159,6 +170,32 @@ class Session:
         dead = [k for k, (_, ref, _, _) in self.live.items() if ref.expired()]
         for k in dead:
             self.total -= self.live.pop(k)[0]
+            self.sites.pop(k, None)
+
+    def site(self) -> str | None:
+        """'train.py:42': the innermost line of the user's script on the stack (None outside it)."""
+        frame = sys._getframe(2)
+        while frame is not None:
+            if frame.f_code.co_filename == self.script_path:
+                return f"{os.path.basename(self.script_path)}:{frame.f_lineno}"
+            frame = frame.f_back
+        return None
+
+    def step_start(self) -> None:
+        """Record live bytes at a step's first forward, and (with sites) by the script line that allocated them."""
+        if len(self.step_starts) != self.step_index:
+            return
+        self.sweep()
+        self.step_starts.append(self.total)
+        if self.record_sites:
+            weights, grads, opt = self.state_bytes()
+            known = set(weights) | set(grads) | set(opt)
+            by_site: dict[str, int] = {}
+            for k, (n, _ref, bucket, _step) in self.live.items():
+                if k not in known and bucket != "setup":
+                    site = self.sites.get(k) or "?"
+                    by_site[site] = by_site.get(site, 0) + n
+            self.site_bytes.append(by_site)
 
     def add(self, t) -> None:
         info = storage_key(t)
@@ -174,6 +211,8 @@ class Session:
             self.uses_cuda = True
         self.live[key] = (nbytes, ref, self.bucket(), self.step_index)
         self.total += nbytes
+        if self.record_sites and self.script_path:
+            self.sites[key] = self.site()
 
     def breakdown(self) -> dict:
         weights, grads, opt = self.state_bytes()
@@ -230,16 +269,23 @@ class Session:
                 self.roots[id(module)] = module
             if self.phase not in ("forward",):
                 self.phase = "forward"
+                self.step_start()
             self.forward_seen = True
+        if not self.autocast_seen:
+            # checked at every module, not only the root: accelerate (HF Trainer bf16=True) enters
+            # autocast inside the root's wrapped forward, after the root's pre-hook has run
             for dev in ("cuda", "cpu"):
                 with contextlib.suppress(Exception):
                     if torch.is_autocast_enabled(dev):
                         self.autocast_seen = True
         self.depth += 1
-        if self.first_input_shape is None and isinstance(module, torch.nn.Embedding) and args:
+        if isinstance(module, torch.nn.Embedding) and args and not self.train_input_shape:
             x = args[0]
             if isinstance(x, torch.Tensor) and x.dim() == 2:
-                self.first_input_shape = tuple(x.shape)
+                # the batch shape of a training forward (grad enabled), not of an eval/generate call before it
+                if self.first_input_shape is None or torch.is_grad_enabled():
+                    self.first_input_shape = tuple(x.shape)
+                self.train_input_shape = torch.is_grad_enabled()
         if getattr(module, "gradient_checkpointing", False) is True and not module.training and torch.is_grad_enabled():
             self.ckpt_not_training[id(module)] = module
 
