@@ -110,6 +110,7 @@ def test_measured_and_billed_peaks_agree(tmp_path):
     assert rep["oom"] is None and rep["findings"] == []
 
 
+@pytest.mark.slow
 def test_training_is_unchanged_by_the_callback(tmp_path):
     """Same seed, same data: the weights after 3 steps are identical with and without the callback."""
     a, b = tiny_llama(), tiny_llama()
@@ -180,6 +181,7 @@ def test_oom_in_the_first_step_is_a_startup_oom(tmp_path):
     assert load(tmp_path)["measured"] is None
 
 
+@pytest.mark.slow
 def test_leaking_run_gets_the_memory_growth_finding(tmp_path):
     kept = []
 
@@ -218,3 +220,33 @@ def test_growth_rule():
 def test_bad_warn_headroom():
     with pytest.raises(ValueError, match="warn_headroom"):
         MemdocCallback(warn_headroom=1.5)
+
+
+@pytest.mark.slow
+def test_trl_sft_trainer(tmp_path):
+    """TRL's SFTTrainer is an HF Trainer: the callback measures, bills and logs its steps the same way."""
+    trl = pytest.importorskip("trl")
+    datasets = pytest.importorskip("datasets")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = [f"w{i}" for i in range(50)]
+    tok = Tokenizer(models.WordLevel({"[PAD]": 0, "<s>": 1, "</s>": 2, **{w: i + 3 for i, w in enumerate(words)}},
+                                     unk_token="[PAD]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="[PAD]")
+    # 20..49 words (+ EOS): batches of 2 padded to their longer sample
+    data = datasets.Dataset.from_list([{"text": " ".join(words[j % 50] for j in range(20 + i % 30))} for i in range(64)])
+    model = tiny_llama()
+    weights = nbytes(model.parameters()) + nbytes(model.buffers())
+    cfg = trl.SFTConfig(output_dir=str(tmp_path / "out"), use_cpu=True, max_steps=3, per_device_train_batch_size=2,
+                        report_to="none", save_strategy="no", disable_tqdm=True, max_length=64)
+    trl.SFTTrainer(model=model, args=cfg, train_dataset=data, processing_class=fast,
+                   callbacks=[MemdocCallback(report=tmp_path / "report.json")]).train()
+    rep = load(tmp_path)
+    assert rep["status"] == "finished" and rep["measured"]["step"] == 2
+    assert rep["measured"]["weights"] == weights
+    step2 = rep["steps"][1]
+    assert step2["batch"][0] == 2 and 21 <= step2["batch"][1] <= 50
+    assert [rep["plan"]["micro_batch"], rep["plan"]["seq_len"]] == step2["batch"]
+    assert rep["largest_batch"]["shape"][1] == max(s["batch"][1] for s in rep["steps"])

@@ -46,6 +46,8 @@ from memdoc.units import format_bytes
 logger = hf_logging.get_logger("transformers.trainer")
 
 _WRAPPED = "_memdoc_wrapped"
+MISMATCH = 0.25
+"""A bill further than this from the measured peak gets a note in the report."""
 
 
 def _find_trainer():
@@ -100,6 +102,13 @@ def _checkpointing_on(hf) -> bool:
         if hasattr(type(hf), name):
             return bool(getattr(hf, name))
     return False
+
+
+def _checkpointing_asked(args) -> bool:
+    """TrainingArguments' checkpointing switch (`activation_checkpointing` in transformers 5, formerly
+    `gradient_checkpointing`, which is now a deprecated alias)."""
+    value = getattr(args, "activation_checkpointing", None)
+    return bool(args.gradient_checkpointing if value is None else value)
 
 
 class MemdocCallback(TrainerCallback):
@@ -303,6 +312,10 @@ class MemdocCallback(TrainerCallback):
         bill = self._bill(self._step_batch)
         if bill is not None:
             record.billed = billed_json(bill)
+            gap = bill.peak_allocated / measured["peak_allocated"] - 1 if measured["peak_allocated"] else 0.0
+            if abs(gap) > MISMATCH:
+                record.note(f"the bill is {gap:+.0%} off the measured peak: the step runs code the bill does not model "
+                            "(a trainer's own loss head, custom kernels, extra tensors kept); the measurement is what ran")
             line = (f"memdoc: step {self._step} ({self._step_batch[0]} × {self._step_batch[1]} tokens) measured "
                     f"{format_bytes(measured['peak_allocated'])} peak allocated, billed {format_bytes(bill.peak_allocated)} "
                     f"({bill.plan.method.value}, {bill.plan.precision.value}, {bill.plan.optimizer.value}, "
@@ -351,7 +364,7 @@ class MemdocCallback(TrainerCallback):
         plan, detected = detect_plan(
             hf, peft_model,
             autocast="bf16" if args.bf16 else ("fp16" if args.fp16 else None),
-            checkpointing=bool(args.gradient_checkpointing or _checkpointing_on(hf)),
+            checkpointing=bool(_checkpointing_asked(args) or _checkpointing_on(hf)),
             optimizer=_optimizer_info(self._optimizer),
             input_shape=shape,
             cuda=self._cuda,
