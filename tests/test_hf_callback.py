@@ -250,3 +250,26 @@ def test_trl_sft_trainer(tmp_path):
     assert step2["batch"][0] == 2 and 21 <= step2["batch"][1] <= 50
     assert [rep["plan"]["micro_batch"], rep["plan"]["seq_len"]] == step2["batch"]
     assert rep["largest_batch"]["shape"][1] == max(s["batch"][1] for s in rep["steps"])
+
+
+def test_what_counts_as_an_oom():
+    from memdoc.integrations.hf import is_oom
+
+    assert is_oom(torch.OutOfMemoryError(OOM_TEXT))
+    assert is_oom(RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"))
+    assert not is_oom(RuntimeError("mat1 and mat2 shapes cannot be multiplied (64x32 and 64x64)"))
+    assert not is_oom(ValueError("out of memory"))  # only torch's error types
+
+
+def test_a_failure_inside_memdoc_does_not_stop_training(tmp_path, monkeypatch):
+    import memdoc.core.billing.bill as bill_module
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("bill exploded")
+
+    monkeypatch.setattr(bill_module, "compute_bill", broken)
+    monkeypatch.delenv("MEMDOC_DEBUG", raising=False)
+    trainer = train(tiny_llama(), tmp_path, steps=3)
+    assert trainer.state.global_step == 3
+    rep = load(tmp_path)
+    assert rep["status"] == "finished" and rep["measured"]["step"] == 2 and rep["billed"] is None

@@ -50,6 +50,23 @@ MISMATCH = 0.25
 """A bill further than this from the measured peak gets a note in the report."""
 
 
+def _safe(event):
+    """A callback event that never breaks training: a failure inside memdoc is logged and the run goes on
+    (MEMDOC_DEBUG=1 raises it instead)."""
+
+    @functools.wraps(event)
+    def guarded(self, *args, **kwargs):
+        try:
+            return event(self, *args, **kwargs)
+        except Exception as exc:
+            if os.environ.get("MEMDOC_DEBUG"):
+                raise
+            logger.warning(f"memdoc: internal error in {event.__name__} ({exc!r}); training goes on without it")
+            return None
+
+    return guarded
+
+
 def _find_trainer():
     """The `transformers.Trainer` whose training loop called this callback event, or None."""
     from transformers import Trainer
@@ -77,6 +94,18 @@ def _batch_shape(inputs) -> tuple[int, int] | None:
         if t.dim() == 2:
             return int(t.shape[0]), int(t.shape[1])
     return None
+
+
+def is_oom(exc: BaseException) -> bool:
+    """torch.OutOfMemoryError, or a RuntimeError carrying an out-of-memory text (cuBLAS/cuDNN allocation
+    failures, "CUDA error: out of memory")."""
+    import torch
+
+    from memdoc.core.doctor.oom import first_oom
+
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and first_oom(str(exc)) is not None
 
 
 def _rss_bytes() -> int | None:
@@ -139,6 +168,7 @@ class MemdocCallback(TrainerCallback):
         self._step_start: int | None = None
 
     # ------------------------------------------------------------------ events
+    @_safe
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         self._args = args
         self._cuda = args.device.type == "cuda"
@@ -152,16 +182,22 @@ class MemdocCallback(TrainerCallback):
         if self.report is not None and args.world_size > 1:
             path = path.with_name(f"{path.stem}.rank{args.process_index}{path.suffix}")
         self._path = path
-        if self.record is None or self.record.status != "oom":  # keep an OOM report across auto_find_batch_size retries
-            device = "cpu"
-            if self._cuda:
-                import torch
+        earlier = self.record.oom if self.record is not None else None
+        device = "cpu"
+        if self._cuda:
+            import torch
 
-                device = f"{args.device} ({torch.cuda.get_device_name(args.device)})"
-            self.record = RunRecord(device=device, memory_source="cuda-allocated" if self._cuda else "cpu-rss")
+            device = f"{args.device} ({torch.cuda.get_device_name(args.device)})"
+        self.record = RunRecord(device=device, memory_source="cuda-allocated" if self._cuda else "cpu-rss")
+        if earlier is not None:  # auto_find_batch_size retries the loop with a smaller batch after an OOM
+            self.record.note(f"an earlier attempt ran out of memory in step {earlier['step']} (batch {earlier['batch']}, "
+                             f"{earlier['symptom']}); the Trainer restarted with a smaller batch")
         self._install_wrappers()
 
+    @_safe
     def on_step_begin(self, args, state, control, **kwargs):
+        if self.record is None:
+            return
         self._steps_begun += 1
         self._step = state.global_step + 1
         self._step_batch = None
@@ -169,7 +205,10 @@ class MemdocCallback(TrainerCallback):
         if self._steps_begun == self._measure_at and self._measuring is None:
             self._start_measuring()
 
+    @_safe
     def on_step_end(self, args, state, control, **kwargs):
+        if self.record is None:
+            return
         if self._measuring is not None:
             self._finish_measuring()
         finding = self.record.log_step(self._step, self._step_start, self._step_batch)
@@ -177,17 +216,21 @@ class MemdocCallback(TrainerCallback):
             logger.warning(f"memdoc: {finding.message} ({finding.prescribe}); report: {self._path}")
             self._write()
 
+    @_safe
     def on_train_end(self, args, state, control, **kwargs):
+        if self.record is None:
+            return
         if self._measuring is not None:
             self._stop_measuring()
         if self.record.status == "running":
             self.record.status = "finished"
+        self._write()
         largest = self.record.largest_batch
         if largest is not None and self.record.plan is not None:
             bill = self._bill(tuple(largest["shape"]))
             if bill is not None:
                 largest["billed_peak_allocated"] = bill.peak_allocated
-        self._write()
+                self._write()
 
     # ------------------------------------------------------------------ wrappers (the OOM hook)
     def _install_wrappers(self) -> None:
@@ -221,11 +264,9 @@ class MemdocCallback(TrainerCallback):
             self._step_batch = shape
 
     def _on_exception(self, exc: BaseException, where: str) -> None:
-        import torch
-
         if self._measuring is not None:
             self._stop_measuring()
-        if not isinstance(exc, torch.OutOfMemoryError):
+        if not is_oom(exc):
             return
         try:
             self._report_oom(exc, where)
@@ -352,7 +393,11 @@ class MemdocCallback(TrainerCallback):
         from memdoc.core.model.gpu import generic_gpu
         from memdoc.core.model.model_spec import spec_from_config
         from memdoc.errors import MemdocError
-        from memdoc.probe.script.detect import detect_plan, find_hf_model, model_identity
+        from memdoc.probe.script.detect import (
+            detect_plan,
+            find_hf_model,
+            model_identity,
+        )
         from memdoc.units import GiB
 
         found = find_hf_model([self._model]) if self._model is not None else None

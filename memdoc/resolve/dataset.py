@@ -21,9 +21,9 @@ from __future__ import annotations
 import csv
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from memdoc.errors import DatasetError
 
