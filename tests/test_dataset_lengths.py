@@ -106,6 +106,9 @@ def test_chat_messages_go_through_the_chat_template(tmp_path, tok_dir):
     assert data["text_field"] == "messages (chat template)"
     assert (data["samples"], data["max_tokens"], data["p50_tokens"]) == (3, expected[-1], expected[1])
     assert data["over"] == 0
+    # the same conversations in a CSV column (JSON strings) count the same
+    rows = [{"messages": json.dumps(r["messages"])} for r in records]
+    assert bill_json("--dataset", write(tmp_path / "chat.csv", rows, "csv"), "--tokenizer", tok_dir)["dataset"]["max_tokens"] == expected[-1]
 
 
 def test_sharegpt_and_prompt_completion_fields(tmp_path, tok_dir):

@@ -264,13 +264,12 @@ class MemdocCallback(TrainerCallback):
             self._step_batch = shape
 
     def _on_exception(self, exc: BaseException, where: str) -> None:
-        if self._measuring is not None:
-            self._stop_measuring()
-        if not is_oom(exc):
-            return
         try:
-            self._report_oom(exc, where)
-        except Exception as report_error:  # never mask the user's OOM with memdoc's own failure
+            if self._measuring is not None:
+                self._stop_measuring()
+            if is_oom(exc) and self.record is not None:
+                self._report_oom(exc, where)
+        except Exception as report_error:  # never mask the user's exception with memdoc's own failure
             logger.warning(f"memdoc: could not write the OOM report: {report_error!r}")
 
     def _report_oom(self, exc: BaseException, where: str) -> None:
@@ -326,7 +325,7 @@ class MemdocCallback(TrainerCallback):
                 torch.cuda.reset_peak_memory_stats(self._args.device)
             else:
                 self.record.note("the Trainer tracks memory (skip_memory_metrics=False): the peak counters "
-                                         "were not reset, the measured peak is the run's so far")
+                                 "were not reset, the measured peak is the run's so far")
         else:
             stack.enter_context(instrument(session))
             stack.enter_context(make_tracker(session))

@@ -144,6 +144,11 @@ def sample_of(record: dict, fields: tuple[str, ...]):
         return None
     if len(fields) == 1:
         value = values[0]
+        if isinstance(value, str) and fields[0] in CHAT_FIELDS and value.lstrip().startswith("["):
+            try:  # a conversation stored as a JSON string (CSV columns)
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                pass
         if isinstance(value, str):
             return value
         if isinstance(value, list):
