@@ -273,3 +273,64 @@ def test_a_failure_inside_memdoc_does_not_stop_training(tmp_path, monkeypatch):
     assert trainer.state.global_step == 3
     rep = load(tmp_path)
     assert rep["status"] == "finished" and rep["measured"]["step"] == 2 and rep["billed"] is None
+
+
+def test_cuda_path_reads_the_allocator(tmp_path, monkeypatch):
+    """The GPU branch, driven event by event with the allocator's figures faked (no GPU in CI):
+    the peaks are the allocator's, headroom = free now − (peak reserved − reserved now), and the
+    plan is what the arguments say (fp32 weights + bf16 → amp-bf16; AdamW's foreach default on CUDA)."""
+    import logging
+    from types import SimpleNamespace
+
+    GiB = 1024**3
+    cuda = torch.cuda
+    for name, value in {"get_device_name": "NVIDIA H100 80GB HBM3", "memory_allocated": 5 * GiB,
+                        "max_memory_allocated": 20 * GiB, "max_memory_reserved": 22 * GiB,
+                        "memory_reserved": 21 * GiB, "mem_get_info": (8 * GiB, 80 * GiB), "memory_stats": {},
+                        "get_device_properties": SimpleNamespace(total_memory=80 * GiB)}.items():
+        monkeypatch.setattr(cuda, name, lambda *a, _v=value, **k: _v)
+    resets = []
+    monkeypatch.setattr(cuda, "reset_peak_memory_stats", lambda *a, **k: resets.append(a))
+    messages = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append((record.levelname, record.getMessage()))
+    trainer_log = logging.getLogger("transformers.trainer")
+    level = trainer_log.level
+    trainer_log.addHandler(handler)
+    trainer_log.setLevel(logging.INFO)  # what TrainingArguments(log_level="info") does
+    model = tiny_llama()
+    opt = torch.optim.AdamW(model.parameters())
+    args = SimpleNamespace(device=torch.device("cuda", 0), world_size=1, process_index=0, output_dir=str(tmp_path),
+                           skip_memory_metrics=True, bf16=True, fp16=False, activation_checkpointing=True,
+                           gradient_checkpointing=None, use_liger_kernel=False)
+    state = SimpleNamespace(max_steps=3, global_step=0)
+    cb = MemdocCallback(warn_headroom=0.25)
+    try:
+        cb.on_train_begin(args, state, None, model=model, optimizer=opt)
+        for step in range(3):
+            state.global_step = step
+            cb.on_step_begin(args, state, None)
+            ids = torch.randint(2, VOCAB, (2, 16))
+            model(input_ids=ids, labels=ids).loss.backward()
+            opt.step()
+            opt.zero_grad()
+            cb.on_step_end(args, state, None)
+        cb.on_train_end(args, state, None)
+    finally:
+        trainer_log.removeHandler(handler)
+        trainer_log.setLevel(level)
+    rep = json.loads((tmp_path / "memdoc-report.json").read_text())
+    assert rep["device"] == "cuda:0 (NVIDIA H100 80GB HBM3)" and rep["memory_source"] == "cuda-allocated"
+    assert len(resets) == 1  # once, at the start of the measured (2nd) step
+    m = rep["measured"]
+    assert (m["source"], m["step"], m["peak_allocated"], m["peak_reserved"]) == ("cuda-allocator", 2, 20 * GiB, 22 * GiB)
+    assert m["weights"] == nbytes(model.parameters()) + nbytes(model.buffers())
+    assert rep["headroom_bytes"] == 8 * GiB - (22 - 21) * GiB
+    assert [s["start_bytes"] for s in rep["steps"]] == [5 * GiB] * 3
+    plan = rep["plan"]
+    assert (plan["precision"], plan["checkpointing"], plan["optimizer"]) == ("amp-bf16", "full", "adamw")
+    assert (plan["micro_batch"], plan["seq_len"]) == (2, 16)  # from the embedding's input (no Trainer to wrap)
+    assert rep["billed"]["peak_allocated"] > 0
+    assert any(level == "WARNING" and "7.00 GiB of 80.00 GiB left" in text for level, text in messages)
+    assert any(level == "INFO" and "measured 20.00 GiB peak allocated" in text for level, text in messages)
+    assert "the Trainer was not found from the callback: out-of-memory errors are not reported" in rep["notes"]

@@ -318,6 +318,7 @@ class MemdocCallback(TrainerCallback):
         if self._optimizer is not None:
             session.optimizers.append(getattr(self._optimizer, "optimizer", self._optimizer))
         stack = contextlib.ExitStack()
+        stack.enter_context(instrument(session))  # phases, and the embedding's input shape
         if self._cuda:
             import torch
 
@@ -327,8 +328,7 @@ class MemdocCallback(TrainerCallback):
                 self.record.note("the Trainer tracks memory (skip_memory_metrics=False): the peak counters "
                                  "were not reset, the measured peak is the run's so far")
         else:
-            stack.enter_context(instrument(session))
-            stack.enter_context(make_tracker(session))
+            stack.enter_context(make_tracker(session))  # every tensor op: the CPU's allocated bytes
         self._measuring = (stack, session)
 
     def _stop_measuring(self):
@@ -349,6 +349,8 @@ class MemdocCallback(TrainerCallback):
             measured = {"source": "cpu-dispatch", "peak_phase": peak_phase, **measured}
         measured["step"] = self._step
         record.measured = measured
+        if self._step_batch is None and session.first_input_shape:  # no Trainer found: the embedding's input
+            self._step_batch = tuple(int(n) for n in session.first_input_shape)
         bill = self._bill(self._step_batch)
         if bill is not None:
             record.billed = billed_json(bill)
@@ -399,6 +401,9 @@ class MemdocCallback(TrainerCallback):
         )
         from memdoc.units import GiB
 
+        if shape is None:
+            self.record.note("no batch shape was seen (no input_ids): the step is not billed")
+            return None
         found = find_hf_model([self._model]) if self._model is not None else None
         if found is None:
             self.record.note("not a transformers model: nothing to bill")
