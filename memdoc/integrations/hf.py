@@ -23,6 +23,7 @@ What it does, with no effect on training while memory is fine:
   symptom, the prescriptions quantified on the failing batch's plan and the allocator's statistics;
   then the exception propagates unchanged (`auto_find_batch_size` still sees it). An OOM elsewhere
   (evaluation, saving) is not caught.
+- A failure inside memdoc is logged as a WARNING and training goes on (`MEMDOC_DEBUG=1` raises it).
 
 The report (default `OUTPUT_DIR/memdoc-report.json`; `.rankN` before `.json` with several
 processes) is rewritten after the measured step, when a finding appears, on an OOM and at the end.
@@ -40,7 +41,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 from transformers.utils import logging as hf_logging
 
-from memdoc.integrations.record import RunRecord, billed_json, oom_record, prescriptions_json
+from memdoc.integrations.record import RunRecord, batch_key, billed_json, oom_record, prescriptions_json
 from memdoc.units import format_bytes
 
 logger = hf_logging.get_logger("transformers.trainer")
@@ -260,7 +261,7 @@ class MemdocCallback(TrainerCallback):
 
     def _saw_batch(self, inputs) -> None:
         shape = _batch_shape(inputs)
-        if shape is not None and (self._step_batch is None or shape[0] * shape[1] > self._step_batch[0] * self._step_batch[1]):
+        if shape is not None and (self._step_batch is None or batch_key(shape) > batch_key(self._step_batch)):
             self._step_batch = shape
 
     def _on_exception(self, exc: BaseException, where: str) -> None:
