@@ -54,3 +54,7 @@ class UnknownSymptomError(MemdocError):
 
 class KnowledgeBaseError(MemdocError):
     """A bundled data file (symptoms.yaml) is malformed; the message names the entry."""
+
+
+class DatasetError(MemdocError):
+    """`--dataset` cannot be read, has no text field, or its tokenizer cannot be loaded."""

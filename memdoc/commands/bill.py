@@ -1,12 +1,15 @@
 """`memdoc bill`: the itemised per-GPU memory bill, the verdict, and the cost-increasing ladder."""
 
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from memdoc.commands.app import command
 from memdoc.commands.options import JsonOpt, PlanArgs, plan_options
+
+DATA = "Dataset lengths"
 
 EXAMPLES = """
 Examples:
@@ -18,6 +21,8 @@ Examples:
   memdoc bill Qwen/Qwen2.5-14B --gpu 24 --method qlora --max seq
 
   memdoc bill meta-llama/Llama-3.1-70B --gpu h100-sxm --gpus 8 --shard fsdp --json
+
+  memdoc bill Qwen/Qwen2.5-7B --gpu 24 --method lora --seq 4096 --dataset train.jsonl --tokenizer ./qwen-tokenizer
 
   memdoc bill --recipe recipes/llama2-7b-lora-24gb.yaml --check
 
@@ -36,6 +41,9 @@ def bill(
     no_ladder: Annotated[bool, typer.Option("--no-ladder", help="Do not search the ladder when it does not fit.")] = False,
     max_of: Annotated[Optional[str], typer.Option("--max", help="Find the largest 'batch' or 'seq' that fits.")] = None,
     inference: Annotated[bool, typer.Option("--inference", help="Bill inference instead: weights + KV cache + one forward.")] = False,
+    dataset: Annotated[Optional[Path], typer.Option("--dataset", help="JSONL/JSON/Parquet/CSV training data: tokenize it and fit its lengths to the plan.", rich_help_panel=DATA)] = None,
+    tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="Tokenizer directory or HF id for --dataset. [default: MODEL]", rich_help_panel=DATA)] = None,
+    text_field: Annotated[Optional[str], typer.Option("--text-field", help="The dataset field with the text or chat messages. [default: messages, text, prompt+completion, … whichever exists]", rich_help_panel=DATA)] = None,
 ) -> None:
     """Itemise the per-GPU memory of one training step and say whether it fits.
 
@@ -50,7 +58,17 @@ def bill(
     from memdoc.core.billing.steptime import step_time
     from memdoc.errors import PlanError
 
+    if dataset is None and (tokenizer or text_field):
+        raise PlanError("--tokenizer and --text-field go with --dataset FILE")
+    if dataset is not None and inference:
+        raise PlanError("--dataset fits training samples; it does not apply to --inference")
     setup = plan.resolve(model)
+    data_section = None
+    if dataset is not None:
+        from memdoc.commands.bill_dataset import dataset_section
+
+        data_section = dataset_section(dataset, tokenizer or model or setup.model.id, text_field, setup,
+                                       seq_cap=setup.plan.seq_len if plan.values.get("seq") else None, quiet=json_out)
     if inference:
         from memdoc.core.billing.inference import inference_bill
 
@@ -76,10 +94,14 @@ def bill(
         data["ladder"] = [step.to_json() for step in ladder]
         if max_of is not None:
             data["max"] = {"knob": max_of, "value": maximum}
+        if data_section is not None:
+            data["dataset"] = data_section
         render.print_json(data)
     else:
         render.render_bill(the_bill, ladder, command_line=None, time=time)
         if max_of is not None:
             render.render_max(max_of, maximum, the_bill)
+        if data_section is not None:
+            render.render_dataset(data_section)
     if check and the_bill.fits is False:
         raise typer.Exit(3)

@@ -179,6 +179,23 @@ def render_max(knob: str, value, bill) -> None:
         stdout.print(f"Largest {name} that fits: [bold]{value}[/]")
 
 
+def render_dataset(data: dict) -> None:
+    """`bill --dataset`: the token-length distribution against the longest sequence that fits."""
+    fits = data["max_seq_that_fits"]
+    rows = [["samples", f"{data['samples']:,}" + (f" ({data['skipped']:,} without text skipped)" if data["skipped"] else "")],
+            ["max", f"{data['max_tokens']:,} tokens"], ["p99", f"{data['p99_tokens']:,} tokens"],
+            ["p50", f"{data['p50_tokens']:,} tokens"],
+            [f"longest that fits (micro-batch {data['micro_batch']})", "none (not even 128 tokens)" if fits is None else f"{fits:,} tokens"],
+            ["longer than that", f"{data['over']:,} samples"]]
+    from rich.markup import escape
+
+    table(escape(f"{data['file']} · {data['text_field']} · tokenizer {data['tokenizer']}"), [("lengths", "left"), ("", "right")], rows)
+    for p in data["prescriptions"]:
+        stdout.print(f"• [b]{p['id']}[/b]: {p['action']}")
+        for key, value in p["how"].items():
+            stdout.print(f"    {key}: {', '.join(f'{k}: {v}' for k, v in value.items())}")
+
+
 def render_inference(result) -> None:
     rows = [["weights", gib(result.weights)], ["KV cache", gib(result.kv_cache)], ["activations (prefill)", gib(result.activations)],
             ["[b]peak allocated[/b]", gib(result.peak_allocated)], ["process total", gib(result.process_total)]]

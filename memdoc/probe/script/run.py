@@ -79,19 +79,10 @@ def run_script(
 
 
 def build_result(session, path, stop_reason, oom, tb_text, script_exit, cuda, want_snapshot) -> ScriptResult:
-    from memdoc.core.billing.measurement import LINE_ITEMS, PHASES
-
     torch = session.torch
     session.sweep()
-    phases = {p: {k: v for k, v in session.phase_peak[p].items()} for p in PHASES if p in session.phase_peak}
+    phases, peak_phase, measured = session.peaks()
     notes = []
-    if phases:
-        peak_phase = max(phases, key=lambda p: (phases[p]["peak_allocated"], -PHASES.index(p)))
-        measured = {k: int(phases[peak_phase][k]) for k in LINE_ITEMS}
-        measured["peak_allocated"] = int(phases[peak_phase]["peak_allocated"])
-    else:
-        peak_phase = None
-        measured = {k: 0 for k in LINE_ITEMS} | {"peak_allocated": 0}
     setup = session.phase_peak.get("setup")
     if setup and setup["peak_allocated"] > measured["peak_allocated"]:
         notes.append(f"memory peaked before the first forward pass (setup: {setup['peak_allocated']} bytes); the figures are for the training phases")

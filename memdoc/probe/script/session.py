@@ -237,6 +237,18 @@ class Session:
         items["peak_allocated"] = sum(items.values())
         return items
 
+    def peaks(self) -> tuple[dict, str | None, dict]:
+        """(line items at each phase's peak, the peak phase, its line items + peak_allocated)."""
+        from memdoc.core.billing.measurement import LINE_ITEMS, PHASES
+
+        phases = {p: dict(self.phase_peak[p]) for p in PHASES if p in self.phase_peak}
+        if not phases:
+            return phases, None, {k: 0 for k in LINE_ITEMS} | {"peak_allocated": 0}
+        peak_phase = max(phases, key=lambda p: (phases[p]["peak_allocated"], -PHASES.index(p)))
+        measured = {k: int(phases[peak_phase][k]) for k in LINE_ITEMS}
+        measured["peak_allocated"] = int(phases[peak_phase]["peak_allocated"])
+        return phases, peak_phase, measured
+
     def bucket(self) -> str:
         """The reported phase now; after backward it is the optimizer's only once the script has stepped."""
         if self.phase == "between" and not self.optimizers:
