@@ -125,7 +125,8 @@ def oom_record(message: str, traceback_text: str, *, step: int, where: str, batc
     does not have: an OOM in the first step is `startup-oom` (the rigid part of the bill does not
     fit); a failing batch longer than every earlier one is `long-sample-oom`.
     """
-    from memdoc.core.doctor.oom import first_oom, infer_symptom
+    from memdoc.core.doctor.oom import first_oom
+    from memdoc.core.doctor.oom_symptom import infer_symptom
 
     event = first_oom(message)
     guess = infer_symptom(event, traceback_text)
