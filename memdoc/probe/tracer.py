@@ -49,9 +49,11 @@ import re
 import time
 from typing import Callable
 
-from memdoc.core.billing.measurement import LINE_ITEMS, PHASES, Measurement
+from memdoc.core.billing.measurement import Measurement
+from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
+from memdoc.core.model.config_keys import config_value
+from memdoc.core.model.lora import LORA_DROPOUT, lora_alpha, peft_target_modules
 from memdoc.core.model.plan import (
-    ALL_LINEAR,
     Attention,
     Checkpointing,
     Loss,
@@ -63,23 +65,17 @@ from memdoc.core.model.plan import (
 )
 from memdoc.errors import ConfigError
 
-LORA_DROPOUT = 0.05
-"""LoRA dropout used for traces (TRL/Axolotl recipes' usual value; dropout keeps a mask + a copy)."""
-
 EXTRAPOLATION_TOLERANCE = 1e-3
 """Relative disagreement between the 3-point check and the extrapolation that forces a full trace."""
 
 Progress = Callable[[str, float], None]
 
-_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
-
-
 # ---------------------------------------------------------------------------------------- layers
 def layer_count(config: dict) -> int:
     """Decoder layers of an HF config dict."""
-    for key in _LAYER_KEYS:
-        if isinstance(config.get(key), int):
-            return config[key]
+    layers = config_value(config, "num_layers")
+    if isinstance(layers, int):
+        return layers
     text = config.get("text_config")
     if isinstance(text, dict):
         return layer_count(text)
@@ -118,7 +114,8 @@ def _plan_layers(config: dict) -> tuple[int, ...] | None:
 
 
 # ------------------------------------------------------------------------------------- building
-def _torch_dtype(name: str):
+def torch_dtype(name: str):
+    """The torch dtype named `name` ("bfloat16", "float32", …)."""
     import torch
 
     return getattr(torch, name)
@@ -187,11 +184,11 @@ def build_model(config: dict, plan: TrainingPlan, layers: int | None = None, not
     attn = "eager" if plan.attention is Attention.EAGER else "sdpa"
     with no_init_weights():
         try:
-            model = AutoModelForCausalLM.from_config(conf, dtype=_torch_dtype(store), attn_implementation=attn)
+            model = AutoModelForCausalLM.from_config(conf, dtype=torch_dtype(store), attn_implementation=attn)
         except ValueError as exc:
             if attn != "sdpa" or "attention implementation" not in str(exc):
                 raise
-            model = AutoModelForCausalLM.from_config(conf, dtype=_torch_dtype(store), attn_implementation="eager")
+            model = AutoModelForCausalLM.from_config(conf, dtype=torch_dtype(store), attn_implementation="eager")
             if notes is not None:
                 notes.append(f"{type(model).__name__} has no SDPA attention in transformers: traced eager attention")
     model.tie_weights()
@@ -204,11 +201,10 @@ def build_model(config: dict, plan: TrainingPlan, layers: int | None = None, not
     if plan.is_peft:
         from peft import LoraConfig, get_peft_model
 
-        targets = "all-linear" if ALL_LINEAR in plan.lora_targets else list(plan.lora_targets)
         lora = LoraConfig(
             r=plan.lora_rank,
-            lora_alpha=plan.lora_alpha or 2 * plan.lora_rank,
-            target_modules=targets,
+            lora_alpha=lora_alpha(plan),
+            target_modules=peft_target_modules(plan),
             lora_dropout=LORA_DROPOUT,
             task_type="CAUSAL_LM",
         )
@@ -218,7 +214,7 @@ def build_model(config: dict, plan: TrainingPlan, layers: int | None = None, not
             except ValueError as exc:
                 raise ConfigError(f"LoRA targets {plan.lora_targets}: {exc}") from None
         if plan.method is Method.QLORA:
-            quantize_linears_nf4(model, _torch_dtype(plan.precision.compute_dtype_name))
+            quantize_linears_nf4(model, torch_dtype(plan.precision.compute_dtype_name))
     return model
 
 
@@ -291,7 +287,7 @@ def _shard_fsdp(model, plan: TrainingPlan, mesh):
     kwargs = {"mesh": mesh}
     if plan.precision.is_amp and not plan.is_peft:
         kwargs["mp_policy"] = MixedPrecisionPolicy(
-            param_dtype=_torch_dtype(plan.precision.compute_dtype_name), reduce_dtype=torch.float32
+            param_dtype=torch_dtype(plan.precision.compute_dtype_name), reduce_dtype=torch.float32
         )
     for module in list(model.modules()):
         if type(module).__name__.endswith("DecoderLayer") or type(module).__name__.endswith("Block"):
@@ -328,7 +324,7 @@ def _trace_once(config: dict, plan: TrainingPlan, layers: int | None) -> tuple[d
     vocab = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size") or 32000
     amp = plan.precision.is_amp and not (fsdp and not plan.is_peft)
     autocast = (
-        (lambda: torch.autocast("cpu", dtype=_torch_dtype(plan.precision.compute_dtype_name)))
+        (lambda: torch.autocast("cpu", dtype=torch_dtype(plan.precision.compute_dtype_name)))
         if amp
         else contextlib.nullcontext
     )
@@ -510,8 +506,8 @@ def trace_training_step(
 
 
 __all__ = [
-    "LORA_DROPOUT",
     "build_model",
+    "torch_dtype",
     "build_optimizer",
     "layer_count",
     "layer_period",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, compute_bill
 from memdoc.core.model.gpu import GpuSpec
-from memdoc.core.billing.ladder import fit_lora_targets
+from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan, parse_plan
 from memdoc.core.doctor.symptoms import PLAN_LEVERS, Prescription

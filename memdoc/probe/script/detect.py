@@ -33,6 +33,7 @@ def detect_hf(session: Session, result: ScriptResult) -> None:
     if hf is None:
         return
     from memdoc.core.model.plan import Attention, Checkpointing, Method, Optimizer, Precision, TrainingPlan
+    from memdoc.core.model.lora import DEFAULT_TARGETS
 
     detected: dict = {}
     params = list((peft_model or hf).named_parameters())
@@ -56,7 +57,7 @@ def detect_hf(session: Session, result: ScriptResult) -> None:
             targets = cfg.target_modules
             if isinstance(targets, str):
                 targets = [targets]
-            kwargs["lora_targets"] = tuple(sorted(targets)) if targets else ("q_proj", "v_proj")
+            kwargs["lora_targets"] = tuple(sorted(targets)) if targets else DEFAULT_TARGETS
     kwargs["checkpointing"] = Checkpointing.FULL if session.ckpt_wrapped else Checkpointing.NONE
     attn = getattr(hf.config, "_attn_implementation", None) or "sdpa"
     kwargs["attention"] = Attention.EAGER if attn == "eager" else Attention.SDPA

@@ -78,7 +78,7 @@ def run_script(
 
 
 def build_result(session, path, stop_reason, oom, tb_text, script_exit, cuda, want_snapshot) -> ScriptResult:
-    from memdoc.core.billing.measurement import LINE_ITEMS, PHASES
+    from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
 
     torch = session.torch
     session.sweep()
