@@ -15,7 +15,8 @@ pytest.importorskip("transformers")
 from memdoc.core.billing.measurement import LINE_ITEMS, Measurement  # noqa: E402
 from memdoc.core.model.plan import TrainingPlan, parse_plan  # noqa: E402
 from memdoc.probe.emulation import adam8bit_state_bytes, nf4_storage_bytes  # noqa: E402
-from memdoc.probe.tracer import build_model, build_optimizer, layer_period, trace_training_step  # noqa: E402
+from memdoc.probe.build import build_model, build_optimizer  # noqa: E402
+from memdoc.probe.tracer import layer_period, trace_training_step  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "memdoc" / "data" / "catalog"
 if not CONFIGS.is_dir():  # pragma: no cover
@@ -240,7 +241,7 @@ def test_activations_scale_with_batch_and_sequence(small, base):
 
 
 def test_optimizer_state_sizes(small, base):
-    from memdoc.probe.tracer import build_model
+    from memdoc.probe.build import build_model
 
     with torch._subclasses.fake_tensor.FakeTensorMode():
         numels = [p.numel() for p in build_model(small, parse_plan(), 2).parameters()]

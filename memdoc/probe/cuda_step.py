@@ -35,7 +35,8 @@ def run_cuda_step(config: dict, plan: TrainingPlan) -> dict:
 
     require_cuda(plan)
     from memdoc.probe.cuda_stats import digest_stats
-    from memdoc.probe.tracer import torch_dtype, build_model, build_optimizer, training_step
+    from memdoc.probe.build import build_model, build_optimizer, torch_dtype
+    from memdoc.probe.tracer import training_step
 
     vocab = int(config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size") or 32000)
     notes: list[str] = []
