@@ -48,7 +48,7 @@ def apply_lever(plan: TrainingPlan, lever: dict) -> TrainingPlan | None:
             values["seq_len"] = max(1, plan.seq_len // 2)
         else:
             values[key] = value
-    if "offload" in lever and values.get("optimizer") in ("adamw-8bit", "paged-adamw-8bit"):
+    if lever.get("offload", "none") != "none" and values.get("optimizer") in ("adamw-8bit", "paged-adamw-8bit"):
         values["optimizer"] = "adamw"  # ZeRO-Offload steps with DeepSpeed's CPU Adam
     try:
         new_plan = parse_plan(**values)
