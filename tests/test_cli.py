@@ -5,15 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from typer.testing import CliRunner
-
-from memdoc.cli import app
-
-runner = CliRunner()
-
-
-def run(*args):
-    return runner.invoke(app, list(args))
+from conftest import invoke as run
 
 
 @pytest.mark.parametrize("command", ["bill", "diagnose", "prescribe", "emit", "models", "gpus"])

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import invoke_diagnose as run_cli
 from memdoc.core.doctor.findings import RunFacts, lint
 from memdoc.probe.cuda_stats import digest_stats, snapshot_timeline, timeline_html
 
@@ -19,12 +20,6 @@ def fixture(name: str) -> dict:
     return json.loads((FIXTURES / name).read_text())
 
 
-def run_cli(*args: str):
-    from typer.testing import CliRunner
-
-    from memdoc.cli import app
-
-    return CliRunner().invoke(app, ["diagnose", *args], catch_exceptions=False)
 
 
 # --------------------------------------------------------------------------------- dry run

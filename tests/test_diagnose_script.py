@@ -17,18 +17,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from typer.testing import CliRunner  # noqa: E402
-
-from memdoc.cli import app  # noqa: E402
+from conftest import invoke_diagnose as run_cli  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 _CACHE: dict = {}
-
-
-def run_cli(*args: str):
-    result = CliRunner().invoke(app, ["diagnose", *args], catch_exceptions=False)
-    return result
 
 
 def diagnose_json(name: str, *script_args: str):
