@@ -10,7 +10,8 @@ import pytest
 
 from conftest import invoke_diagnose as run_cli
 from memdoc.core.doctor.findings import RunFacts, lint
-from memdoc.probe.cuda_stats import digest_stats, snapshot_timeline, timeline_html
+from memdoc.probe.cuda_stats import digest_stats, snapshot_timeline
+from memdoc.render.timeline import timeline_html
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "diagnose"
 ITEMS = ("weights", "gradients", "optimizer", "activations", "other")

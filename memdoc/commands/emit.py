@@ -1,7 +1,6 @@
 """`memdoc emit`: write the plan as a config the trainer runs as is (TRL, HF, Axolotl, LLaMA-Factory)."""
 
 
-import json
 import os
 import sys
 import tempfile
@@ -149,7 +148,9 @@ def emit(
         for path, text in files:
             _write_atomic(path, text)
     if json_out:
-        print(json.dumps({
+        from memdoc import render
+
+        render.print_json({
             "format": fmt_value,
             "model": setup.model.id,
             "plan": setup.plan.to_dict(),
@@ -161,7 +162,7 @@ def emit(
             "files": [{"path": str(path), "content": text} for path, text in files],
             "launch": emitted.launch,
             "notes": emitted.notes,
-        }, indent=2))
+        })
         return
     if fit_message:
         _note(fit_message)

@@ -10,4 +10,7 @@ PHASES = ("forward", "backward", "optimizer")
 LINE_ITEMS = ("weights", "gradients", "optimizer", "activations", "other")
 """The line items of per-GPU memory, in bill order."""
 
-__all__ = ["LINE_ITEMS", "PHASES"]
+TIMELINE_CATEGORIES = ("weights", "gradients", "optimizer", "activations+other")
+"""The categories of a memory timeline (a CUDA allocator trace tells model states from the rest only)."""
+
+__all__ = ["LINE_ITEMS", "PHASES", "TIMELINE_CATEGORIES"]
