@@ -78,16 +78,17 @@ def run_script(
 
 
 def build_result(session, path, stop_reason, oom, tb_text, script_exit, cuda, want_snapshot) -> ScriptResult:
+    from memdoc.core.billing.measurement import Measurement
     from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
 
     torch = session.torch
     session.sweep()
     phases = {p: {k: v for k, v in session.phase_peak[p].items()} for p in PHASES if p in session.phase_peak}
     notes = []
-    if phases:
-        peak_phase = max(phases, key=lambda p: (phases[p]["peak_allocated"], -PHASES.index(p)))
-        measured = {k: int(phases[peak_phase][k]) for k in LINE_ITEMS}
-        measured["peak_allocated"] = int(phases[peak_phase]["peak_allocated"])
+    measurement = Measurement.from_phases(phases, mode="script") if phases else None
+    if measurement is not None:
+        peak_phase = measurement.peak_phase
+        measured = {**measurement.line_items, "peak_allocated": measurement.peak_allocated}
     else:
         peak_phase = None
         measured = {k: 0 for k in LINE_ITEMS} | {"peak_allocated": 0}
@@ -114,6 +115,7 @@ def build_result(session, path, stop_reason, oom, tb_text, script_exit, cuda, wa
         script=str(path),
         stop_reason=stop_reason,
         steps=session.steps,
+        measurement=measurement,
         measured=measured,
         peak_phase=peak_phase,
         phases=phases,
