@@ -24,6 +24,7 @@ def fixture(name: str) -> dict:
 
 
 # --------------------------------------------------------------------------------- dry run
+@pytest.mark.slow
 def test_dry_run_json_has_every_key():
     pytest.importorskip("transformers")
     res = run_cli("Qwen/Qwen2.5-0.5B", "--seq", "256", "--json")
@@ -47,6 +48,7 @@ TINY_LLAMA = {
 }
 
 
+@pytest.mark.slow
 def test_dry_run_table_compares_with_the_bill(tmp_path):
     pytest.importorskip("transformers")
     config = tmp_path / "config.json"

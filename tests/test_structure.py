@@ -8,6 +8,7 @@ names, and no module over 500 lines.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,7 @@ def _resolve_from(module: str, node: ast.ImportFrom) -> str:
     return f"{base}.{node.module}" if node.module else base
 
 
+@functools.cache
 def imports_of(module: str) -> list[tuple[str, list[str]]]:
     """(imported memdoc module, [names taken from it]) for each import in `module`."""
     tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
@@ -77,6 +79,7 @@ def imports_of(module: str) -> list[tuple[str, list[str]]]:
     return out
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
     """Module -> memdoc modules it imports (explicit edges only: a submodule importing a sibling
     does not count as importing the package's __init__, which would make every package that
