@@ -114,7 +114,7 @@ class PlanArgs:
             if gpu is None:
                 raise NoGpuDetectedError("no local NVIDIA GPU found; pass --gpu (e.g. --gpu 24 or --gpu rtx-4090)")
         return Setup(model=model, plan=plan, gpu=gpu, recipe=str(recipe_path) if recipe_path else None,
-                     explicit=frozenset(_FLAG_TO_FIELD.get(k.replace("-", "_"), k.replace("-", "_")) for k in plan_values))
+                     explicit=frozenset(FLAG_ALIASES.get(k.replace("-", "_"), k.replace("-", "_")) for k in plan_values))
 
 
 def plan_options(command):
