@@ -187,7 +187,7 @@ def _lora_saved(layer: _Layer, plan: TrainingPlan, linears: list[Linear], target
     peft's `Linear.forward` does `x = self._cast_input_dtype(x, lora_A.weight.dtype)` and then
     `lora_B(lora_A(dropout(x)))`: `lora_A` saves the fp32 x (a new tensor unless x already is
     fp32), `lora_B` saves lora_A's output (T × r, fp32). The frozen base linear saves nothing.
-    With `lora_dropout` > 0 (memdoc assumes 0.05, the value TRL/Axolotl recipes use) dropout also
+    With `lora_dropout` > 0 (memdoc assumes `LORA_DROPOUT`, the value TRL/Axolotl recipes use) dropout also
     has `lora_A` save the dropped-out fp32 copy while the cast input stays referenced: a census of
     saved tensors on a real CPU step shows 4 + 4 bytes per input element.
     Under AMP autocast casts that input back to 16 bit for `lora_A` (saved instead of the fp32
