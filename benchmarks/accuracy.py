@@ -17,7 +17,7 @@ import sys
 import time
 
 from memdoc.core.billing.bill import compute_bill
-from memdoc.core.billing.ladder import fit_lora_targets
+from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.model.plan import parse_plan
 from memdoc.resolve.models import load_config, resolve_model
 

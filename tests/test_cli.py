@@ -5,15 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from typer.testing import CliRunner
-
-from memdoc.cli import app
-
-runner = CliRunner()
-
-
-def run(*args):
-    return runner.invoke(app, list(args))
+from conftest import invoke as run
 
 
 @pytest.mark.parametrize("command", ["bill", "diagnose", "prescribe", "emit", "models", "gpus"])
@@ -126,6 +118,7 @@ def test_max_batch_from_the_cli():
     assert data["max"]["knob"] == "batch" and data["max"]["value"] >= 2
 
 
+@pytest.mark.slow
 def test_unknown_architecture_is_billed_with_a_note(tmp_path):
     # OPT has no analytic layout: exact parameters from the meta device, activations from a generic layer.
     config = {"model_type": "opt", "hidden_size": 768, "ffn_dim": 3072, "num_hidden_layers": 12,

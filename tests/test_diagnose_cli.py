@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import invoke_diagnose as run_cli
 from memdoc.core.doctor.findings import RunFacts, lint
-from memdoc.probe.cuda_stats import digest_stats, snapshot_timeline, timeline_html
+from memdoc.probe.cuda_stats import digest_stats, snapshot_timeline
+from memdoc.render.timeline import timeline_html
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "diagnose"
 ITEMS = ("weights", "gradients", "optimizer", "activations", "other")
@@ -19,15 +21,10 @@ def fixture(name: str) -> dict:
     return json.loads((FIXTURES / name).read_text())
 
 
-def run_cli(*args: str):
-    from typer.testing import CliRunner
-
-    from memdoc.cli import app
-
-    return CliRunner().invoke(app, ["diagnose", *args], catch_exceptions=False)
 
 
 # --------------------------------------------------------------------------------- dry run
+@pytest.mark.slow
 def test_dry_run_json_has_every_key():
     pytest.importorskip("transformers")
     res = run_cli("Qwen/Qwen2.5-0.5B", "--seq", "256", "--json")
@@ -51,6 +48,7 @@ TINY_LLAMA = {
 }
 
 
+@pytest.mark.slow
 def test_dry_run_table_compares_with_the_bill(tmp_path):
     pytest.importorskip("transformers")
     config = tmp_path / "config.json"

@@ -17,18 +17,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from typer.testing import CliRunner  # noqa: E402
-
-from memdoc.cli import app  # noqa: E402
+from conftest import invoke_diagnose as run_cli  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 _CACHE: dict = {}
-
-
-def run_cli(*args: str):
-    result = CliRunner().invoke(app, ["diagnose", *args], catch_exceptions=False)
-    return result
 
 
 def diagnose_json(name: str, *script_args: str):
@@ -62,6 +55,7 @@ def ids(report) -> set[str]:
 
 
 # ------------------------------------------------------------------------------------ examples
+@pytest.mark.slow
 def test_plain_loop_exact_states_and_findings():
     code, rep, err = diagnose_json("plain_loop.py", "--batch", "256")
     model = example("plain_loop").TinyMLP()
@@ -98,6 +92,7 @@ def test_foreach_temporaries_at_the_step():
     assert rep["optimizers"][0]["foreach"] is True
 
 
+@pytest.mark.slow
 def test_hf_trainer_measured_vs_billed():
     code, rep, _ = diagnose_json("hf_trainer.py")
     hf = example("_tiny_hf")
@@ -139,6 +134,7 @@ def test_lora_peft_counts_only_adapters_as_trainable():
     assert "ckpt-not-active" not in ids(rep)
 
 
+@pytest.mark.slow
 def test_checkpointing_requested_but_not_effective():
     code, rep, _ = diagnose_json("ckpt_not_effective.py")
     model = example("_tiny_hf").tiny_model()
@@ -238,6 +234,7 @@ def test_timeout_stops_a_script_that_never_steps(tmp_path):
     assert res.exit_code == 0 and rep["stop_reason"] == "timeout" and rep["stopped_after_steps"] == 0
 
 
+@pytest.mark.slow
 def test_terminal_report_follows_the_scripts_output():
     proc = subprocess.run(
         [sys.executable, "-m", "memdoc", "diagnose", str(EXAMPLES / "plain_loop.py"), "--", "--batch", "64"],

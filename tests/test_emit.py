@@ -17,9 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
-
-from memdoc.cli import app
+from conftest import invoke as run
 from memdoc.core.billing.bill import compute_bill
 from memdoc.core.emit import EmitContext, emit
 from memdoc.core.model.gpu import resolve_gpu
@@ -30,13 +28,8 @@ from memdoc.resolve.models import resolve_model
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
 FORMATS = ("trl", "hf", "axolotl", "llamafactory")
-runner = CliRunner()
 
 os.environ.setdefault("DISABLE_VERSION_CHECK", "1")  # LLaMA-Factory pins transformers<=5.6; its parser is what we test
-
-
-def run(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 @pytest.fixture(scope="module")

@@ -263,6 +263,7 @@ def test_generated_legacy_messages(gpu, a, t, m, f, r, cached, prefix):
     assert _close(event.cached if cached else event.reserved_total, r)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.text())
 def test_never_raises_on_arbitrary_text(text):

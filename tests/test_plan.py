@@ -8,7 +8,8 @@ from typer.testing import CliRunner
 
 from memdoc.cli import app
 from memdoc.core.billing.bill import compute_bill
-from memdoc.core.billing.ladder import climb, fit_lora_targets
+from memdoc.core.billing.ladder import climb
+from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.billing.search import search
 from memdoc.core.billing.steptime import step_seconds
 from memdoc.core.model.gpu import resolve_gpu

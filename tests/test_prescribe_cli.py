@@ -4,16 +4,9 @@ import json
 from pathlib import Path
 
 import yaml
-from typer.testing import CliRunner
+from conftest import invoke as run
 
-from memdoc.cli import app
-
-runner = CliRunner()
 CORPUS = yaml.safe_load((Path(__file__).parent / "fixtures" / "oom-corpus.yaml").read_text())
-
-
-def run(*args, **kw):
-    return runner.invoke(app, list(args), **kw)
 
 
 def test_list_has_the_ten_symptoms():

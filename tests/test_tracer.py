@@ -15,7 +15,8 @@ pytest.importorskip("transformers")
 from memdoc.core.billing.measurement import LINE_ITEMS, Measurement  # noqa: E402
 from memdoc.core.model.plan import TrainingPlan, parse_plan  # noqa: E402
 from memdoc.probe.emulation import adam8bit_state_bytes, nf4_storage_bytes  # noqa: E402
-from memdoc.probe.tracer import build_model, build_optimizer, layer_period, trace_training_step  # noqa: E402
+from memdoc.probe.build import build_model, build_optimizer  # noqa: E402
+from memdoc.probe.tracer import layer_period, trace_training_step  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "memdoc" / "data" / "catalog"
 if not CONFIGS.is_dir():  # pragma: no cover
@@ -90,6 +91,7 @@ def real_cpu_peak(config: dict, plan: TrainingPlan) -> int:
 SMALL_LLAMA = dict(TINY_LLAMA, vocab_size=8000, hidden_size=256, intermediate_size=704)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "changes",
     [
@@ -114,6 +116,7 @@ def _assert_same(extrapolated: Measurement, full: Measurement, rel: float = 1e-3
             assert extrapolated.phases[phase][key] == pytest.approx(items[key], rel=rel, abs=1024), (phase, key)
 
 
+@pytest.mark.slow
 def test_extrapolation_equals_full_trace():
     config = catalog("Qwen--Qwen2.5-0.5B")
     plan = parse_plan(seq_len=256)
@@ -184,6 +187,7 @@ def test_baseline_full_bf16_items(small, base):
     assert base.to_json()["measured"]["peak_allocated"] == base.peak_allocated
 
 
+@pytest.mark.slow
 def test_checkpointing_cuts_activations(small, base):
     full = trace(small, checkpointing="full")
     sel = trace(small, checkpointing="selective")
@@ -193,6 +197,7 @@ def test_checkpointing_cuts_activations(small, base):
     assert full.phases["forward"]["activations"] < sel.phases["forward"]["activations"] < base.phases["forward"]["activations"]
 
 
+@pytest.mark.slow
 def test_lora_removes_full_size_grads_and_states(small, base):
     lora = trace(small, method="lora")
     assert lora.phases["optimizer"]["gradients"] < 0.01 * base.phases["optimizer"]["gradients"]
@@ -202,6 +207,7 @@ def test_lora_removes_full_size_grads_and_states(small, base):
     assert wide.optimizer > lora.optimizer
 
 
+@pytest.mark.slow
 def test_qlora_stores_nf4(small):
     lora = trace(small, method="lora")
     qlora = trace(small, method="qlora")
@@ -212,6 +218,7 @@ def test_qlora_stores_nf4(small):
     assert lora.weights - qlora.weights == pytest.approx(saved, rel=1e-3)
 
 
+@pytest.mark.slow
 def test_fp32_doubles_weights_and_amp_adds_master(small, base):
     fp32 = trace(small, precision="fp32")
     amp = trace(small, precision="amp-bf16")
@@ -222,6 +229,7 @@ def test_fp32_doubles_weights_and_amp_adds_master(small, base):
     assert amp.phases["forward"]["activations"] > base.phases["forward"]["activations"] + base.weights // 2
 
 
+@pytest.mark.slow
 def test_eager_attention_exceeds_sdpa_at_long_sequence(small):
     sdpa = trace(small, seq_len=2048)
     eager = trace(small, seq_len=2048, attention="eager")
@@ -230,6 +238,7 @@ def test_eager_attention_exceeds_sdpa_at_long_sequence(small):
     assert extra >= layers * heads * s * s * 2  # at least the bf16 s×s probabilities per head
 
 
+@pytest.mark.slow
 def test_activations_scale_with_batch_and_sequence(small, base):
     assert trace(small, micro_batch=2).phases["forward"]["activations"] == pytest.approx(
         2 * base.phases["forward"]["activations"], rel=0.01
@@ -239,8 +248,9 @@ def test_activations_scale_with_batch_and_sequence(small, base):
     )
 
 
+@pytest.mark.slow
 def test_optimizer_state_sizes(small, base):
-    from memdoc.probe.tracer import build_model
+    from memdoc.probe.build import build_model
 
     with torch._subclasses.fake_tensor.FakeTensorMode():
         numels = [p.numel() for p in build_model(small, parse_plan(), 2).parameters()]
@@ -258,6 +268,7 @@ def test_optimizer_state_sizes(small, base):
     assert fused.phases["optimizer"]["other"] < 0.01 * base.phases["optimizer"]["other"]
 
 
+@pytest.mark.slow
 def test_sharding_divides_states(small, base):
     n = 8
     fsdp = trace(small, shard="fsdp", gpus=n)

@@ -169,7 +169,8 @@ def _bill_for(result, render):
 
 def _write_snapshot(result, path: Path, pickle) -> list[str]:
     from memdoc.errors import ScriptError
-    from memdoc.probe.cuda_stats import snapshot_timeline, timeline_html
+    from memdoc.probe.cuda_stats import snapshot_timeline
+    from memdoc.render.timeline import timeline_html
 
     written = []
     html_path = path.with_name(path.name + ".html") if path.suffix != ".html" else path

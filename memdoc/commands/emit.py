@@ -1,7 +1,6 @@
 """`memdoc emit`: write the plan as a config the trainer runs as is (TRL, HF, Axolotl, LLaMA-Factory)."""
 
 
-import json
 import os
 import sys
 from enum import Enum
@@ -12,6 +11,7 @@ import typer
 
 from memdoc.commands.app import command
 from memdoc.commands.options import JsonOpt, PlanArgs, plan_options
+from memdoc.core.emit import FORMATS
 
 EXAMPLES = """
 Examples:
@@ -31,19 +31,13 @@ Exit status: 0 written, 2 bad input (or an existing file without --force), 3 wit
 """
 
 
-class Format(str, Enum):
-    trl = "trl"
-    hf = "hf"
-    axolotl = "axolotl"
-    llamafactory = "llamafactory"
-
-
-_FLAGS = {"micro_batch": "--batch", "seq_len": "--seq", "grad_accum": "--accum", "gpus_per_node": "--gpus"}
+Format = Enum("Format", {fmt: fmt for fmt in FORMATS}, type=str)
+"""The --format choices (from `memdoc.core.emit.FORMATS`)."""
 
 
 def command_line(setup, fmt: str, *, output: Optional[str]) -> str:
     """The explicit memdoc command that reproduces this plan (non-default flags only)."""
-    from memdoc.core.model.plan import TrainingPlan
+    from memdoc.core.model.plan import TrainingPlan, flag_for
 
     parts = ["memdoc", "emit", setup.model.id]
     if setup.gpu is not None:
@@ -54,7 +48,7 @@ def command_line(setup, fmt: str, *, output: Optional[str]) -> str:
             continue
         if not setup.plan.is_peft and key.startswith("lora_"):
             continue
-        flag = _FLAGS.get(key, "--" + key.replace("_", "-"))
+        flag = flag_for(key)
         if isinstance(value, bool):
             parts.append(flag)
         else:
@@ -75,7 +69,7 @@ def emit(
     model: Annotated[Optional[str], typer.Argument(metavar="MODEL", help="HF model id, model directory or config.json (optional with --recipe).")] = None,
     *,
     plan: PlanArgs,
-    fmt: Annotated[Format, typer.Option("--format", "-f", help="Target trainer config.")] = Format.trl,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="Target trainer config.")] = Format("trl"),
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the config here (side files go next to it). Default: print it.")] = None,
     fit: Annotated[bool, typer.Option("--fit", help="If the plan does not fit the GPU, emit the cheapest ladder plan that does.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace existing files (all or none; mode from your umask).")] = False,
@@ -137,7 +131,9 @@ def emit(
             raise PlanError(f"-o {output} is a directory; give a file name such as {output / DEFAULT_FILENAMES[fmt_value]}")
         write_all(files, force=force)
     if json_out:
-        print(json.dumps({
+        from memdoc import render
+
+        render.print_json({
             "format": fmt_value,
             "model": setup.model.id,
             "plan": setup.plan.to_dict(),
@@ -149,7 +145,7 @@ def emit(
             "files": [{"path": str(path), "content": text} for path, text in files],
             "launch": emitted.launch,
             "notes": emitted.notes,
-        }, indent=2))
+        })
         return
     if fit_message:
         _note(fit_message)

@@ -18,6 +18,7 @@ from memdoc.core.model.gpu import GpuSpec, resolve_gpu
 from memdoc.resolve.gpus import detect_local_gpu
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import (
+    FLAG_ALIASES,
     Attention,
     Checkpointing,
     Loss,
@@ -60,9 +61,6 @@ _PLAN_PARAMS = {
     "recipe": Annotated[Optional[Path], typer.Option("--recipe", help="A memdoc recipe YAML (model + plan + GPU); flags override it.", rich_help_panel=PLAN)],
 }
 
-_FLAG_TO_FIELD = {"batch": "micro_batch", "seq": "seq_len", "accum": "grad_accum", "gpus": "gpus_per_node"}
-
-
 @dataclass(frozen=True)
 class Setup:
     """What a command works on: the model, the validated plan, and the GPU (None if not needed)."""
@@ -103,7 +101,7 @@ class PlanArgs:
         for flag, value in values.items():
             if value is None or (flag == "allow_long" and not value):
                 continue
-            plan_values[_FLAG_TO_FIELD.get(flag, flag)] = value.value if hasattr(value, "value") else value
+            plan_values[FLAG_ALIASES.get(flag, flag)] = value.value if hasattr(value, "value") else value
         plan = parse_plan(**plan_values)
         model = resolve_model(model_name)
         if plan.is_peft and "lora_targets" not in plan_values:
@@ -119,7 +117,7 @@ class PlanArgs:
                 raise NoGpuDetectedError("no local NVIDIA GPU found; pass --gpu (e.g. --gpu 24 or --gpu rtx-4090)")
             plan = precision_for_card(plan, gpu, explicit="precision" in plan_values)
         return Setup(model=model, plan=plan, gpu=gpu, recipe=str(recipe_path) if recipe_path else None,
-                     explicit=frozenset(_FLAG_TO_FIELD.get(k.replace("-", "_"), k.replace("-", "_")) for k in plan_values),
+                     explicit=frozenset(FLAG_ALIASES.get(k.replace("-", "_"), k.replace("-", "_")) for k in plan_values),
                      model_arg=model_name)
 
 

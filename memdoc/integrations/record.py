@@ -13,7 +13,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memdoc.core.billing.bill import ITEMS, Bill, bill_json
+from memdoc.core.billing.bill import Bill, bill_json
+from memdoc.core.billing.vocabulary import LINE_ITEMS
 from memdoc.core.doctor.findings import Finding
 from memdoc.core.doctor.growth import memory_growth
 
@@ -35,7 +36,7 @@ def billed_json(bill: Bill) -> dict:
         "peak_phase": bill.peak_phase,
         "peak_reserved": per_gpu["peak_reserved"],
         "process_total": per_gpu["process_total"],
-        "items": {k: per_gpu[k] for k in ITEMS},
+        "items": {k: per_gpu[k] for k in LINE_ITEMS},
         "notes": list(bill.notes),
     }
 

@@ -35,7 +35,8 @@ def run_cuda_step(config: dict, plan: TrainingPlan) -> dict:
 
     require_cuda(plan)
     from memdoc.probe.cuda_stats import digest_stats
-    from memdoc.probe.tracer import _torch_dtype, build_model, build_optimizer, training_step
+    from memdoc.probe.build import build_model, build_optimizer, torch_dtype
+    from memdoc.probe.tracer import training_step
 
     vocab = int(config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size") or 32000)
     notes: list[str] = []
@@ -47,7 +48,7 @@ def run_cuda_step(config: dict, plan: TrainingPlan) -> dict:
     opt = build_optimizer(model, plan)
     ids = torch.randint(0, vocab, (plan.micro_batch, plan.seq_len), device="cuda")
     autocast = (
-        (lambda: torch.autocast("cuda", dtype=_torch_dtype(plan.precision.compute_dtype_name)))
+        (lambda: torch.autocast("cuda", dtype=torch_dtype(plan.precision.compute_dtype_name)))
         if plan.precision.is_amp
         else contextlib.nullcontext
     )

@@ -49,11 +49,11 @@ import re
 import time
 from typing import Callable
 
-from memdoc.core.billing.measurement import LINE_ITEMS, PHASES, Measurement
+from memdoc.core.billing.measurement import Measurement
+from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
+from memdoc.core.model.config_keys import config_value
+from memdoc.core.model.lora import LORA_DROPOUT
 from memdoc.core.model.plan import (
-    ALL_LINEAR,
-    Attention,
-    Checkpointing,
     Loss,
     Method,
     Offload,
@@ -62,24 +62,19 @@ from memdoc.core.model.plan import (
     TrainingPlan,
 )
 from memdoc.errors import ConfigError
-
-LORA_DROPOUT = 0.05
-"""LoRA dropout used for traces (TRL/Axolotl recipes' usual value; dropout keeps a mask + a copy)."""
+from memdoc.probe.build import build_model, build_optimizer, optimizer_state_bytes, torch_dtype
 
 EXTRAPOLATION_TOLERANCE = 1e-3
 """Relative disagreement between the 3-point check and the extrapolation that forces a full trace."""
 
 Progress = Callable[[str, float], None]
 
-_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
-
-
 # ---------------------------------------------------------------------------------------- layers
 def layer_count(config: dict) -> int:
     """Decoder layers of an HF config dict."""
-    for key in _LAYER_KEYS:
-        if isinstance(config.get(key), int):
-            return config[key]
+    layers = config_value(config, "num_layers")
+    if isinstance(layers, int):
+        return layers
     text = config.get("text_config")
     if isinstance(text, dict):
         return layer_count(text)
@@ -117,155 +112,6 @@ def _plan_layers(config: dict) -> tuple[int, ...] | None:
     return (2 * p, 3 * p, 4 * p)
 
 
-# ------------------------------------------------------------------------------------- building
-def _torch_dtype(name: str):
-    import torch
-
-    return getattr(torch, name)
-
-
-def _hf_config(config: dict, plan: TrainingPlan, layers: int | None):
-    from transformers import AutoConfig
-
-    data = dict(config)
-    model_type = data.pop("model_type", None)
-    if not model_type:
-        raise ConfigError("config.json has no model_type")
-    for key in ("auto_map", "transformers_version", "_name_or_path", "quantization_config"):
-        data.pop(key, None)
-    try:
-        conf = AutoConfig.for_model(model_type, **data)
-    except (ValueError, KeyError) as exc:
-        raise ConfigError(f"transformers cannot build model_type {model_type!r}: {exc}") from None
-    if layers is not None:
-        conf.num_hidden_layers = layers
-        if isinstance(getattr(conf, "layer_types", None), list):
-            conf.layer_types = conf.layer_types[:layers]
-    conf.use_cache = False
-    # dropout stays as configured: its masks are part of what the real step keeps
-    return conf
-
-
-def _selective_context_fn():
-    import torch
-    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
-
-    aten = torch.ops.aten
-    save = {
-        aten.mm.default,
-        aten.addmm.default,
-        aten.bmm.default,
-        aten.baddbmm.default,
-        aten._scaled_dot_product_flash_attention.default,
-        aten._scaled_dot_product_efficient_attention.default,
-        aten._scaled_dot_product_flash_attention_for_cpu.default,
-        aten._scaled_dot_product_cudnn_attention.default,
-    }
-
-    def policy(ctx, op, *args, **kwargs):
-        return CheckpointPolicy.MUST_SAVE if op in save else CheckpointPolicy.PREFER_RECOMPUTE
-
-    return functools.partial(create_selective_checkpoint_contexts, policy)
-
-
-def build_model(config: dict, plan: TrainingPlan, layers: int | None = None, notes: list[str] | None = None):
-    """The model for `plan`, built with fake (CPU) tensors. Call inside FakeTensorMode.
-
-    Architectures without an SDPA implementation in transformers (e.g. Gemma-2's logit
-    softcapping) fall back to eager attention, with a note."""
-    from transformers import AutoModelForCausalLM
-    from transformers.initialization import no_init_weights
-
-    from memdoc.probe.emulation import quantize_linears_nf4
-    from memdoc.probe.memtrack import plain_module_to
-
-    conf = _hf_config(config, plan, layers)
-    if plan.is_peft or not plan.precision.is_amp:
-        store = plan.precision.compute_dtype_name if plan.is_peft else plan.precision.torch_dtype_name
-    else:
-        store = "float32"
-    attn = "eager" if plan.attention is Attention.EAGER else "sdpa"
-    with no_init_weights():
-        try:
-            model = AutoModelForCausalLM.from_config(conf, dtype=_torch_dtype(store), attn_implementation=attn)
-        except ValueError as exc:
-            if attn != "sdpa" or "attention implementation" not in str(exc):
-                raise
-            model = AutoModelForCausalLM.from_config(conf, dtype=_torch_dtype(store), attn_implementation="eager")
-            if notes is not None:
-                notes.append(f"{type(model).__name__} has no SDPA attention in transformers: traced eager attention")
-    model.tie_weights()
-    model.train()
-    if plan.checkpointing is not Checkpointing.NONE:
-        kwargs = {"use_reentrant": False}
-        if plan.checkpointing is Checkpointing.SELECTIVE:
-            kwargs["context_fn"] = _selective_context_fn()
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    if plan.is_peft:
-        from peft import LoraConfig, get_peft_model
-
-        targets = "all-linear" if ALL_LINEAR in plan.lora_targets else list(plan.lora_targets)
-        lora = LoraConfig(
-            r=plan.lora_rank,
-            lora_alpha=plan.lora_alpha or 2 * plan.lora_rank,
-            target_modules=targets,
-            lora_dropout=LORA_DROPOUT,
-            task_type="CAUSAL_LM",
-        )
-        with plain_module_to():
-            try:
-                model = get_peft_model(model, lora)
-            except ValueError as exc:
-                raise ConfigError(f"LoRA targets {plan.lora_targets}: {exc}") from None
-        if plan.method is Method.QLORA:
-            quantize_linears_nf4(model, _torch_dtype(plan.precision.compute_dtype_name))
-    return model
-
-
-def build_optimizer(model, plan: TrainingPlan):
-    import torch
-
-    from memdoc.probe.emulation import Adam8bitStates, Lion
-
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = plan.optimizer
-    if opt is Optimizer.ADAMW:
-        return torch.optim.AdamW(params, lr=1e-4, foreach=True)
-    if opt is Optimizer.ADAMW_FUSED:
-        return torch.optim.AdamW(params, lr=1e-4, fused=True)
-    if opt in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT):
-        return Adam8bitStates(params)
-    if opt is Optimizer.SGD:
-        return torch.optim.SGD(params, lr=1e-3, momentum=0.9, foreach=True)
-    if opt is Optimizer.ADAFACTOR:
-        from transformers.optimization import Adafactor
-
-        # relative_step/scale_parameter read tensor values (.item()), impossible on fake tensors;
-        # they change the learning rate, not the memory.
-        return Adafactor(params, lr=1e-3, scale_parameter=False, relative_step=False, warmup_init=False)
-    if opt is Optimizer.LION:
-        return Lion(params)
-    raise ConfigError(f"optimizer {opt.value} is not traceable")  # pragma: no cover
-
-
-def _storage_bytes(tensors) -> int:
-    seen, total = set(), 0
-    for t in tensors:
-        t = getattr(t, "_local_tensor", t)  # DTensor: this rank's shard
-        st = t.untyped_storage()
-        key = id(st) if not hasattr(st, "_cdata") else st._cdata
-        if key not in seen:
-            seen.add(key)
-            total += st.nbytes()
-    return total
-
-
-def optimizer_state_bytes(opt) -> int:
-    import torch
-
-    return _storage_bytes(v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor))
-
-
 # -------------------------------------------------------------------------------------- tracing
 @contextlib.contextmanager
 def _fake_process_group(world_size: int):
@@ -291,7 +137,7 @@ def _shard_fsdp(model, plan: TrainingPlan, mesh):
     kwargs = {"mesh": mesh}
     if plan.precision.is_amp and not plan.is_peft:
         kwargs["mp_policy"] = MixedPrecisionPolicy(
-            param_dtype=_torch_dtype(plan.precision.compute_dtype_name), reduce_dtype=torch.float32
+            param_dtype=torch_dtype(plan.precision.compute_dtype_name), reduce_dtype=torch.float32
         )
     for module in list(model.modules()):
         if type(module).__name__.endswith("DecoderLayer") or type(module).__name__.endswith("Block"):
@@ -328,7 +174,7 @@ def _trace_once(config: dict, plan: TrainingPlan, layers: int | None) -> tuple[d
     vocab = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size") or 32000
     amp = plan.precision.is_amp and not (fsdp and not plan.is_peft)
     autocast = (
-        (lambda: torch.autocast("cpu", dtype=_torch_dtype(plan.precision.compute_dtype_name)))
+        (lambda: torch.autocast("cpu", dtype=torch_dtype(plan.precision.compute_dtype_name)))
         if amp
         else contextlib.nullcontext
     )
@@ -510,9 +356,6 @@ def trace_training_step(
 
 
 __all__ = [
-    "LORA_DROPOUT",
-    "build_model",
-    "build_optimizer",
     "layer_count",
     "layer_period",
     "trace_training_step",

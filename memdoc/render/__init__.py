@@ -8,6 +8,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
+from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
 from memdoc.units import format_bytes
 
 # Piped output (files, CI logs) gets 120 columns instead of Rich's 80 so tables stay readable.
@@ -75,8 +76,6 @@ def render_time(time, world_size: int, generic_gpu: bool = False) -> None:
 
 def render_bill(bill, ladder, command_line=None, time=None) -> None:
     """The bill table with per-phase stacked bars, the verdict line and the ladder (`time`: a StepTime)."""
-    from memdoc.core.billing.bill import ITEMS, PHASES
-
     plan = bill.plan
     gpu = bill.gpu
     title = (
@@ -93,7 +92,7 @@ def render_bill(bill, ladder, command_line=None, time=None) -> None:
     host = f"offloaded ({plan.offload_to.value})" if bill.host else None
     if host:
         t.add_column(host, justify="right")
-    for item in ITEMS:
+    for item in LINE_ITEMS:
         offloaded = [gib(bill.host[item]) if item in bill.host else ""] if host else []
         t.add_row(f"[{_COLORS[item]}]■[/] {item}", *[gib(getattr(bill.phases[p], item)) for p in PHASES], *offloaded)
     t.add_row("[b]allocated[/b]", *[f"[b]{gib(bill.phases[p].total)}[/b]" for p in PHASES],
@@ -206,7 +205,6 @@ def render_inference(result) -> None:
 
 
 # ------------------------------------------------------------------------------------ diagnose
-_DIAG_ITEMS = ("weights", "gradients", "optimizer", "activations", "other")
 
 
 class _ProgressReporter:
@@ -252,7 +250,7 @@ def _compare_table(title: str, measured: dict, billed: dict | None, *, caption: 
     if billed is not None:
         for header in ("billed", "bill − measured", "%"):
             t.add_column(header, justify="right")
-    for item in (*_DIAG_ITEMS, "peak_allocated"):
+    for item in (*LINE_ITEMS, "peak_allocated"):
         label = f"[{_COLORS[item]}]■[/] {item}" if item in _COLORS else "[b]peak allocated[/b]"
         row = [label, format_bytes(int(measured.get(item, 0)))]
         if billed is not None:
@@ -316,14 +314,12 @@ def render_script_report(result, bill=None, *, summary: bool = False, written: l
     if result.peak_phase is None:
         stdout.print("  no forward pass of an nn.Module was seen: nothing to attribute")
     else:
-        from memdoc.core.billing.measurement import PHASES
-
         t = Table(title="Measured tensor memory, itemised at each phase's peak", title_justify="left")
         t.add_column("item", justify="left")
         phases = [p for p in PHASES if p in result.phases]
         for p in phases:
             t.add_column(p + (" ◀ peak" if p == result.peak_phase else ""), justify="right")
-        for item in _DIAG_ITEMS:
+        for item in LINE_ITEMS:
             t.add_row(f"[{_COLORS[item]}]■[/] {item}", *[format_bytes(result.phases[p][item]) for p in phases])
         t.add_row("[b]allocated[/b]", *[f"[b]{format_bytes(result.phases[p]['peak_allocated'])}[/b]" for p in phases])
         stdout.print(t)

@@ -27,11 +27,10 @@ from dataclasses import dataclass
 
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.params import Linear
-from memdoc.core.model.plan import ALL_LINEAR, Attention, Checkpointing, Loss, Method, TrainingPlan
+from memdoc.core.model.lora import LORA_DROPOUT, adapted_names, is_trained
+from memdoc.core.model.plan import Attention, Checkpointing, Loss, Method, TrainingPlan
 
 FP32 = 4
-LORA_DROPOUT = 0.05
-"""LoRA dropout memdoc assumes (and emits); dropout > 0 keeps an extra fp32 copy of each adapted input."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,24 +51,6 @@ class Activations:
     """Extra bytes while one layer runs backward: its recomputed activations (checkpointing) and gradient buffers."""
     weight_copies: int
     """AMP only: the 16-bit weight copies autocast caches and matmuls save."""
-
-
-def _targets(model: ModelSpec, plan: TrainingPlan) -> frozenset[str] | None:
-    """Module names that get LoRA adapters (None = everything trains: full fine-tuning)."""
-    if plan.method is Method.FULL:
-        return None
-    if ALL_LINEAR in plan.lora_targets:
-        return frozenset({"*"})
-    return frozenset(plan.lora_targets)
-
-
-def _saves_input(linear: Linear, targets: frozenset[str] | None) -> bool:
-    """Does this linear keep its input for backward? (trainable weight, or a LoRA adapter on it)."""
-    if targets is None:
-        return True
-    if linear.group in ("experts", "router"):
-        return False  # peft's all-linear targets nn.Linear modules; fused expert tensors are not adapted
-    return "*" in targets or linear.name.split(".")[-1] in targets
 
 
 class _Layer:
@@ -206,7 +187,7 @@ def _lora_saved(layer: _Layer, plan: TrainingPlan, linears: list[Linear], target
     peft's `Linear.forward` does `x = self._cast_input_dtype(x, lora_A.weight.dtype)` and then
     `lora_B(lora_A(dropout(x)))`: `lora_A` saves the fp32 x (a new tensor unless x already is
     fp32), `lora_B` saves lora_A's output (T × r, fp32). The frozen base linear saves nothing.
-    With `lora_dropout` > 0 (memdoc assumes 0.05, the value TRL/Axolotl recipes use) dropout also
+    With `lora_dropout` > 0 (memdoc assumes `LORA_DROPOUT`, the value TRL/Axolotl recipes use) dropout also
     has `lora_A` save the dropped-out fp32 copy while the cast input stays referenced: a census of
     saved tensors on a real CPU step shows 4 + 4 bytes per input element.
     Under AMP autocast casts that input back to 16 bit for `lora_A` (saved instead of the fp32
@@ -216,7 +197,7 @@ def _lora_saved(layer: _Layer, plan: TrainingPlan, linears: list[Linear], target
     matmul_bytes = 2 if plan.precision.is_amp else FP32
     per_input = matmul_bytes + (FP32 if LORA_DROPOUT else 0)
     for linear in linears:
-        if _saves_input(linear, targets):
+        if is_trained(linear, targets):
             layer.add(f"lora.{linear.name}", per_input * T * linear.in_features + matmul_bytes * T * plan.lora_rank)
 
 
@@ -274,7 +255,7 @@ def _layernorm_layer(layer: _Layer, model: ModelSpec, plan: TrainingPlan, linear
 def layer_activations(model: ModelSpec, plan: TrainingPlan, index: int = 0) -> dict[str, int]:
     """Bytes one decoder layer saves for backward without checkpointing, by module."""
     dt = plan.precision.compute_bits // 8
-    targets = _targets(model, plan)
+    targets = adapted_names(plan)
     full = targets is None
     # LoRA under AMP: 16-bit base, autocast is a no-op for it; DeepSpeed AMP runs 16-bit weights.
     amp = plan.precision.is_amp and full and not plan.sharded_mixed_precision
@@ -409,14 +390,14 @@ def _selective(model: ModelSpec, plan: TrainingPlan, index: int) -> int:
     """
     dt = plan.precision.compute_bits // 8
     T = plan.micro_batch * plan.seq_len
-    targets = _targets(model, plan)
+    targets = adapted_names(plan)
     kept = dt * T * model.hidden_size  # the checkpointed layer's input
     for linear in model.layouts[index].linears:
         if linear.group == "experts":  # routed tokens only: top-k of them per expert matrix
             kept += dt * T * model.experts_per_token * linear.out_features
         else:
             kept += dt * T * linear.out_features
-        if targets is not None and _saves_input(linear, targets):
+        if targets is not None and is_trained(linear, targets):
             kept += (2 if plan.precision.is_amp else FP32) * T * (plan.lora_rank + linear.out_features)
     kept += dt * T * model.q_dim + FP32 * plan.micro_batch * model.num_heads * plan.seq_len  # SDPA out + lse
     return kept

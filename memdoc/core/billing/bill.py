@@ -32,15 +32,13 @@ from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Method, Offload, Precision, Shard, TrainingPlan
 from memdoc.core.billing.states import ModelStates, model_states
+from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
 from memdoc.units import MiB
 
 ALLOCATOR_OVERHEAD = 0.08
 """peak_reserved / peak_allocated − 1 (see module docstring)."""
 CUDA_CONTEXT_BYTES = 768 * MiB
 """CUDA context + library workspaces outside PyTorch's allocator (see module docstring)."""
-
-PHASES = ("forward", "backward", "optimizer")
-ITEMS = ("weights", "gradients", "optimizer", "activations", "other")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,7 +59,7 @@ class PhaseBill:
         return self.weights + self.gradients + self.optimizer + self.activations + self.other
 
     def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in ITEMS} | {"total": self.total}
+        return {k: getattr(self, k) for k in LINE_ITEMS} | {"total": self.total}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -227,7 +225,7 @@ def bill_json(bill: Bill) -> dict:
         else {"name": bill.gpu.name, "memory_bytes": bill.gpu.memory_bytes, "count": bill.plan.world_size},
         "plan": bill.plan.to_dict(),
         "per_gpu": {
-            **{k: getattr(peak, k) for k in ITEMS},
+            **{k: getattr(peak, k) for k in LINE_ITEMS},
             "peak_allocated": bill.peak_allocated,
             "peak_reserved": bill.peak_reserved,
             "process_total": bill.process_total,

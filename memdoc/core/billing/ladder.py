@@ -24,22 +24,10 @@ from typing import Callable
 from memdoc.core.billing.bill import Bill, compute_bill
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
-from memdoc.core.model.plan import ALL_LINEAR, Checkpointing, Loss, Method, Offload, Optimizer, Precision, Shard, TrainingPlan
+from memdoc.core.model.lora import fit_lora_targets
+from memdoc.core.model.plan import Checkpointing, Loss, Method, Offload, Optimizer, Precision, Shard, TrainingPlan
 from memdoc.core.billing.steptime import step_seconds
 from memdoc.errors import PlanError
-
-
-def fit_lora_targets(plan: TrainingPlan, model: ModelSpec) -> TrainingPlan:
-    """A LoRA plan whose targets name no module of `model` gets peft's default targets for it.
-
-    The ladder and prescriptions switch plans to LoRA with the default q_proj,v_proj; Phi-3,
-    GPT-2, NeoX, Falcon and DeepSeek-V2 name their projections differently.
-    """
-    if not plan.is_peft or ALL_LINEAR in plan.lora_targets or not model.linear_names:
-        return plan
-    if set(plan.lora_targets) & model.linear_names:
-        return plan
-    return plan.replace(lora_targets=model.default_lora_targets)
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-PHASES = ("forward", "backward", "optimizer")
-LINE_ITEMS = ("weights", "gradients", "optimizer", "activations", "other")
+from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
+
 MODES = ("traced", "cuda", "script")
 
 

@@ -27,7 +27,7 @@ import itertools
 from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, compute_bill
-from memdoc.core.billing.ladder import fit_lora_targets
+from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.billing.steptime import StepTime, step_time
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec

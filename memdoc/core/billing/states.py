@@ -22,7 +22,7 @@ import functools
 import math
 from dataclasses import dataclass
 
-from memdoc.core.billing.activations import _saves_input, _targets
+from memdoc.core.model.lora import adapted_names, is_trained
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Attention, Checkpointing, Loss, Method, Optimizer, TrainingPlan
 
@@ -51,11 +51,11 @@ class ModelStates:
 
 def _lora_params(model: ModelSpec, plan: TrainingPlan) -> tuple[int, list[tuple[int, int]]]:
     """(adapter parameter count, [(in, out) per adapted matrix]) for the plan's targets."""
-    targets = _targets(model, plan)
+    targets = adapted_names(plan)
     shapes = []
     for i in range(model.num_layers):
         for linear in model.layouts[i].linears:
-            if _saves_input(linear, targets):
+            if is_trained(linear, targets):
                 shapes.append((linear.in_features, linear.out_features))
     return sum(plan.lora_rank * (a + b) for a, b in shapes), shapes
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, compute_bill
 from memdoc.core.model.gpu import GpuSpec
-from memdoc.core.billing.ladder import fit_lora_targets
+from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan, parse_plan
 from memdoc.core.doctor.symptoms import PLAN_LEVERS, Prescription
@@ -48,8 +48,8 @@ def apply_lever(plan: TrainingPlan, lever: dict) -> TrainingPlan | None:
             values["seq_len"] = max(1, plan.seq_len // 2)
         else:
             values[key] = value
-    if key == "offload" and values.get("optimizer") in ("adamw-8bit", "paged-adamw-8bit"):
-        values["optimizer"] = "adamw"
+    if lever.get("offload", "none") != "none" and values.get("optimizer") in ("adamw-8bit", "paged-adamw-8bit"):
+        values["optimizer"] = "adamw"  # ZeRO-Offload steps with DeepSpeed's CPU Adam
     try:
         new_plan = parse_plan(**values)
     except PlanError:

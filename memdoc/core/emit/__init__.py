@@ -7,20 +7,27 @@
 from __future__ import annotations
 
 from memdoc.core.emit.axolotl import emit_axolotl
-from memdoc.core.emit.base import FORMATS, EmitContext, Emitted, SideFile, render_main, render_side
+from memdoc.core.emit.base import EmitContext, Emitted, SideFile, render_main, render_side
 from memdoc.core.emit.hf import emit_hf
 from memdoc.core.emit.llamafactory import emit_llamafactory
 from memdoc.core.emit.trl import emit_trl
 from memdoc.errors import PlanError
 
-_EMITTERS = {"trl": emit_trl, "hf": emit_hf, "axolotl": emit_axolotl, "llamafactory": emit_llamafactory}
+_FORMATS = {
+    "trl": (emit_trl, "sft.yaml"),
+    "hf": (emit_hf, "training_args.yaml"),
+    "axolotl": (emit_axolotl, "axolotl.yaml"),
+    "llamafactory": (emit_llamafactory, "llamafactory.yaml"),
+}
+"""Each target format: its emitter and the config file name written by default. The one list of formats."""
 
-DEFAULT_FILENAMES = {"trl": "sft.yaml", "hf": "training_args.yaml", "axolotl": "axolotl.yaml", "llamafactory": "llamafactory.yaml"}
+FORMATS = tuple(_FORMATS)
+DEFAULT_FILENAMES = {fmt: filename for fmt, (_, filename) in _FORMATS.items()}
 
 
 def emit(fmt: str, ctx: EmitContext) -> Emitted:
     try:
-        emitter = _EMITTERS[fmt]
+        emitter, _ = _FORMATS[fmt]
     except KeyError:
         raise PlanError(f"--format {fmt!r} is not one of: {', '.join(FORMATS)}") from None
     emitted = emitter(ctx)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from memdoc.core.emit.base import (
     LIGER_NOTE,
-    LORA_DROPOUT,
     DATASET_PLACEHOLDER,
     DS_CONFIG_NAME,
     OUTPUT_DIR_PLACEHOLDER,
@@ -19,12 +18,12 @@ from memdoc.core.emit.base import (
     all_linear,
     checkpointing_keys,
     default_learning_rate,
-    lora_alpha,
     precision_note,
     uses_deepspeed,
     uses_fsdp,
 )
 from memdoc.core.emit.common import multinode_note
+from memdoc.core.model.lora import LORA_DROPOUT, lora_alpha
 from memdoc.core.emit.deepspeed import deepspeed_config
 from memdoc.core.emit.templates import chat_template
 from memdoc.core.model.plan import Loss, Method, Offload, OffloadTarget, Optimizer, Precision

@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from memdoc.core.billing.activations import LORA_DROPOUT  # noqa: F401  (re-exported: the dropout the bill assumes is the one emitted)
+from memdoc.core.model.lora import ALL_LINEAR
 from memdoc.core.model.plan import (
-    ALL_LINEAR,
     Checkpointing,
     Method,
     Offload,
@@ -24,8 +23,6 @@ from memdoc.core.model.plan import (
     Shard,
     TrainingPlan,
 )
-
-FORMATS = ("trl", "hf", "axolotl", "llamafactory")
 
 DATASET_PLACEHOLDER = "CHANGE_ME_dataset"
 OUTPUT_DIR_PLACEHOLDER = "CHANGE_ME_output_dir"
@@ -122,10 +119,6 @@ class Emitted:
 
 # ---------------------------------------------------------------------------------------------
 # Knob mappings shared by the formats
-
-
-def lora_alpha(plan: TrainingPlan) -> int:
-    return plan.lora_alpha if plan.lora_alpha is not None else 2 * plan.lora_rank
 
 
 def all_linear(plan: TrainingPlan) -> bool:

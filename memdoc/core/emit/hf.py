@@ -7,7 +7,6 @@ quantisation) or for LoRA: those become notes with the exact `from_pretrained` /
 from __future__ import annotations
 
 from memdoc.core.emit.base import (
-    LORA_DROPOUT,
     LIGER_NOTE,
     FSDP_CONFIG_NAME,
     TRAIN_SCRIPT_PLACEHOLDER,
@@ -15,12 +14,12 @@ from memdoc.core.emit.base import (
     Emitted,
     all_linear,
     load_dtype,
-    lora_alpha,
     precision_note,
     uses_deepspeed,
     uses_fsdp,
 )
 from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
+from memdoc.core.model.lora import LORA_DROPOUT, lora_alpha
 from memdoc.core.model.plan import Loss, Method
 
 

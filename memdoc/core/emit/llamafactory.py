@@ -5,19 +5,18 @@ from __future__ import annotations
 
 from memdoc.core.emit.base import (
     LIGER_NOTE,
-    LORA_DROPOUT,
     DATASET_PLACEHOLDER,
     FSDP_CONFIG_NAME,
     EmitContext,
     Emitted,
     all_linear,
-    lora_alpha,
     precision_note,
     uses_deepspeed,
     uses_fsdp,
 )
 from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
 from memdoc.core.emit.templates import chat_template
+from memdoc.core.model.lora import LORA_DROPOUT, lora_alpha
 from memdoc.core.model.plan import Loss, Method, Precision, Shard
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from memdoc.core.emit.base import (
-    LORA_DROPOUT,
     LIGER_NOTE,
     DATASET_PLACEHOLDER,
     FSDP_CONFIG_NAME,
@@ -12,12 +11,12 @@ from memdoc.core.emit.base import (
     Emitted,
     all_linear,
     load_dtype,
-    lora_alpha,
     precision_note,
     uses_deepspeed,
     uses_fsdp,
 )
 from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
+from memdoc.core.model.lora import LORA_DROPOUT, lora_alpha
 from memdoc.core.model.plan import Loss, Method
 
 

@@ -1,8 +1,8 @@
 """`ModelSpec`: the architecture numbers of an HF config that memory depends on.
 
 Built from a plain `config.json` dict without importing torch or transformers. Field names
-differ between families (GPT-2 says `n_embd`, Falcon `num_kv_heads`, …); `_ALIASES` lists every
-spelling read. A config that lacks a required number raises `ConfigError` naming the key.
+differ between families (GPT-2 says `n_embd`, Falcon `num_kv_heads`, …); `memdoc.core.model.config_keys`
+lists every spelling read. A config that lacks a required number raises `ConfigError` naming the key.
 """
 
 from __future__ import annotations
@@ -10,28 +10,11 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+from memdoc.core.model import lora
+from memdoc.core.model.config_keys import CONFIG_KEYS, config_value
 from memdoc.core.model.params import LayerLayout, ParamCounts, count_params, family_of, generic_layout, layer_layout
 from memdoc.errors import ConfigError
 
-# Each architecture number and the config keys that may hold it, in order of preference.
-_ALIASES: dict[str, tuple[str, ...]] = {
-    "hidden_size": ("hidden_size", "n_embd", "d_model"),
-    "num_layers": ("num_hidden_layers", "n_layer", "num_layers"),
-    "num_heads": ("num_attention_heads", "n_head"),
-    "vocab_size": ("vocab_size",),
-}
-
-
-# peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING for the families whose attention has
-# no q_proj/v_proj (DeepSeek-V2's MLA: the query and the key/value up-projection).
-_DEFAULT_LORA_TARGETS = {
-    "phi3": ("qkv_proj",),
-    "gpt2": ("c_attn",),
-    "gpt_neox": ("query_key_value",),
-    "falcon": ("query_key_value",),
-    "bert": ("query", "value"),
-    "deepseek_v2": ("q_proj", "kv_b_proj"),
-}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,14 +86,14 @@ class ModelSpec:
         names = set()
         for index in {0, self.num_layers - 1}:
             for linear in self.layouts[index].linears:
-                if linear.group not in ("experts", "router"):
+                if lora.is_adaptable(linear):
                     names.add(linear.name.split(".")[-1])
         return frozenset(names)
 
     @property
     def default_lora_targets(self) -> tuple[str, ...]:
         """The adapters peft puts on this architecture when none are named (its per-model defaults)."""
-        return _DEFAULT_LORA_TARGETS.get(self.family, ("q_proj", "v_proj"))
+        return lora.default_targets(self.family)
 
     def summary(self) -> dict:
         """Plain-data form for --json and `memdoc models`."""
@@ -130,10 +113,10 @@ class ModelSpec:
 
 
 def _get(config: dict, name: str, model_id: str) -> int:
-    for key in _ALIASES[name]:
-        if config.get(key) is not None:
-            return int(config[key])
-    raise ConfigError(f"config of {model_id} has no {' / '.join(_ALIASES[name])}")
+    value = config_value(config, name)
+    if value is None:
+        raise ConfigError(f"config of {model_id} has no {' / '.join(CONFIG_KEYS[name])}")
+    return int(value)
 
 
 def spec_from_config(

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from memdoc.errors import PlanError
+from memdoc.core.model.lora import ALL_LINEAR, DEFAULT_TARGETS
 
 
 class Method(str, Enum):
@@ -159,9 +160,6 @@ class OffloadTarget(str, Enum):
     NVME = "nvme"
 
 
-ALL_LINEAR = "all-linear"
-
-
 @dataclass(frozen=True, kw_only=True)
 class TrainingPlan:
     """One training step's setup. All sizes are per GPU."""
@@ -188,7 +186,7 @@ class TrainingPlan:
     """LoRA rank r (lora/qlora only)."""
     lora_alpha: int | None = None
     """LoRA alpha; None means 2 × rank (memory-neutral, used by emit)."""
-    lora_targets: tuple[str, ...] = ("q_proj", "v_proj")
+    lora_targets: tuple[str, ...] = DEFAULT_TARGETS
     """Module names that get adapters, or ('all-linear',)."""
     shard: Shard = Shard.NONE
     """Sharding of model states over the data-parallel GPUs."""
@@ -207,7 +205,7 @@ class TrainingPlan:
         for name in ("micro_batch", "seq_len", "grad_accum", "gpus_per_node", "nodes", "lora_rank"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise PlanError(f"{_flag(name)} must be a positive integer, got {value!r}")
+                raise PlanError(f"{flag_for(name)} must be a positive integer, got {value!r}")
         if self.lora_alpha is not None and self.lora_alpha < 1:
             raise PlanError(f"--lora-alpha must be a positive integer, got {self.lora_alpha!r}")
         if not self.lora_targets or any(not t for t in self.lora_targets):
@@ -264,14 +262,15 @@ class TrainingPlan:
         kwargs = {}
         for key, value in data.items():
             name = key.replace("-", "_")
-            name = _ALIASES.get(name, name)
+            name = FLAG_ALIASES.get(name, name)
             if name not in known:
                 raise PlanError(f"unknown plan key {key!r}; known keys: {', '.join(sorted(known))}")
             kwargs[name] = _coerce(name, value)
         return cls(**kwargs)
 
 
-_ALIASES = {"batch": "micro_batch", "seq": "seq_len", "accum": "grad_accum", "gpus": "gpus_per_node"}
+FLAG_ALIASES = {"batch": "micro_batch", "seq": "seq_len", "accum": "grad_accum", "gpus": "gpus_per_node"}
+"""CLI flag (and recipe key) -> plan field, where they differ; every other flag is the field with dashes."""
 
 _ENUMS = {
     "method": Method,
@@ -286,9 +285,12 @@ _ENUMS = {
 }
 
 
-def _flag(name: str) -> str:
-    reverse = {v: k for k, v in _ALIASES.items()}
-    return "--" + reverse.get(name, name).replace("_", "-")
+def flag_for(field_name: str) -> str:
+    """The CLI flag that sets plan field `field_name` (micro_batch -> --batch, lora_rank -> --lora-rank)."""
+    return "--" + _FIELD_TO_FLAG.get(field_name, field_name).replace("_", "-")
+
+
+_FIELD_TO_FLAG = {v: k for k, v in FLAG_ALIASES.items()}
 
 
 def _coerce(name: str, value):
@@ -305,7 +307,7 @@ def _coerce(name: str, value):
             return enum(str(value).lower())
         except ValueError:
             choices = ", ".join(m.value for m in enum)
-            raise PlanError(f"{_flag(name)} {value!r} is not one of: {choices}") from None
+            raise PlanError(f"{flag_for(name)} {value!r} is not one of: {choices}") from None
     if name == "lora_targets":
         if isinstance(value, str):
             value = [t.strip() for t in value.split(",")]
@@ -317,7 +319,7 @@ def _coerce(name: str, value):
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise PlanError(f"{_flag(name)} must be an integer, got {value!r}") from None
+        raise PlanError(f"{flag_for(name)} must be an integer, got {value!r}") from None
 
 
 def parse_plan(**values) -> TrainingPlan:
@@ -362,6 +364,7 @@ def check_plan_against_model(
 
 __all__ = [
     "ALL_LINEAR",
+    "FLAG_ALIASES",
     "Attention",
     "Checkpointing",
     "Loss",
@@ -373,5 +376,6 @@ __all__ = [
     "Shard",
     "TrainingPlan",
     "check_plan_against_model",
+    "flag_for",
     "parse_plan",
 ]

@@ -65,6 +65,7 @@ def detect_plan(hf, peft_model, *, autocast: str | None, checkpointing: bool, op
     (batch, sequence) of the input ids.
     """
     from memdoc.core.model.plan import Attention, Checkpointing, Loss, Method, Precision, TrainingPlan
+    from memdoc.core.model.lora import DEFAULT_TARGETS
 
     params = list((peft_model or hf).named_parameters())
     trainable = [(n, p) for n, p in params if p.requires_grad]
@@ -92,7 +93,7 @@ def detect_plan(hf, peft_model, *, autocast: str | None, checkpointing: bool, op
             targets = cfg.target_modules
             if isinstance(targets, str):
                 targets = [targets]
-            kwargs["lora_targets"] = tuple(sorted(targets)) if targets else ("q_proj", "v_proj")
+            kwargs["lora_targets"] = tuple(sorted(targets)) if targets else DEFAULT_TARGETS
     kwargs["checkpointing"] = Checkpointing.FULL if checkpointing else Checkpointing.NONE
     attn = getattr(hf.config, "_attn_implementation", None) or "sdpa"
     kwargs["attention"] = Attention.EAGER if attn == "eager" else Attention.SDPA

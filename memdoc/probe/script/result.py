@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from memdoc.core.billing.measurement import Measurement
 from memdoc.core.doctor.findings import Finding, RunFacts
 
 
@@ -22,6 +23,9 @@ class ScriptResult:
     phases: dict
     states: dict
     """Exact model-state bytes at the end: weights, gradients, optimizer (+ trainable)."""
+    measurement: Measurement | None = None
+    """The training phases itemised (the same type the tracer returns); None when no forward pass was seen.
+    `measured`, `peak_phase` and `phases` are its figures as plain data, plus the script-only ones."""
     exit_code: int = 0
     script_exit_code: int | None = None
     traceback: str | None = None

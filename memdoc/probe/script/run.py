@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from memdoc.core.billing.measurement import Measurement
 from memdoc.core.doctor.findings import RunFacts, lint
 from memdoc.probe.script.cuda import cuda_collect, cuda_start
 from memdoc.probe.script.detect import detect_hf
@@ -82,6 +83,7 @@ def build_result(session, path, stop_reason, oom, tb_text, script_exit, cuda, wa
     torch = session.torch
     session.sweep()
     phases, peak_phase, measured = session.peaks()
+    measurement = Measurement.from_phases(phases, mode="script") if phases else None
     notes = []
     setup = session.phase_peak.get("setup")
     if setup and setup["peak_allocated"] > measured["peak_allocated"]:
@@ -106,6 +108,7 @@ def build_result(session, path, stop_reason, oom, tb_text, script_exit, cuda, wa
         script=str(path),
         stop_reason=stop_reason,
         steps=session.steps,
+        measurement=measurement,
         measured=measured,
         peak_phase=peak_phase,
         phases=phases,

@@ -1,0 +1,16 @@
+"""The words a bill and a measurement share: the phases of a step and the line items of memory.
+
+One source for the bill (`memdoc.core.billing.bill`), measurements
+(`memdoc.core.billing.measurement`), the tracer, the script runner and the renderer.
+"""
+
+PHASES = ("forward", "backward", "optimizer")
+"""The phases of one training step, in order; memory peaks in one of them."""
+
+LINE_ITEMS = ("weights", "gradients", "optimizer", "activations", "other")
+"""The line items of per-GPU memory, in bill order."""
+
+TIMELINE_CATEGORIES = ("weights", "gradients", "optimizer", "activations+other")
+"""The categories of a memory timeline (a CUDA allocator trace tells model states from the rest only)."""
+
+__all__ = ["LINE_ITEMS", "PHASES", "TIMELINE_CATEGORIES"]

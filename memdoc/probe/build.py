@@ -1,0 +1,164 @@
+"""Build the model and optimizer of a `TrainingPlan` from an HF config dict (torch, transformers, peft).
+
+Shared by the fake-tensor trace (`memdoc.probe.tracer`) and the real CUDA step
+(`memdoc.probe.cuda_step`); how each knob is realised is described in the tracer's docstring.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from memdoc.core.model.lora import LORA_DROPOUT, lora_alpha, peft_target_modules
+from memdoc.core.model.plan import Attention, Checkpointing, Method, Optimizer, TrainingPlan
+from memdoc.errors import ConfigError
+
+
+def torch_dtype(name: str):
+    """The torch dtype named `name` ("bfloat16", "float32", …)."""
+    import torch
+
+    return getattr(torch, name)
+
+
+def _hf_config(config: dict, plan: TrainingPlan, layers: int | None):
+    from transformers import AutoConfig
+
+    data = dict(config)
+    model_type = data.pop("model_type", None)
+    if not model_type:
+        raise ConfigError("config.json has no model_type")
+    for key in ("auto_map", "transformers_version", "_name_or_path", "quantization_config"):
+        data.pop(key, None)
+    try:
+        conf = AutoConfig.for_model(model_type, **data)
+    except (ValueError, KeyError) as exc:
+        raise ConfigError(f"transformers cannot build model_type {model_type!r}: {exc}") from None
+    if layers is not None:
+        conf.num_hidden_layers = layers
+        if isinstance(getattr(conf, "layer_types", None), list):
+            conf.layer_types = conf.layer_types[:layers]
+    conf.use_cache = False
+    # dropout stays as configured: its masks are part of what the real step keeps
+    return conf
+
+
+def _selective_context_fn():
+    import torch
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    aten = torch.ops.aten
+    save = {
+        aten.mm.default,
+        aten.addmm.default,
+        aten.bmm.default,
+        aten.baddbmm.default,
+        aten._scaled_dot_product_flash_attention.default,
+        aten._scaled_dot_product_efficient_attention.default,
+        aten._scaled_dot_product_flash_attention_for_cpu.default,
+        aten._scaled_dot_product_cudnn_attention.default,
+    }
+
+    def policy(ctx, op, *args, **kwargs):
+        return CheckpointPolicy.MUST_SAVE if op in save else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return functools.partial(create_selective_checkpoint_contexts, policy)
+
+
+def build_model(config: dict, plan: TrainingPlan, layers: int | None = None, notes: list[str] | None = None):
+    """The model for `plan`, built with fake (CPU) tensors. Call inside FakeTensorMode.
+
+    Architectures without an SDPA implementation in transformers (e.g. Gemma-2's logit
+    softcapping) fall back to eager attention, with a note."""
+    from transformers import AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
+
+    from memdoc.probe.emulation import quantize_linears_nf4
+    from memdoc.probe.memtrack import plain_module_to
+
+    conf = _hf_config(config, plan, layers)
+    if plan.is_peft or not plan.precision.is_amp:
+        store = plan.precision.compute_dtype_name if plan.is_peft else plan.precision.torch_dtype_name
+    else:
+        store = "float32"
+    attn = "eager" if plan.attention is Attention.EAGER else "sdpa"
+    with no_init_weights():
+        try:
+            model = AutoModelForCausalLM.from_config(conf, dtype=torch_dtype(store), attn_implementation=attn)
+        except ValueError as exc:
+            if attn != "sdpa" or "attention implementation" not in str(exc):
+                raise
+            model = AutoModelForCausalLM.from_config(conf, dtype=torch_dtype(store), attn_implementation="eager")
+            if notes is not None:
+                notes.append(f"{type(model).__name__} has no SDPA attention in transformers: traced eager attention")
+    model.tie_weights()
+    model.train()
+    if plan.checkpointing is not Checkpointing.NONE:
+        kwargs = {"use_reentrant": False}
+        if plan.checkpointing is Checkpointing.SELECTIVE:
+            kwargs["context_fn"] = _selective_context_fn()
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    if plan.is_peft:
+        from peft import LoraConfig, get_peft_model
+
+        lora = LoraConfig(
+            r=plan.lora_rank,
+            lora_alpha=lora_alpha(plan),
+            target_modules=peft_target_modules(plan),
+            lora_dropout=LORA_DROPOUT,
+            task_type="CAUSAL_LM",
+        )
+        with plain_module_to():
+            try:
+                model = get_peft_model(model, lora)
+            except ValueError as exc:
+                raise ConfigError(f"LoRA targets {plan.lora_targets}: {exc}") from None
+        if plan.method is Method.QLORA:
+            quantize_linears_nf4(model, torch_dtype(plan.precision.compute_dtype_name))
+    return model
+
+
+def build_optimizer(model, plan: TrainingPlan):
+    import torch
+
+    from memdoc.probe.emulation import Adam8bitStates, Lion
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = plan.optimizer
+    if opt is Optimizer.ADAMW:
+        return torch.optim.AdamW(params, lr=1e-4, foreach=True)
+    if opt is Optimizer.ADAMW_FUSED:
+        return torch.optim.AdamW(params, lr=1e-4, fused=True)
+    if opt in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT):
+        return Adam8bitStates(params)
+    if opt is Optimizer.SGD:
+        return torch.optim.SGD(params, lr=1e-3, momentum=0.9, foreach=True)
+    if opt is Optimizer.ADAFACTOR:
+        from transformers.optimization import Adafactor
+
+        # relative_step/scale_parameter read tensor values (.item()), impossible on fake tensors;
+        # they change the learning rate, not the memory.
+        return Adafactor(params, lr=1e-3, scale_parameter=False, relative_step=False, warmup_init=False)
+    if opt is Optimizer.LION:
+        return Lion(params)
+    raise ConfigError(f"optimizer {opt.value} is not traceable")  # pragma: no cover
+
+
+def _storage_bytes(tensors) -> int:
+    seen, total = set(), 0
+    for t in tensors:
+        t = getattr(t, "_local_tensor", t)  # DTensor: this rank's shard
+        st = t.untyped_storage()
+        key = id(st) if not hasattr(st, "_cdata") else st._cdata
+        if key not in seen:
+            seen.add(key)
+            total += st.nbytes()
+    return total
+
+
+def optimizer_state_bytes(opt) -> int:
+    import torch
+
+    return _storage_bytes(v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor))
+
+
+__all__ = ["build_model", "build_optimizer", "optimizer_state_bytes", "torch_dtype"]
