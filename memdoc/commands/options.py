@@ -6,6 +6,7 @@ validated `Setup` (model, plan, GPU) the command works on.
 """
 
 
+import dataclasses
 import functools
 import inspect
 from dataclasses import dataclass
@@ -102,6 +103,10 @@ class PlanArgs:
             if value is None or (flag == "allow_long" and not value):
                 continue
             plan_values[_FLAG_TO_FIELD.get(flag, flag)] = value.value if hasattr(value, "value") else value
+        gpu = resolve_gpu(gpu_text) if gpu_text else None
+        if gpu is not None and gpu.count > 1:
+            plan_values["gpus_per_node"] = gpus_from_count(gpu, plan_values.get("gpus_per_node"), gpu_text)
+            gpu = dataclasses.replace(gpu, count=1)
         plan = parse_plan(**plan_values)
         model = resolve_model(model_name)
         if plan.is_peft and "lora_targets" not in plan_values:
@@ -110,13 +115,19 @@ class PlanArgs:
             plan, hidden_size=model.hidden_size, max_positions=model.max_positions, model_id=model.id,
             linear_names=model.linear_names,
         )
-        gpu = None
-        if need_gpu or gpu_text:
-            gpu = resolve_gpu(gpu_text) if gpu_text else detect_local_gpu()
+        if gpu is None and need_gpu:
+            gpu = detect_local_gpu()
             if gpu is None:
                 raise NoGpuDetectedError("no local NVIDIA GPU found; pass --gpu (e.g. --gpu 24 or --gpu rtx-4090)")
         return Setup(model=model, plan=plan, gpu=gpu, recipe=str(recipe_path) if recipe_path else None,
                      explicit=frozenset(_FLAG_TO_FIELD.get(k.replace("-", "_"), k.replace("-", "_")) for k in plan_values))
+
+
+def gpus_from_count(gpu: GpuSpec, gpus_flag, gpu_text: str) -> int:
+    """GPUs per node for `--gpu N×NAME`: N, unless --gpus (or the recipe's gpus) says otherwise."""
+    if gpus_flag is not None and int(gpus_flag) != gpu.count:
+        raise PlanError(f"--gpu {gpu_text.strip()} says {gpu.count} GPUs but --gpus says {gpus_flag}; give the count once")
+    return gpu.count
 
 
 def plan_options(command):

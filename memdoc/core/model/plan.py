@@ -161,6 +161,9 @@ class OffloadTarget(str, Enum):
 
 ALL_LINEAR = "all-linear"
 
+MAX_PLAN_VALUE = 2**31 - 1
+"""Largest batch, sequence, accumulation, GPU/node count or LoRA rank accepted (int32 range)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class TrainingPlan:
@@ -204,12 +207,14 @@ class TrainingPlan:
     """Allow seq_len beyond the model's max_position_embeddings."""
 
     def __post_init__(self) -> None:
-        for name in ("micro_batch", "seq_len", "grad_accum", "gpus_per_node", "nodes", "lora_rank"):
+        for name in ("micro_batch", "seq_len", "grad_accum", "gpus_per_node", "nodes", "lora_rank", "lora_alpha"):
             value = getattr(self, name)
+            if value is None and name == "lora_alpha":
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise PlanError(f"{_flag(name)} must be a positive integer, got {value!r}")
-        if self.lora_alpha is not None and self.lora_alpha < 1:
-            raise PlanError(f"--lora-alpha must be a positive integer, got {self.lora_alpha!r}")
+            if value > MAX_PLAN_VALUE:
+                raise PlanError(f"{_flag(name)} {value} is beyond any real run ({MAX_PLAN_VALUE:,} at most)")
         if not self.lora_targets or any(not t for t in self.lora_targets):
             raise PlanError("--lora-targets must name at least one module (e.g. q_proj,v_proj or all-linear)")
         if self.method is Method.QLORA and self.precision is Precision.FP32:
@@ -292,7 +297,11 @@ def _flag(name: str) -> str:
 
 
 def _coerce(name: str, value):
-    """Turn recipe/CLI values into field types, with an error naming the field."""
+    """Turn recipe/CLI values into field types, strictly, with an error naming the field.
+
+    No silent conversion: `micro_batch: 2.9` or `true` is not 2 or 1, `allow_long: "false"` is
+    not true. YAML's `false` for checkpointing/offload means none, `true` for checkpointing full.
+    """
     if name in _ENUMS:
         enum = _ENUMS[name]
         if isinstance(value, enum):
@@ -301,23 +310,42 @@ def _coerce(name: str, value):
             value = "none"
         if value is True and name == "checkpointing":
             value = "full"
+        choices = ", ".join(m.value for m in enum)
+        if not isinstance(value, str):
+            raise PlanError(f"{_flag(name)} must be one of: {choices}; got {_show(value)}")
         try:
-            return enum(str(value).lower())
+            return enum(value.lower())
         except ValueError:
-            choices = ", ".join(m.value for m in enum)
-            raise PlanError(f"{_flag(name)} {value!r} is not one of: {choices}") from None
+            raise PlanError(f"{_flag(name)} {_show(value)} is not one of: {choices}{_closest(value, enum)}") from None
     if name == "lora_targets":
         if isinstance(value, str):
             value = [t.strip() for t in value.split(",")]
-        return tuple(str(t) for t in value)
+        if not isinstance(value, (list, tuple)) or not all(isinstance(t, str) for t in value):
+            raise PlanError(f"{_flag(name)} must be module names (a comma-separated string or a list), got {_show(value)}")
+        return tuple(value)
     if name == "allow_long":
-        return bool(value)
+        if not isinstance(value, bool):
+            raise PlanError(f"{_flag(name)} must be true or false, got {_show(value)}")
+        return value
     if name == "lora_alpha" and value is None:
         return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise PlanError(f"{_flag(name)} must be an integer, got {value!r}") from None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise PlanError(f"{_flag(name)} must be an integer, got {_show(value)}")
+    return value
+
+
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "…"
+
+
+def _closest(value: str, enum) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(value.lower(), [m.value for m in enum], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def parse_plan(**values) -> TrainingPlan:
