@@ -26,6 +26,8 @@ A script's own non-zero sys.exit status is passed through.
 """
 
 RUN = "Script mode"
+MAX_TIMEOUT_S = 7 * 24 * 3600
+"""Longest --timeout (a week); longer is "never" (0), and SIGALRM cannot hold an infinite one."""
 
 
 @command("diagnose", epilog=EXAMPLES)
@@ -57,6 +59,8 @@ def diagnose(
 
     if device not in ("cpu", "cuda"):
         raise PlanError(f"--device {device!r} must be 'cpu' or 'cuda'")
+    if not timeout <= MAX_TIMEOUT_S:  # also refuses inf and nan
+        raise PlanError(f"--timeout {timeout:g} must be a number of seconds up to {MAX_TIMEOUT_S:,} (0 = never)")
     if is_script_target(target):
         _diagnose_script(target, list(script_args or []), plan=plan, json_out=json_out, steps=steps,
                          timeout=timeout, snapshot=snapshot, summary=summary)

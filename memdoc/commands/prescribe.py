@@ -56,8 +56,8 @@ def prescribe(
     oom = guess = None
     if log is not None:
         try:
-            text = sys.stdin.read() if log == "-" else Path(log).read_text(errors="replace")
-        except OSError as exc:
+            text = _read_stdin() if log == "-" else Path(log).read_text(encoding="utf-8", errors="replace")
+        except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot read log {log}: {exc.strerror or exc}") from None
         oom = first_oom(text)
         guess = infer_symptom(oom, text)
@@ -79,6 +79,14 @@ def prescribe(
         render.print_json(_json(chosen, oom, guess, quantified, base))
     else:
         render.render_prescriptions(chosen, oom, guess, quantified, base)
+
+
+def _read_stdin() -> str:
+    """stdin as text whatever its bytes or the locale's encoding (logs mix encodings; undecodable bytes become �)."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:
+        return sys.stdin.read()
+    return buffer.read().decode("utf-8", errors="replace")
 
 
 def _json(symptom, oom, guess, quantified, base) -> dict:
