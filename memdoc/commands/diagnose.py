@@ -20,9 +20,11 @@ Examples:
 
   memdoc diagnose train.py --steps 3 --snapshot mem.pickle --summary
 
-Exit status: 0 measured, 1 the script raised an exception (its traceback is shown),
-2 bad input (unknown model, unreadable script, syntax error), 3 the script ran out of memory.
-A script's own non-zero sys.exit status is passed through.
+Exit status: 0 measured (also when stopped by --steps or --timeout), 1 the script raised an
+exception (its traceback is shown), 2 bad input (unknown model, unreadable script, syntax
+error), 3 the script ran out of memory, 130 interrupted (Ctrl-C / KeyboardInterrupt). A script's
+own non-zero sys.exit() or os._exit() status is passed through. The report is always printed
+first, whatever the script does (exits, forks, closes stdout, ignores the timeout).
 """
 
 RUN = "Script mode"
@@ -118,29 +120,40 @@ def _diagnose_script(target: str, args: list[str], *, plan: PlanArgs, json_out: 
 
     if any(v not in (None, False) for v in plan.values.values()):
         render.note("note: plan flags are ignored for scripts: the plan is detected from what the script runs")
-    result = run_script(target, args, steps=steps, timeout=timeout or None, stdout_to_stderr=json_out,
-                        want_snapshot=snapshot is not None)
-    sys.stdout.flush()
-    if result.traceback:
-        sys.stderr.write(result.traceback)
-        sys.stderr.flush()
-    bill = None
-    if result.hf:
-        bill = _bill_for(result, render)
-    written = []
-    if snapshot is not None:
-        written = _write_snapshot(result, snapshot, pickle)
-    if json_out:
-        data = result.to_json()
-        if bill is not None:
-            from memdoc.core.billing.bill import bill_json
 
-            data["hf"] = {"model_id": result.hf["model_id"], "detected_plan": result.hf["detected"],
-                          "billed": bill_json(bill)["per_gpu"], "bill_peak_phase": bill.peak_phase}
-        data["written"] = written
-        render.print_json(data)
-    else:
-        render.render_script_report(result, bill, summary=summary, written=written)
+    def report(result) -> None:
+        sys.stdout.flush()
+        if result.traceback:
+            sys.stderr.write(result.traceback)
+            sys.stderr.flush()
+        bill = _bill_for(result, render) if result.hf else None
+        written = _write_snapshot(result, snapshot, pickle) if snapshot is not None else []
+        if json_out:
+            data = result.to_json()
+            if bill is not None:
+                from memdoc.core.billing.bill import bill_json
+
+                data["hf"] = {"model_id": result.hf["model_id"], "detected_plan": result.hf["detected"],
+                              "billed": bill_json(bill)["per_gpu"], "bill_peak_phase": bill.peak_phase}
+            data["written"] = written
+            render.print_json(data)
+        else:
+            render.render_script_report(result, bill, summary=summary, written=written)
+
+    def on_stuck(result) -> None:  # from the watchdog thread: report, then end the process
+        from memdoc.probe.script.guard import end_process
+
+        try:
+            if result is None:
+                print("Error: the script ignored --timeout and memdoc could not build its report", file=sys.stderr)
+            else:
+                report(result)
+        finally:
+            end_process(result.exit_code if result is not None else 1)
+
+    result = run_script(target, args, steps=steps, timeout=timeout or None, stdout_to_stderr=json_out,
+                        want_snapshot=snapshot is not None, on_stuck=on_stuck)
+    report(result)
     if result.exit_code:
         raise typer.Exit(result.exit_code)
 

@@ -284,6 +284,7 @@ def render_script_report(result, bill=None, *, summary: bool = False, written: l
         "finished": f"the script finished ({result.steps} optimizer step(s))",
         "exit": f"the script exited with status {result.script_exit_code or 0} ({result.steps} optimizer step(s))",
         "timeout": f"[yellow]stopped by --timeout[/] after {result.steps} optimizer step(s)",
+        "interrupted": f"[yellow]interrupted (KeyboardInterrupt)[/] after {result.steps} optimizer step(s)",
         "oom": f"[bold red]OUT OF MEMORY[/] in {(result.oom or {}).get('phase')} of step {(result.oom or {}).get('step')}",
         "error": f"[red]the script raised an exception[/] after {result.steps} optimizer step(s) (traceback above)",
     }[result.stop_reason]
