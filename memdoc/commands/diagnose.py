@@ -84,19 +84,22 @@ def _diagnose_model(target: str, *, plan: PlanArgs, json_out: bool, device: str)
 
         require_cuda(setup.plan)
     _, config, _ = load_config(setup.model.id if setup.model.source == "catalog" else target)
+    from memdoc.probe.quiet import quiet_libraries
     from memdoc.probe.tracer import trace_training_step
 
     if json_out:
-        measurement = trace_training_step(config, setup.plan)
+        with quiet_libraries():
+            measurement = trace_training_step(config, setup.plan)
     else:
-        with render.progress_reporter(f"tracing {setup.model.id}") as progress:
+        with render.progress_reporter(f"tracing {setup.model.id}") as progress, quiet_libraries():
             measurement = trace_training_step(config, setup.plan, progress=progress)
     the_bill = compute_bill(setup.model, setup.plan, setup.gpu)
     cuda = None
     if device == "cuda":
         from memdoc.probe.cuda_step import run_cuda_step
 
-        cuda = run_cuda_step(config, setup.plan)
+        with quiet_libraries():
+            cuda = run_cuda_step(config, setup.plan)
     if json_out:
         data = measurement.to_json()
         data["billed"] = bill_json(the_bill)["per_gpu"]

@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from memdoc.core.model.gpu import GpuSpec, resolve_gpu
+from memdoc.core.model.gpu import GpuSpec, choice_note, resolve_gpu
 from memdoc.resolve.gpus import detect_local_gpu
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import (
@@ -39,7 +39,7 @@ PLAN = "Training plan"
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON (bytes) instead of tables.")]
 
 _PLAN_PARAMS = {
-    "gpu": Annotated[Optional[str], typer.Option("--gpu", help="GPU name (rtx-4090, a100-80, h100-sxm, …) or memory in GiB (24, 80). Default: detect the local GPU.", rich_help_panel=PLAN)],
+    "gpu": Annotated[Optional[str], typer.Option("--gpu", help="GPU name (rtx-4090, a100-80, h100-sxm, …) or memory in GiB (24, 80); N×GPU (8xh100) also sets --gpus N. [default: the local GPU]", rich_help_panel=PLAN)],
     "gpus": Annotated[Optional[int], typer.Option("--gpus", help="GPUs per node. [default: 1]", rich_help_panel=PLAN)],
     "nodes": Annotated[Optional[int], typer.Option("--nodes", help="Nodes. [default: 1]", rich_help_panel=PLAN)],
     "method": Annotated[Optional[Method], typer.Option("--method", help="What is trained. [default: full]", rich_help_panel=PLAN)],
@@ -104,6 +104,10 @@ class PlanArgs:
                 continue
             plan_values[_FLAG_TO_FIELD.get(flag, flag)] = value.value if hasattr(value, "value") else value
         gpu = resolve_gpu(gpu_text) if gpu_text else None
+        if gpu is not None and choice_note(gpu_text, gpu):
+            from memdoc import render
+
+            render.note("note: " + choice_note(gpu_text, gpu))
         if gpu is not None and gpu.count > 1:
             plan_values["gpus_per_node"] = gpus_from_count(gpu, plan_values.get("gpus_per_node"), gpu_text)
             gpu = dataclasses.replace(gpu, count=1)

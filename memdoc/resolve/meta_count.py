@@ -8,6 +8,7 @@ head and the rest. Activation estimates for such models use the generic family c
 from __future__ import annotations
 
 import difflib
+import warnings
 
 from memdoc.core.model.model_spec import ModelSpec, spec_from_config
 from memdoc.core.model.params import ParamCounts
@@ -36,9 +37,11 @@ def meta_param_counts(config: dict) -> ParamCounts:
         hint = f"did you mean {', '.join(close)}?" if close else "see `memdoc models` for the architectures memdoc bills"
         raise ConfigError(f"unknown model_type {model_type!r}: neither memdoc nor transformers knows it", hint=hint)
     try:
-        hf_config = AutoConfig.for_model(**config)
-        with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(hf_config)
+        with warnings.catch_warnings():  # transformers' deprecation chatter is not about the user's plan
+            warnings.simplefilter("ignore", FutureWarning)
+            hf_config = AutoConfig.for_model(**config)
+            with torch.device("meta"):
+                model = AutoModelForCausalLM.from_config(hf_config)
     except Exception as exc:  # transformers raises many types for configs it cannot build
         text = " ".join(str(exc).split())
         text = text if len(text) <= 200 else text[:199] + "…"
