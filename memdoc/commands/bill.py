@@ -51,6 +51,8 @@ def bill(
     from memdoc.errors import PlanError
 
     setup = plan.resolve(model)
+    if setup.gpu_note and not json_out:
+        render.note(f"note: {setup.gpu_note}")
     if inference:
         from memdoc.core.billing.inference import inference_bill
 

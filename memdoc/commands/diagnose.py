@@ -104,7 +104,8 @@ def _diagnose_model(target: str, *, plan: PlanArgs, json_out: bool, device: str)
         data = measurement.to_json()
         data["billed"] = bill_json(the_bill)["per_gpu"]
         data["bill_peak_phase"] = the_bill.peak_phase
-        data["model"] = setup.model.id
+        data["model"] = {"id": setup.model.id, "params": setup.model.params.total,
+                         "trainable_params": the_bill.states.trainable_params}
         data["plan"] = setup.plan.to_dict()
         if cuda is not None:
             data["cuda"] = cuda

@@ -74,6 +74,9 @@ class Setup:
     recipe: str | None = None
     explicit: frozenset[str] = frozenset()
     """Plan fields the user set (a flag or the recipe); the rest are defaults (`memdoc plan` searches those)."""
+    gpu_note: str | None = None
+    """What a loose --gpu was taken to mean (a short name's variant, the real cards near a bare size);
+    human output prints it, --json leaves it out."""
 
 
 @dataclass(frozen=True)
@@ -104,10 +107,6 @@ class PlanArgs:
                 continue
             plan_values[_FLAG_TO_FIELD.get(flag, flag)] = value.value if hasattr(value, "value") else value
         gpu = resolve_gpu(gpu_text) if gpu_text else None
-        if gpu is not None and choice_note(gpu_text, gpu):
-            from memdoc import render
-
-            render.note("note: " + choice_note(gpu_text, gpu))
         if gpu is not None and gpu.count > 1:
             plan_values["gpus_per_node"] = gpus_from_count(gpu, plan_values.get("gpus_per_node"), gpu_text)
             gpu = dataclasses.replace(gpu, count=1)
@@ -124,7 +123,8 @@ class PlanArgs:
             if gpu is None:
                 raise NoGpuDetectedError("no local NVIDIA GPU found; pass --gpu (e.g. --gpu 24 or --gpu rtx-4090)")
         return Setup(model=model, plan=plan, gpu=gpu, recipe=str(recipe_path) if recipe_path else None,
-                     explicit=frozenset(_FLAG_TO_FIELD.get(k.replace("-", "_"), k.replace("-", "_")) for k in plan_values))
+                     explicit=frozenset(_FLAG_TO_FIELD.get(k.replace("-", "_"), k.replace("-", "_")) for k in plan_values),
+                     gpu_note=choice_note(gpu_text, gpu) if gpu_text and gpu else None)
 
 
 def gpus_from_count(gpu: GpuSpec, gpus_flag, gpu_text: str) -> int:

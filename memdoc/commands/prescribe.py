@@ -72,6 +72,8 @@ def prescribe(
     quantified = base = setup = None
     if model is not None or plan.values.get("recipe"):
         setup = plan.resolve(model, need_gpu=False)
+        if setup.gpu_note and not json_out:
+            render.note(f"note: {setup.gpu_note}")
         from memdoc.core.doctor.quantify import quantify
 
         base, quantified = quantify(chosen.prescriptions, setup.model, setup.plan, setup.gpu)
@@ -100,7 +102,7 @@ def _json(symptom, oom, guess, quantified, base) -> dict:
         "symptom": symptom.id,
         "oom": oom_json,
         "diagnosis": None if guess is None else {"reasons": list(guess.reasons), "unknowns": list(guess.unknowns)},
-        "bill": None if base is None else {"process_total": base.process_total, "fits": base.fits},
+        "bill": None if base is None else {"per_gpu": {"process_total": base.process_total}, "fits": base.fits},
         "prescriptions": [
             {
                 "id": p.id,

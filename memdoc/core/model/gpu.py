@@ -277,3 +277,10 @@ def choice_note(text: str, spec: GpuSpec) -> str | None:
         return None
     others = ", ".join(f"--gpu {g.id} ({g.memory_bytes / GiB:.2f} GiB)" for g in variants)
     return f"--gpu {raw} taken as {spec.name} ({spec.memory_bytes / GiB:.2f} GiB); for another variant pass {others}"
+
+
+def gpu_json(gpu: GpuSpec | None, count: int = 1) -> dict | None:
+    """The one --json shape of a GPU in every command: id, name, bytes per device, devices in the plan."""
+    if gpu is None:
+        return None
+    return {"id": gpu.id, "name": gpu.name, "memory_bytes": gpu.memory_bytes, "count": count}

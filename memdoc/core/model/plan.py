@@ -250,8 +250,16 @@ class TrainingPlan:
         """A new, re-validated plan with `changes` applied."""
         return dataclasses.replace(self, **changes)
 
+    @property
+    def effective_lora_alpha(self) -> int:
+        """LoRA alpha as the trainer configs use it: the given value, else 2 × rank."""
+        return self.lora_alpha if self.lora_alpha is not None else 2 * self.lora_rank
+
     def to_dict(self) -> dict:
-        """Plain-data form (enum values as CLI strings), as used by recipes and --json."""
+        """Plain-data form (enum values as CLI strings), as used by recipes and --json.
+
+        `lora_alpha` is the effective value (2 × rank when not given), the one emitted configs use.
+        """
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -260,6 +268,7 @@ class TrainingPlan:
             elif isinstance(value, tuple):
                 value = list(value)
             out[f.name] = value
+        out["lora_alpha"] = self.effective_lora_alpha
         return out
 
     @classmethod
