@@ -60,7 +60,13 @@ def paragraph(text: str, indent: str = "  ", hang: str = "    ") -> None:
 
 def _joined(parts, *, width: int, cont: str = "") -> list[str]:
     lines, line = [], ""
-    for part in (p for p in parts if p):
+    pieces = []
+    for part in (p for p in parts if p):  # a plain part longer than the line is wrapped between its words
+        if "[" not in part and len(part) > width - len(cont):
+            pieces += textwrap.wrap(part, width=width - len(cont), break_long_words=False, break_on_hyphens=False)
+        else:
+            pieces.append(part)
+    for part in pieces:
         candidate = f"{line} · {part}" if line else part
         if line and Text.from_markup(candidate).cell_len > width:
             lines.append(line)
