@@ -226,3 +226,37 @@ def test_max_seq_never_exceeds_the_context(tmp_path):
     result = run("bill", path, "--gpu", "80", "--seq", "16", "--max", "seq", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["max"]["value"] == 16
+
+
+# ------------------------------------------------------------------------ diagnose, prescribe
+def test_diagnose_timeout_must_be_finite():
+    for value in ("inf", "nan", "1e300"):
+        assert "--timeout" in one_error_line(run("diagnose", "train.py", "--timeout", value))
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"head_dim": 6, "rope_scaling": {"rope_type": "nope"}}, "transformers cannot build a 'llama' model from this config"),
+    ({"hidden_act": "nope"}, "KeyError: 'nope'"),
+])
+def test_configs_the_bill_takes_but_transformers_cannot_build(tmp_path, changes, message):
+    pytest.importorskip("transformers")
+    path = config_file(tmp_path, **changes)
+    assert run("bill", path, "--gpu", "24").exit_code == 0  # the bill reads only sizes
+    assert message in one_error_line(run("diagnose", path, "--seq", "64"))
+
+
+def test_binary_stdin_under_a_strict_encoding():
+    """`prescribe --log -` reads bytes, whatever PYTHONIOENCODING says (undecodable bytes become U+FFFD)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    log = b"\xff\xfe\x00 torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which 1.19 GiB is free.\n"
+    env = {**os.environ, "PYTHONIOENCODING": "ascii:strict", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run([sys.executable, "-m", "memdoc", "prescribe", "--log", "-", "--json"], input=log,
+                          capture_output=True, env=env, timeout=60)
+    assert b"internal error" not in proc.stderr and b"Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode in (0, 2), proc.stderr
+    if proc.returncode == 0:
+        assert json.loads(proc.stdout)["oom"]["requested"] == 2 * 1024**3
