@@ -102,8 +102,10 @@ def report_errors(command):
         except Exception as exc:  # a bug in memdoc: say so in one line unless debugging
             if debug_enabled():
                 raise
+            text = " ".join(str(exc).split())
+            text = text if len(text) <= 300 else text[:299] + "…"
             print(
-                f"Error: internal error {type(exc).__name__}: {exc} (rerun with MEMDOC_DEBUG=1 for the traceback)",
+                f"Error: internal error {type(exc).__name__}: {text} (rerun with MEMDOC_DEBUG=1 for the traceback)",
                 file=sys.stderr,
             )
             raise typer.Exit(1) from None
