@@ -78,3 +78,15 @@ def test_one_report_then_the_documented_status(tmp_path, name, body, flags, stat
     assert found[0]["stop_reason"] == stop_reason, found[0]
     assert proc.returncode == status, (name, proc.returncode, proc.stderr)
     assert took < 45
+
+
+def test_script_report_reads_at_80_columns(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(STEP + "for _ in range(3):\n    step()\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "COLUMNS": "80"}
+    proc = subprocess.run([sys.executable, "-m", "memdoc", "diagnose", str(script)], capture_output=True, text=True,
+                          timeout=60, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "Findings" in proc.stdout and "amp-off" in proc.stdout
+    for line in proc.stdout.splitlines():
+        assert len(line) <= 80 and line == line.rstrip() or set(line) <= {" "}, repr(line)

@@ -8,7 +8,18 @@ import sys
 from rich import box
 from rich.table import Table
 
-from memdoc.render.layout import NARROW_COLUMNS, format_switches, paragraph, parts_line, stderr, stdout, title
+from rich.markup import escape
+
+from memdoc.render.layout import (
+    NARROW_COLUMNS,
+    format_switches,
+    markup_paragraph,
+    paragraph,
+    parts_line,
+    stderr,
+    stdout,
+    title,
+)
 from memdoc.units import format_bytes
 
 __all__ = ["format_switches", "paragraph", "parts_line", "stderr", "stdout", "title"]
@@ -27,12 +38,14 @@ def table(heading: str | None, columns: list[tuple[str, str]], rows: list[list],
     """A plain table; columns are (header, justify)."""
     if heading:
         title(heading)
-    t = Table(caption=caption, caption_justify="left")
+    t = Table()
     for header, justify in columns:
         t.add_column(header, justify=justify)
     for row in rows:
         t.add_row(*[str(cell) if cell is not None else "—" for cell in row])
     stdout.print(t)
+    if caption:
+        paragraph(caption, indent="", hang="")
 
 
 def gib(n: int | None) -> str:
@@ -255,7 +268,7 @@ def _delta(measured: int | None, billed: int | None) -> tuple[str, str]:
 
 def _compare_table(heading, measured: dict, billed: dict | None, *, caption: str | None = None) -> None:
     title(*(heading if isinstance(heading, tuple) else (heading,)))
-    t = Table(caption=caption, caption_justify="left")
+    t = Table()
     t.add_column("item", justify="left")
     t.add_column("measured", justify="right")
     if billed is not None:
@@ -269,6 +282,8 @@ def _compare_table(heading, measured: dict, billed: dict | None, *, caption: str
             row += [format_bytes(int(billed.get(item, 0))), d, pct]
         t.add_row(*row)
     stdout.print(t)
+    if caption:
+        paragraph(caption)
 
 
 def render_traced(measurement, bill, cuda: dict | None = None) -> None:
@@ -317,8 +332,6 @@ def render_script_report(result, bill=None, *, summary: bool = False, written: l
     parts_line(how, ", ".join(result.models) or "no nn.Module called",
                ", ".join(o["class"] for o in result.optimizers) or "no optimizer step", f"{result.elapsed_s:.1f} s")
     if result.oom:
-        from rich.markup import escape
-
         stdout.print(f"  [red]{escape(result.oom['message'])}[/]")
         stdout.print(f"      → [b]{result.oom.get('prescribe', 'memdoc prescribe --symptom mid-run-oom')}[/b] (or `memdoc prescribe --log` with the full error)")
     if result.peak_phase is None:
@@ -337,12 +350,12 @@ def render_script_report(result, bill=None, *, summary: bool = False, written: l
         t.add_row("[b]allocated[/b]", *[f"[b]{format_bytes(result.phases[p]['peak_allocated'])}[/b]" for p in phases])
         stdout.print(t)
         s = result.states
-        stdout.print(f"  model states at the stop: weights {format_bytes(s['weights'])} · gradients {format_bytes(s['gradients'])}"
-                     f" · optimizer {format_bytes(s['optimizer'])} · trainable {format_bytes(s['trainable'])}")
+        parts_line(f"model states at the stop: weights {format_bytes(s['weights'])}", f"gradients {format_bytes(s['gradients'])}",
+                   f"optimizer {format_bytes(s['optimizer'])}", f"trainable {format_bytes(s['trainable'])}")
     if result.cuda:
         c = result.cuda
-        stdout.print(f"  CUDA: peak allocated {format_bytes(c['allocated_peak'])} · peak reserved {format_bytes(c['reserved_peak'])}"
-                     f" · inactive split {format_bytes(c['inactive_split'])} · alloc retries {c['num_alloc_retries']} · OOMs {c['num_ooms']}")
+        parts_line(f"CUDA: peak allocated {format_bytes(c['allocated_peak'])}", f"peak reserved {format_bytes(c['reserved_peak'])}",
+                   f"inactive split {format_bytes(c['inactive_split'])}", f"alloc retries {c['num_alloc_retries']}", f"OOMs {c['num_ooms']}")
         if summary and result.cuda_summary:
             stdout.print(result.cuda_summary, markup=False)
     elif summary:
@@ -359,10 +372,10 @@ def render_script_report(result, bill=None, *, summary: bool = False, written: l
     if result.findings:
         stdout.print("[b]Findings[/b]")
         for f in result.findings:
-            stdout.print(f"  [{_SEVERITY_STYLE.get(f.severity, '')}]{f.severity}[/] [b]{f.id}[/b]: {f.message}")
+            markup_paragraph(f"[{_SEVERITY_STYLE.get(f.severity, '')}]{f.severity}[/] [b]{escape(f.id)}[/b]: {escape(f.message)}")
             if f.modules:
-                stdout.print(f"      modules: {', '.join(f.modules[:8])}" + (" …" if len(f.modules) > 8 else ""))
-            stdout.print(f"      → [b]{f.prescribe}[/b]")
+                markup_paragraph(f"modules: {escape(', '.join(f.modules[:8]))}" + (" …" if len(f.modules) > 8 else ""), indent=6)
+            markup_paragraph(f"→ [b]{escape(f.prescribe)}[/b]", indent=6)
     else:
         stdout.print("  no findings")
     for line in result.notes:

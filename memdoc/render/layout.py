@@ -58,6 +58,13 @@ def paragraph(text: str, indent: str = "  ", hang: str = "    ") -> None:
         stdout.print(line, markup=False, soft_wrap=True)
 
 
+def markup_paragraph(text: str, indent: int = 2) -> None:
+    """Rich markup wrapped at the console width, every line indented by `indent` (a block, not a ragged edge)."""
+    for line in Text.from_markup(text).wrap(stdout, max(20, stdout.width - indent)):
+        line.rstrip()
+        stdout.print(Text(" " * indent) + line, soft_wrap=True)
+
+
 def _joined(parts, *, width: int, cont: str = "") -> list[str]:
     lines, line = [], ""
     pieces = []
