@@ -19,8 +19,24 @@ def main() -> None:
         app()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        _quiet_if_pipe_closed()
         _exit_past_leftover_threads(code)
         raise
+    except BrokenPipeError:  # `memdoc … | head`: the reader left; nothing more to say
+        _quiet_if_pipe_closed()
+        sys.exit(1)
+
+
+def _quiet_if_pipe_closed() -> None:
+    """After the reader of stdout went away (`| head`), point stdout at /dev/null so the interpreter's
+    final flush does not print 'Exception ignored … BrokenPipeError'."""
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError):
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
 
 
 def _exit_past_leftover_threads(code: int) -> None:

@@ -200,3 +200,24 @@ def test_readme_documents_the_shared_keys():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     for key in ("close_call", "margin_bytes", "gpu.count", "peak_phase"):
         assert re.search(re.escape(key), readme), key
+
+
+@pytest.mark.parametrize("args", [["prescribe", "--symptom", "mid-run-oom"], ["bill", "--help"],
+                                  ["bill", "meta-llama/Llama-3.1-8B", "--gpu", "24", "--json"]])
+def test_a_closed_pipe_ends_quietly(args):
+    """`memdoc … | head -1`: no traceback and no 'Exception ignored' when the reader leaves early."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "COLUMNS": "80"}
+    proc = subprocess.Popen([sys.executable, "-m", "memdoc", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    import fcntl
+
+    fcntl.fcntl(proc.stdout.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), 4096)  # smaller than the output
+    proc.stdout.readline()
+    proc.stdout.close()  # the reader leaves
+    stderr = proc.stderr.read().decode()
+    proc.wait(timeout=60)
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr and "internal error" not in stderr, stderr

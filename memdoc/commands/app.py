@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import inspect
 import os
 import re
 import sys
@@ -35,7 +36,7 @@ class MemdocGroup(TyperGroup):
         except _click_exceptions.ClickException as exc:
             print(usage_error_line(exc), file=sys.stderr)
             code = exc.exit_code
-        except _click_exceptions.Abort:
+        except typer.Abort:
             print("Error: aborted", file=sys.stderr)
             code = 130
         code = code if isinstance(code, int) else 0
@@ -113,10 +114,17 @@ def report_errors(command):
     return wrapper
 
 
+def reflow(doc: str) -> str:
+    """A docstring's paragraphs as single lines (Rich keeps a docstring's line breaks, so at 80 columns
+    every source line would wrap again and leave ragged half-lines)."""
+    return "\n\n".join(" ".join(paragraph.split()) for paragraph in doc.split("\n\n") if paragraph.strip())
+
+
 def command(name: str, **kwargs):
-    """Register a command with error reporting."""
+    """Register a command with error reporting; its docstring is the help, reflowed to the terminal."""
 
     def register(fn):
+        kwargs.setdefault("help", reflow(inspect.getdoc(fn) or ""))
         app.command(name, **kwargs)(report_errors(fn))
         return fn
 
