@@ -171,13 +171,16 @@ MODEL_KEYS = {"id", "params", "trainable_params"}
         ["bill", "meta-llama/Llama-3.2-1B", "--gpu", "2x24", "--json"],
         ["bill", "meta-llama/Llama-3.2-1B", "--gpu", "2x24", "--json", "--inference"],
         ["emit", "meta-llama/Llama-3.2-1B", "--gpu", "2x24", "--json", "--format", "trl"],
+        ["plan", "meta-llama/Llama-3.2-1B", "--gpu", "2x24", "--json"],
     ],
-    ids=["bill", "inference", "emit"],
+    ids=["bill", "inference", "emit", "plan"],
 )
 def test_one_schema_per_concept(args):
     data = json.loads(run(*args).stdout)
     assert set(data["gpu"]) == GPU_KEYS and data["gpu"]["count"] == 2 and data["gpu"]["id"] == "24gib"
     assert set(data["model"]) == MODEL_KEYS and data["model"]["id"] == "meta-llama/Llama-3.2-1B"
+    if args[0] == "plan":  # a list of plans, each in the shared shape
+        data = data["plans"][0]
     assert {"peak_allocated", "process_total"} <= set(data["per_gpu"])
     assert data["plan"]["gpus_per_node"] == 2 and data["plan"]["lora_alpha"] == 2 * data["plan"]["lora_rank"]
     assert isinstance(data["fits"], bool) and isinstance(data["headroom_bytes"], int)
