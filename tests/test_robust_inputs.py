@@ -165,11 +165,13 @@ def recipe_file(tmp_path, text: str | bytes):
 @pytest.mark.parametrize(
     "plan,message",
     [
-        ("allow_long: 'false'", "--allow-long must be true or false, got 'false'"),
+        ("allow_long: 'no'", "--allow-long must be true or false, got 'no'"),
+        ("allow_long: 1", "--allow-long must be true or false, got 1"),
         ("micro_batch: 2.9", "--batch must be an integer, got 2.9"),
         ("micro_batch: true", "--batch must be an integer, got True"),
         ("micro_batch: .inf", "--batch must be an integer, got inf"),
-        ("micro_batch: '4'", "--batch must be an integer, got '4'"),
+        ("micro_batch: '4x'", "--batch must be an integer, got '4x'"),
+        ("micro_batch: '٤'", "--batch must be an integer, got '٤'"),
         ("seq_len: 99999999999", "--seq 99999999999 is beyond any real run"),
         ("method: [lora]", "--method must be one of: full, lora, qlora; got ['lora']"),
         ("method: lorra", "(did you mean lora?)"),
@@ -202,6 +204,12 @@ def test_recipe_files(tmp_path, text, message):
     start = time.monotonic()
     assert message in one_error_line(run("bill", "--recipe", path, "--gpu", "24"))
     assert time.monotonic() - start < 5
+
+
+def test_allow_long_false_as_a_string_is_false(tmp_path):
+    """The reproducer: `allow_long: "false"` was read as true (bool("false")); now it is false."""
+    path = recipe_file(tmp_path, "model: meta-llama/Llama-2-7b\ngpu: 24\nplan: {allow_long: 'false', seq_len: 8192}\n")
+    assert "exceeds meta-llama/Llama-2-7b-hf's context of 4096" in one_error_line(run("bill", "--recipe", path))
 
 
 def test_recipe_booleans_and_numbers_still_read(tmp_path):

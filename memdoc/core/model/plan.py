@@ -309,7 +309,9 @@ def _coerce(name: str, value):
     """Turn recipe/CLI values into field types, strictly, with an error naming the field.
 
     No silent conversion: `micro_batch: 2.9` or `true` is not 2 or 1, `allow_long: "false"` is
-    not true. YAML's `false` for checkpointing/offload means none, `true` for checkpointing full.
+    false, not true (a bool or exactly "true"/"false"); integers may be written as digits ("4", as
+    on a command line, or 4.0). YAML's `false` for checkpointing/offload means none, `true` for
+    checkpointing full.
     """
     if name in _ENUMS:
         enum = _ENUMS[name]
@@ -333,6 +335,8 @@ def _coerce(name: str, value):
             raise PlanError(f"{_flag(name)} must be module names (a comma-separated string or a list), got {_show(value)}")
         return tuple(value)
     if name == "allow_long":
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):  # as typed on a command line
+            return value.strip().lower() == "true"
         if not isinstance(value, bool):
             raise PlanError(f"{_flag(name)} must be true or false, got {_show(value)}")
         return value
@@ -340,6 +344,8 @@ def _coerce(name: str, value):
         return None
     if isinstance(value, float) and value.is_integer():
         value = int(value)
+    if isinstance(value, str) and value.strip().isdigit() and value.strip().isascii():  # "4", as typed on a command line
+        value = int(value.strip())
     if not isinstance(value, int) or isinstance(value, bool):
         raise PlanError(f"{_flag(name)} must be an integer, got {_show(value)}")
     return value
