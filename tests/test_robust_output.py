@@ -130,13 +130,35 @@ def test_verdict_close_call_inside_the_benchmarked_error(process_gib, gpu_gib, f
     assert v.error_bytes == round(VERDICT_ERROR * int(process_gib * GiB))
 
 
+def test_verdict_error_is_the_measured_error_of_the_bill():
+    """VERDICT_ERROR against the real H200 steps: no underestimate beyond it, ≥ 85% of rows inside it."""
+    import sys
+    from pathlib import Path
+
+    from memdoc.core.billing.bill import compute_bill
+    from memdoc.core.model.gpu import resolve_gpu
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    sys.path.insert(0, str(bench))
+    from steptime import setup_of
+
+    rows = [json.loads(line) for line in (bench / "data" / "h200.jsonl").read_text().splitlines() if line.strip()]
+    errors = []
+    for row in rows:
+        model, plan = setup_of(row["memdoc_args"])
+        errors.append(compute_bill(model, plan, resolve_gpu("h200")).process_total / row["process_total"] - 1)
+    assert len(errors) >= 15
+    assert min(errors) >= -VERDICT_ERROR  # the bill never says "fits" by more than its error when it is not
+    assert sum(abs(e) <= VERDICT_ERROR for e in errors) >= 0.85 * len(errors)
+
+
 def test_verdict_line_says_close_call():
     # Llama-3.2-1B LoRA, batch 4: process total just under 24 GiB of an RTX 4090? Use the bill's own total.
     data = json.loads(run("bill", "meta-llama/Llama-3.2-1B", "--gpu", "24", "--json").stdout)
     total = data["per_gpu"]["process_total"]
     near = f"{total / GiB * 1.05:.2f}"  # a GPU 5% larger than the plan: inside ±10%
     out = run("bill", "meta-llama/Llama-3.2-1B", "--gpu", near, columns=100).stdout
-    assert "✔ fits" in out and "close call" in out and "benchmarks/RESULTS.md" in out
+    assert "✔ fits" in out and "close call" in out and "measured on real H200 steps" in out
     out = run("bill", "meta-llama/Llama-3.2-1B", "--gpu", "80", columns=100).stdout
     assert "close call" not in out
 

@@ -152,7 +152,7 @@ def render_verdict(process_total: int, gpu, world_size: int = 1, *, peak_phase: 
                 + (f", peak in {peak_phase}" if peak_phase else ""))
     if v.close_call:
         tail = (f"[yellow]close call[/]: within the bill's ±{VERDICT_ERROR:.0%} benchmarked error "
-                f"(±{gib(v.error_bytes)}; benchmarks/RESULTS.md)")
+                f"(±{gib(v.error_bytes)}, measured on real H200 steps)")
     else:
         tail = f"margin beyond the bill's ±{VERDICT_ERROR:.0%} benchmarked error (±{gib(v.error_bytes)})"
     parts_line(head, tail, indent="")
