@@ -9,8 +9,8 @@ exception handler never sees. Each is turned into a report:
   of the script ends: it leaves silently with its own status, so one report is printed, by the
   parent (`leave_if_child`);
 * a script that swallows memdoc's stop (`except BaseException`) or ignores SIGALRM would defeat
-  `--timeout`: a watchdog thread, armed for the timeout plus `GRACE_S`, writes the report from
-  what was measured and ends the process (`watchdog`);
+  `--timeout`: a watchdog thread, armed for the timeout plus a grace (`GRACE_S`, or 10% of the
+  timeout), writes the report from what was measured and ends the process (`watchdog`);
 * a script that closes or replaces `sys.stdout` / `sys.stderr` gets them back for the report
   (`restore_stdio`).
 """
@@ -26,8 +26,9 @@ import threading
 from memdoc.probe.script.sandbox import Stop
 
 GRACE_S = 2.0
-"""Seconds past --timeout the watchdog waits for the ordinary stop (SIGALRM, the op-level
-deadline check) before it reports and ends the process itself."""
+"""Seconds past --timeout the watchdog waits at least for the ordinary stop (SIGALRM, the op-level
+deadline check) before it reports and ends the process itself; longer timeouts wait 10% of the
+timeout, so one long tensor op that delays the ordinary stop is not mistaken for a stuck script."""
 
 _real_exit = os._exit
 
@@ -98,7 +99,7 @@ def watchdog(timeout: float | None, on_stuck):
     done = threading.Event()
 
     def watch():
-        if not done.wait(timeout + GRACE_S):
+        if not done.wait(timeout + max(GRACE_S, 0.1 * timeout)):
             on_stuck()
 
     thread = threading.Thread(target=watch, name="memdoc-watchdog", daemon=True)
