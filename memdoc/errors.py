@@ -50,3 +50,9 @@ class UnknownSymptomError(MemdocError):
 
 class KnowledgeBaseError(MemdocError):
     """A bundled data file (symptoms.yaml) is malformed; the message names the entry."""
+
+
+def quoted(value, limit: int = 40) -> str:
+    """A user's value as an error message shows it: its repr, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from memdoc.core.model.model_spec import ModelSpec, spec_from_config
 from memdoc.core.model.params import UnsupportedArchitecture
-from memdoc.errors import ConfigError, UnknownModelError
+from memdoc.errors import ConfigError, UnknownModelError, quoted
 
 _CATALOG_PACKAGE = "memdoc.data.catalog"
 
@@ -110,16 +110,12 @@ def _safe(check) -> bool:
         return False
 
 
-def _short(text: str, limit: int = 80) -> str:
-    shown = repr(text)
-    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
-
 
 def load_config(model: str) -> tuple[str, dict, str]:
     """(canonical id, config dict, source) for MODEL, in the documented resolution order."""
     if not model or len(model) > MAX_MODEL_ARG or "\0" in model:
         raise UnknownModelError(
-            f"model {_short(model)} is not a model id or a path ({len(model)} characters; ids and paths are at most {MAX_MODEL_ARG})"
+            f"model {quoted(model, 80)} is not a model id or a path ({len(model)} characters; ids and paths are at most {MAX_MODEL_ARG})"
             if model else "MODEL is empty (pass a model id, a config.json path, or --recipe FILE)"
         )
     path = Path(model).expanduser()
@@ -144,7 +140,7 @@ def load_config(model: str) -> tuple[str, dict, str]:
     close = suggest(model)
     hint = f"did you mean {' or '.join(close)}?" if close else "see `memdoc models` for the bundled catalog"
     raise UnknownModelError(
-        f"unknown model {_short(model)}: not a local path, not in the HF cache or the catalog, and the Hub is unreachable; {hint}"
+        f"unknown model {quoted(model, 80)}: not a local path, not in the HF cache or the catalog, and the Hub is unreachable; {hint}"
     )
 
 

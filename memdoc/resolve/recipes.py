@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from memdoc.errors import ConfigError
+from memdoc.errors import ConfigError, quoted
 
 _TOP_KEYS = {"model", "gpu", "plan", "description", "name"}
 
@@ -70,12 +70,8 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 def _text(value, what: str, path: Path, *, numbers: bool = False) -> str:
     if isinstance(value, str) or (numbers and isinstance(value, (int, float)) and not isinstance(value, bool)):
         return str(value)
-    raise ConfigError(f"recipe {path}: {what} must be a string, got {_show(value)}")
+    raise ConfigError(f"recipe {path}: {what} must be a string, got {quoted(value)}")
 
-
-def _show(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "…"
 
 
 def load_recipe(path: str | Path) -> Recipe:
@@ -86,7 +82,7 @@ def load_recipe(path: str | Path) -> Recipe:
         raise ConfigError(f"recipe {path} must be a mapping with model, gpu and plan")
     for key in data:
         if not isinstance(key, str):
-            raise ConfigError(f"recipe {path}: key {_show(key)} is not a name (allowed: {', '.join(sorted(_TOP_KEYS))})")
+            raise ConfigError(f"recipe {path}: key {quoted(key)} is not a name (allowed: {', '.join(sorted(_TOP_KEYS))})")
     unknown = set(data) - _TOP_KEYS
     if unknown:
         raise ConfigError(f"recipe {path}: unknown key(s) {', '.join(sorted(unknown))} (allowed: {', '.join(sorted(_TOP_KEYS))})")
@@ -97,7 +93,7 @@ def load_recipe(path: str | Path) -> Recipe:
         raise ConfigError(f"recipe {path}: plan must be a mapping")
     for key in plan:
         if not isinstance(key, str):
-            raise ConfigError(f"recipe {path}: plan key {_show(key)} is not a name")
+            raise ConfigError(f"recipe {path}: plan key {quoted(key)} is not a name")
     gpu = data.get("gpu")
     return Recipe(
         path=path,

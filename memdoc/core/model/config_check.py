@@ -20,7 +20,7 @@ Rules:
 
 from __future__ import annotations
 
-from memdoc.errors import ConfigError
+from memdoc.errors import ConfigError, quoted
 
 MAX_VALUE = 2**31 - 1
 """Largest integer accepted for any size or count (torch shapes are int32-addressable per dim)."""
@@ -63,18 +63,14 @@ def _integer(config: dict, key: str, where: str, minimum: int) -> int | None:
     if isinstance(value, float) and value.is_integer() and abs(value) <= MAX_VALUE:
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(f"{where}: {key} must be an integer, got {_show(value)}")
+        raise ConfigError(f"{where}: {key} must be an integer, got {quoted(value)}")
     if value < minimum:
         kind = "positive" if minimum == 1 else "non-negative"
         raise ConfigError(f"{where}: {key} must be a {kind} integer, got {value}")
     if value > MAX_VALUE:
-        raise ConfigError(f"{where}: {key} = {_show(value)} is larger than any model ({MAX_VALUE:,} at most)")
+        raise ConfigError(f"{where}: {key} = {quoted(value)} is larger than any model ({MAX_VALUE:,} at most)")
     return value
 
-
-def _show(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "…"
 
 
 def _first(config: dict, *keys: str) -> int | None:
@@ -93,17 +89,17 @@ def check_config(config: dict, *, model_id: str, family: str | None = None) -> N
     if model_type is None or model_type == "":
         raise ConfigError(f"{where} has no model_type")
     if not isinstance(model_type, str):
-        raise ConfigError(f"{where}: model_type must be a string, got {_show(model_type)}")
+        raise ConfigError(f"{where}: model_type must be a string, got {quoted(model_type)}")
     for key in _POSITIVE:
         _integer(config, key, where, 1)
     for key in _NON_NEGATIVE:
         _integer(config, key, where, 0)
     for key in _BOOLEANS:
         if config.get(key) is not None and not isinstance(config[key], bool):
-            raise ConfigError(f"{where}: {key} must be true or false, got {_show(config[key])}")
+            raise ConfigError(f"{where}: {key} must be true or false, got {quoted(config[key])}")
     only = config.get("mlp_only_layers")
     if only is not None and (not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only)):
-        raise ConfigError(f"{where}: mlp_only_layers must be a list of layer indices, got {_show(only)}")
+        raise ConfigError(f"{where}: mlp_only_layers must be a list of layer indices, got {quoted(only)}")
     for key in _REQUIRED_BY_FAMILY.get(family or "", ()):
         if config.get(key) is None:
             raise ConfigError(f"{where} has no {key} (needed for model_type {model_type!r})")

@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from enum import Enum
 
-from memdoc.errors import PlanError
+from memdoc.errors import PlanError, quoted
 
 
 class Method(str, Enum):
@@ -323,22 +323,22 @@ def _coerce(name: str, value):
             value = "full"
         choices = ", ".join(m.value for m in enum)
         if not isinstance(value, str):
-            raise PlanError(f"{_flag(name)} must be one of: {choices}; got {_show(value)}")
+            raise PlanError(f"{_flag(name)} must be one of: {choices}; got {quoted(value)}")
         try:
             return enum(value.lower())
         except ValueError:
-            raise PlanError(f"{_flag(name)} {_show(value)} is not one of: {choices}{_closest(value, enum)}") from None
+            raise PlanError(f"{_flag(name)} {quoted(value)} is not one of: {choices}{_closest(value, enum)}") from None
     if name == "lora_targets":
         if isinstance(value, str):
             value = [t.strip() for t in value.split(",")]
         if not isinstance(value, (list, tuple)) or not all(isinstance(t, str) for t in value):
-            raise PlanError(f"{_flag(name)} must be module names (a comma-separated string or a list), got {_show(value)}")
+            raise PlanError(f"{_flag(name)} must be module names (a comma-separated string or a list), got {quoted(value)}")
         return tuple(value)
     if name == "allow_long":
         if isinstance(value, str) and value.strip().lower() in ("true", "false"):  # as typed on a command line
             return value.strip().lower() == "true"
         if not isinstance(value, bool):
-            raise PlanError(f"{_flag(name)} must be true or false, got {_show(value)}")
+            raise PlanError(f"{_flag(name)} must be true or false, got {quoted(value)}")
         return value
     if name == "lora_alpha" and value is None:
         return None
@@ -347,13 +347,9 @@ def _coerce(name: str, value):
     if isinstance(value, str) and value.strip().isdigit() and value.strip().isascii():  # "4", as typed on a command line
         value = int(value.strip())
     if not isinstance(value, int) or isinstance(value, bool):
-        raise PlanError(f"{_flag(name)} must be an integer, got {_show(value)}")
+        raise PlanError(f"{_flag(name)} must be an integer, got {quoted(value)}")
     return value
 
-
-def _show(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "…"
 
 
 def _closest(value: str, enum) -> str:
