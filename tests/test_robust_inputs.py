@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from memdoc.cli import app
-from memdoc.core.model.params import _is_moe_layer, _moe_layer_count, layer_groups
+from memdoc.core.model.params import family_of, layer_groups, layer_layout
 from memdoc.resolve.models import catalog_config
 
 runner = CliRunner()
@@ -115,21 +115,23 @@ def test_a_million_layers_costs_no_more_than_a_few(tmp_path, command):
         assert data["model"]["params"] == 1_000_000 * layer + 128_256 * 2048 + 2048
 
 
-def test_moe_layer_count_closed_form_matches_every_layer():
-    """The closed-form count of MoE layers and the first layer of each kind equal a per-layer scan."""
+def test_layer_groups_match_a_scan_of_every_layer():
+    """The closed-form groups (first index, count) equal the distinct layouts of a per-layer scan."""
     rng = random.Random(16)
-    for family, _ in itertools.product(("qwen2_moe", "qwen3_moe", "deepseek_v2", "mixtral", "llama"), range(60)):
-        layers = rng.randint(1, 40)
-        config = {
-            "num_experts": rng.choice([0, 8]), "n_routed_experts": rng.choice([0, 8]),
+    models = ["Qwen/Qwen3-30B-A3B", "Qwen/Qwen2-57B-A14B", "deepseek-ai/DeepSeek-V2-Lite", "mistralai/Mixtral-8x7B-v0.1",
+              "meta-llama/Llama-3.2-1B"]
+    for model, _ in itertools.product(models, range(25)):
+        config = dict(catalog_config(model))
+        layers = rng.randint(1, 30)
+        config.update({
             "decoder_sparse_step": rng.randint(1, 5), "moe_layer_freq": rng.randint(1, 4),
             "first_k_dense_replace": rng.randint(0, 6),
-            "mlp_only_layers": sorted(rng.sample(range(45), rng.randint(0, 6))),
-        }
-        kinds = [_is_moe_layer(config, family, i) for i in range(layers)]
-        assert _moe_layer_count(config, family, layers) == sum(kinds), (family, layers, config)
-        expected = sorted((kinds.index(k), kinds.count(k)) for k in set(kinds))
-        assert list(layer_groups(config, family, layers)) == expected, (family, layers, config)
+            "mlp_only_layers": sorted(rng.sample(range(35), rng.randint(0, 6))),
+        })
+        family = family_of(config["model_type"])
+        scan = [layer_layout(config, family, i) for i in range(layers)]
+        expected = sorted((scan.index(layout), scan.count(layout)) for layout in set(scan))
+        assert list(layer_groups(config, family, layers)) == expected, (model, layers, config)
 
 
 def test_unknown_model_type_names_the_closest_few(tmp_path):
