@@ -35,15 +35,32 @@ def note(text: str) -> None:
 
 
 def table(heading: str | None, columns: list[tuple[str, str]], rows: list[list], *, caption: str | None = None) -> None:
-    """A plain table; columns are (header, justify)."""
+    """A plain table; columns are (header, justify).
+
+    When the columns cannot all fit the console (numbers whole, text folded to 14 characters),
+    each row becomes a block instead — its first cell, then `header value` parts — so no column
+    is cut or dropped at 80 columns.
+    """
     if heading:
         title(heading)
-    t = Table()
-    for header, justify in columns:
-        t.add_column(header, justify=justify)
-    for row in rows:
-        t.add_row(*[str(cell) if cell is not None else "—" for cell in row])
-    stdout.print(t)
+    cells = [[str(cell) if cell is not None else "—" for cell in row] for row in rows]
+    widths = []
+    for i, (header, justify) in enumerate(columns):
+        longest = max((len(row[i]) for row in cells if i < len(row)), default=0)
+        widths.append(max(longest, len(header)) if justify == "right" else min(max(longest, len(header)), 14))
+    if sum(widths) + 2 * len(columns) > stdout.width and len(columns) > 2:
+        for row in cells:
+            markup_paragraph(f"[b]{escape(row[0])}[/b]", indent=0)
+            parts_line(*(f"{header} {value}" for (header, _), value in zip(columns[1:], row[1:]) if value.strip()))
+    else:
+        narrow = stdout.width < NARROW_COLUMNS
+        t = Table(box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, show_edge=not narrow, collapse_padding=narrow)
+        for (header, justify), width in zip(columns, widths):  # numbers never wrap; text folds, never "…"
+            t.add_column(header, justify=justify, no_wrap=justify == "right", overflow="fold",
+                         min_width=None if justify == "right" else width)
+        for row in cells:
+            t.add_row(*row)
+        stdout.print(t)
     if caption:
         paragraph(caption, indent="", hang="")
 
