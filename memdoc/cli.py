@@ -6,12 +6,52 @@ parse flags, call the library and render.
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
+
 from memdoc.commands import bill, catalog, diagnose, emit, plan, prescribe  # noqa: F401  (importing registers them)
 from memdoc.commands.app import app
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        _quiet_if_pipe_closed()
+        _exit_past_leftover_threads(code)
+        raise
+    except BrokenPipeError:  # `memdoc … | head`: the reader left; nothing more to say
+        _quiet_if_pipe_closed()
+        sys.exit(1)
+
+
+def _quiet_if_pipe_closed() -> None:
+    """After the reader of stdout went away (`| head`), point stdout at /dev/null so the interpreter's
+    final flush does not print 'Exception ignored … BrokenPipeError'."""
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError):
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+
+
+def _exit_past_leftover_threads(code: int) -> None:
+    """End the process once the command is done, even if a diagnosed script left threads running.
+
+    `diagnose` runs the user's script in this process; a non-daemon thread it started (a data
+    prefetcher, a logger) would keep the interpreter alive forever after the report.
+    """
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 (a closed or broken stream: nothing left to flush)
+                pass
+        os._exit(code)
 
 
 if __name__ == "__main__":

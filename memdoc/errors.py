@@ -58,3 +58,9 @@ class KnowledgeBaseError(MemdocError):
 
 class DatasetError(MemdocError):
     """`--dataset` cannot be read, has no text field, or its tokenizer cannot be loaded."""
+
+
+def quoted(value, limit: int = 40) -> str:
+    """A user's value as an error message shows it: its repr, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

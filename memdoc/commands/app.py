@@ -3,16 +3,65 @@ error-to-exit-code mapping shared by every command. Imported by each command mod
 
 from __future__ import annotations
 
+import difflib
 import functools
+import inspect
 import os
+import re
 import sys
 import traceback
 
 import typer
+from typer.core import TyperGroup
+
+# Typer ≥ 0.23 vendors Click (typer._click); take its exception classes from the public BadParameter.
+_click_exceptions = sys.modules[typer.BadParameter.__module__]
 
 from memdoc.errors import MemdocError
 
+class MemdocGroup(TyperGroup):
+    """Typer's group with usage errors as one line, `Error: … (did you mean lora?)`, exit 2.
+
+    Typer draws usage errors as a multi-line box; memdoc's errors are one line everywhere, and a
+    bad choice names the closest valid one.
+    """
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            code = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
+                                standalone_mode=False, **extra)
+        except _click_exceptions.NoArgsIsHelpError as exc:
+            typer.echo(exc.ctx.get_help() if exc.ctx else "", nl=False)
+            code = 2
+        except _click_exceptions.ClickException as exc:
+            print(usage_error_line(exc), file=sys.stderr)
+            code = exc.exit_code
+        except typer.Abort:
+            print("Error: aborted", file=sys.stderr)
+            code = 130
+        code = code if isinstance(code, int) else 0
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+def usage_error_line(exc) -> str:
+    """One line for a Click usage error, with the closest choice, command or option when there is one."""
+    message = " ".join(exc.format_message().replace("Value error, ", "").split())
+    hint = ""
+    bad_choice = re.search(r"'([^']*)' is not one of ((?:'[^']*'(?:, )?)+)", message)
+    if bad_choice:
+        choices = re.findall(r"'([^']*)'", bad_choice.group(2))
+        close = difflib.get_close_matches(bad_choice.group(1).lower(), choices, n=1, cutoff=0.5)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+    ctx = getattr(exc, "ctx", None)
+    if not hint and ctx is not None and ctx.command_path:
+        hint = f" (see {ctx.command_path} --help)"
+    return f"Error: {message.rstrip('.')}{hint}"
+
+
 app = typer.Typer(
+    cls=MemdocGroup,
     name="memdoc",
     help=(
         "A VRAM doctor for LLM training: the itemised memory bill of a training step, a dry-run "
@@ -54,8 +103,10 @@ def report_errors(command):
         except Exception as exc:  # a bug in memdoc: say so in one line unless debugging
             if debug_enabled():
                 raise
+            text = " ".join(str(exc).split())
+            text = text if len(text) <= 300 else text[:299] + "…"
             print(
-                f"Error: internal error {type(exc).__name__}: {exc} (rerun with MEMDOC_DEBUG=1 for the traceback)",
+                f"Error: internal error {type(exc).__name__}: {text} (rerun with MEMDOC_DEBUG=1 for the traceback)",
                 file=sys.stderr,
             )
             raise typer.Exit(1) from None
@@ -63,10 +114,17 @@ def report_errors(command):
     return wrapper
 
 
+def reflow(doc: str) -> str:
+    """A docstring's paragraphs as single lines (Rich keeps a docstring's line breaks, so at 80 columns
+    every source line would wrap again and leave ragged half-lines)."""
+    return "\n\n".join(" ".join(paragraph.split()) for paragraph in doc.split("\n\n") if paragraph.strip())
+
+
 def command(name: str, **kwargs):
-    """Register a command with error reporting."""
+    """Register a command with error reporting; its docstring is the help, reflowed to the terminal."""
 
     def register(fn):
+        kwargs.setdefault("help", reflow(inspect.getdoc(fn) or ""))
         app.command(name, **kwargs)(report_errors(fn))
         return fn
 

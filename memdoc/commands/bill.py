@@ -69,6 +69,8 @@ def bill(
 
         data_section = dataset_section(dataset, tokenizer or model or setup.model.id, text_field, setup,
                                        seq_cap=setup.plan.seq_len if plan.values.get("seq") else None, quiet=json_out)
+    if setup.gpu_note and not json_out:
+        render.note(f"note: {setup.gpu_note}")
     if inference:
         from memdoc.core.billing.inference import inference_bill
 

@@ -20,12 +20,16 @@ Examples:
 
   memdoc diagnose train.py --steps 3 --snapshot mem.pickle --summary
 
-Exit status: 0 measured, 1 the script raised an exception (its traceback is shown),
-2 bad input (unknown model, unreadable script, syntax error), 3 the script ran out of memory.
-A script's own non-zero sys.exit status is passed through.
+Exit status: 0 measured (also when stopped by --steps or --timeout), 1 the script raised an
+exception (its traceback is shown), 2 bad input (unknown model, unreadable script, syntax
+error), 3 the script ran out of memory, 130 interrupted (Ctrl-C / KeyboardInterrupt). A script's
+own non-zero sys.exit() or os._exit() status is passed through. The report is always printed
+first, whatever the script does (exits, forks, closes stdout, ignores the timeout).
 """
 
 RUN = "Script mode"
+MAX_TIMEOUT_S = 7 * 24 * 3600
+"""Longest --timeout (a week); longer is "never" (0), and SIGALRM cannot hold an infinite one."""
 
 
 @command("diagnose", epilog=EXAMPLES)
@@ -57,6 +61,8 @@ def diagnose(
 
     if device not in ("cpu", "cuda"):
         raise PlanError(f"--device {device!r} must be 'cpu' or 'cuda'")
+    if not timeout <= MAX_TIMEOUT_S:  # also refuses inf and nan
+        raise PlanError(f"--timeout {timeout:g} must be a number of seconds up to {MAX_TIMEOUT_S:,} (0 = never)")
     if is_script_target(target):
         _diagnose_script(target, list(script_args or []), plan=plan, json_out=json_out, steps=steps,
                          timeout=timeout, snapshot=snapshot, summary=summary)
@@ -78,24 +84,28 @@ def _diagnose_model(target: str, *, plan: PlanArgs, json_out: bool, device: str)
 
         require_cuda(setup.plan)
     _, config, _ = load_config(setup.model.id if setup.model.source == "catalog" else target)
+    from memdoc.probe.quiet import quiet_libraries
     from memdoc.probe.tracer import trace_training_step
 
     if json_out:
-        measurement = trace_training_step(config, setup.plan)
+        with quiet_libraries():
+            measurement = trace_training_step(config, setup.plan)
     else:
-        with render.progress_reporter(f"tracing {setup.model.id}") as progress:
+        with render.progress_reporter(f"tracing {setup.model.id}") as progress, quiet_libraries():
             measurement = trace_training_step(config, setup.plan, progress=progress)
     the_bill = compute_bill(setup.model, setup.plan, setup.gpu)
     cuda = None
     if device == "cuda":
         from memdoc.probe.cuda_step import run_cuda_step
 
-        cuda = run_cuda_step(config, setup.plan)
+        with quiet_libraries():
+            cuda = run_cuda_step(config, setup.plan)
     if json_out:
         data = measurement.to_json()
         data["billed"] = bill_json(the_bill)["per_gpu"]
         data["bill_peak_phase"] = the_bill.peak_phase
-        data["model"] = setup.model.id
+        data["model"] = {"id": setup.model.id, "params": setup.model.params.total,
+                         "trainable_params": the_bill.states.trainable_params}
         data["plan"] = setup.plan.to_dict()
         if cuda is not None:
             data["cuda"] = cuda
@@ -114,31 +124,42 @@ def _diagnose_script(target: str, args: list[str], *, plan: PlanArgs, json_out: 
 
     if any(v not in (None, False) for v in plan.values.values()):
         render.note("note: plan flags are ignored for scripts: the plan is detected from what the script runs")
-    result = run_script(target, args, steps=steps, timeout=timeout or None, stdout_to_stderr=json_out,
-                        want_snapshot=snapshot is not None)
-    sys.stdout.flush()
-    if result.oom:
-        _read_oom(result.oom)
-    if result.traceback:
-        sys.stderr.write(result.traceback)
-        sys.stderr.flush()
-    bill = None
-    if result.hf:
-        bill = _bill_for(result, render)
-    written = []
-    if snapshot is not None:
-        written = _write_snapshot(result, snapshot, pickle)
-    if json_out:
-        data = result.to_json()
-        if bill is not None:
-            from memdoc.core.billing.bill import bill_json
 
-            data["hf"] = {"model_id": result.hf["model_id"], "detected_plan": result.hf["detected"],
-                          "billed": bill_json(bill)["per_gpu"], "bill_peak_phase": bill.peak_phase}
-        data["written"] = written
-        render.print_json(data)
-    else:
-        render.render_script_report(result, bill, summary=summary, written=written)
+    def report(result) -> None:
+        sys.stdout.flush()
+        if result.oom:
+            _read_oom(result.oom)
+        if result.traceback:
+            sys.stderr.write(result.traceback)
+            sys.stderr.flush()
+        bill = _bill_for(result, render) if result.hf else None
+        written = _write_snapshot(result, snapshot, pickle) if snapshot is not None else []
+        if json_out:
+            data = result.to_json()
+            if bill is not None:
+                from memdoc.core.billing.bill import bill_json
+
+                data["hf"] = {"model_id": result.hf["model_id"], "detected_plan": result.hf["detected"],
+                              "billed": bill_json(bill)["per_gpu"], "bill_peak_phase": bill.peak_phase}
+            data["written"] = written
+            render.print_json(data)
+        else:
+            render.render_script_report(result, bill, summary=summary, written=written)
+
+    def on_stuck(result) -> None:  # from the watchdog thread: report, then end the process
+        from memdoc.probe.script.guard import end_process
+
+        try:
+            if result is None:
+                print("Error: the script ignored --timeout and memdoc could not build its report", file=sys.stderr)
+            else:
+                report(result)
+        finally:
+            end_process(result.exit_code if result is not None else 1)
+
+    result = run_script(target, args, steps=steps, timeout=timeout or None, stdout_to_stderr=json_out,
+                        want_snapshot=snapshot is not None, on_stuck=on_stuck)
+    report(result)
     if result.exit_code:
         raise typer.Exit(result.exit_code)
 

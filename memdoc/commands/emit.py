@@ -86,6 +86,7 @@ def emit(
     accelerate config. Every file starts with the memdoc command and the billed peak per GPU.
     """
     from memdoc.core.billing.bill import compute_bill
+    from memdoc.core.model.gpu import gpu_json
     from memdoc.core.emit import DEFAULT_FILENAMES, EmitContext, emit as emit_plan, render_main, render_side
     from memdoc.commands.files import write_all
     from memdoc.errors import PlanError
@@ -135,18 +136,22 @@ def emit(
 
         render.print_json({
             "format": fmt_value,
-            "model": setup.model.id,
+            "model": {"id": setup.model.id, "params": setup.model.params.total,
+                      "trainable_params": the_bill.states.trainable_params},
             "plan": setup.plan.to_dict(),
-            "gpu": setup.gpu.id if setup.gpu else None,
-            "peak_allocated": the_bill.peak_allocated,
-            "process_total": the_bill.process_total,
+            "gpu": gpu_json(setup.gpu, setup.plan.world_size),
+            "per_gpu": {"peak_allocated": the_bill.peak_allocated, "peak_reserved": the_bill.peak_reserved,
+                        "process_total": the_bill.process_total},
             "fits": the_bill.fits,
+            "headroom_bytes": the_bill.headroom_bytes,
             "written": output is not None,
             "files": [{"path": str(path), "content": text} for path, text in files],
             "launch": emitted.launch,
             "notes": emitted.notes,
         })
         return
+    if setup.gpu_note:
+        _note(f"note: {setup.gpu_note}")
     if fit_message:
         _note(fit_message)
     for text in emitted.notes:

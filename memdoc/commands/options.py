@@ -6,6 +6,7 @@ validated `Setup` (model, plan, GPU) the command works on.
 """
 
 
+import dataclasses
 import functools
 import inspect
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from memdoc.core.model.gpu import GpuSpec, resolve_gpu
+from memdoc.core.model.gpu import GpuSpec, choice_note, resolve_gpu
 from memdoc.resolve.gpus import detect_local_gpu
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import (
@@ -39,24 +40,24 @@ PLAN = "Training plan"
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON (bytes) instead of tables.")]
 
 _PLAN_PARAMS = {
-    "gpu": Annotated[Optional[str], typer.Option("--gpu", help="GPU name (rtx-4090, a100-80, h100-sxm, …) or memory in GiB (24, 80). Default: detect the local GPU.", rich_help_panel=PLAN)],
-    "gpus": Annotated[Optional[int], typer.Option("--gpus", help="GPUs per node. [default: 1]", rich_help_panel=PLAN)],
-    "nodes": Annotated[Optional[int], typer.Option("--nodes", help="Nodes. [default: 1]", rich_help_panel=PLAN)],
-    "method": Annotated[Optional[Method], typer.Option("--method", help="What is trained. [default: full]", rich_help_panel=PLAN)],
-    "precision": Annotated[Optional[Precision], typer.Option("--precision", help="bf16/fp16 = pure (weights, grads, states in 16 bit); amp-* = fp32 master weights + autocast. [default: bf16]", rich_help_panel=PLAN)],
-    "optimizer": Annotated[Optional[Optimizer], typer.Option("--optimizer", help="Optimizer. [default: adamw (foreach, as on CUDA)]", rich_help_panel=PLAN)],
-    "batch": Annotated[Optional[int], typer.Option("--batch", help="Micro-batch per GPU (sequences). [default: 1]", rich_help_panel=PLAN)],
-    "seq": Annotated[Optional[int], typer.Option("--seq", help="Sequence length (tokens). [default: 2048]", rich_help_panel=PLAN)],
-    "accum": Annotated[Optional[int], typer.Option("--accum", help="Gradient accumulation steps. [default: 1]", rich_help_panel=PLAN)],
-    "checkpointing": Annotated[Optional[Checkpointing], typer.Option("--checkpointing", help="Activation checkpointing. [default: none]", rich_help_panel=PLAN)],
-    "attention": Annotated[Optional[Attention], typer.Option("--attention", help="Attention kernel. [default: sdpa]", rich_help_panel=PLAN)],
-    "loss": Annotated[Optional[Loss], typer.Option("--loss", help="hf = transformers' loss (full fp32 logits); fused = Liger fused linear cross-entropy (logits never stored whole). [default: hf]", rich_help_panel=PLAN)],
-    "lora_rank": Annotated[Optional[int], typer.Option("--lora-rank", help="LoRA rank. [default: 16]", rich_help_panel=PLAN)],
-    "lora_alpha": Annotated[Optional[int], typer.Option("--lora-alpha", help="LoRA alpha. [default: 2 × rank]", rich_help_panel=PLAN)],
-    "lora_targets": Annotated[Optional[str], typer.Option("--lora-targets", help="Comma-separated module names, or all-linear. [default: q_proj,v_proj]", rich_help_panel=PLAN)],
-    "shard": Annotated[Optional[Shard], typer.Option("--shard", help="Shard model states over GPUs. [default: none]", rich_help_panel=PLAN)],
-    "offload": Annotated[Optional[Offload], typer.Option("--offload", help="Move states off the GPU. [default: none]", rich_help_panel=PLAN)],
-    "offload_to": Annotated[Optional[OffloadTarget], typer.Option("--offload-to", help="Where offloaded states live. [default: cpu]", rich_help_panel=PLAN)],
+    "gpu": Annotated[Optional[str], typer.Option("--gpu", help="GPU name (rtx-4090, a100-80, h100-sxm, …) or memory in GiB (24, 80); N×GPU (8xh100) also sets --gpus N. \\[default: the local GPU]", rich_help_panel=PLAN)],
+    "gpus": Annotated[Optional[int], typer.Option("--gpus", help="GPUs per node. \\[default: 1]", rich_help_panel=PLAN)],
+    "nodes": Annotated[Optional[int], typer.Option("--nodes", help="Nodes. \\[default: 1]", rich_help_panel=PLAN)],
+    "method": Annotated[Optional[Method], typer.Option("--method", help="What is trained. \\[default: full]", rich_help_panel=PLAN)],
+    "precision": Annotated[Optional[Precision], typer.Option("--precision", help="bf16/fp16 = pure (weights, grads, states in 16 bit); amp-* = fp32 master weights + autocast. \\[default: bf16]", rich_help_panel=PLAN)],
+    "optimizer": Annotated[Optional[Optimizer], typer.Option("--optimizer", help="Optimizer. \\[default: adamw (foreach, as on CUDA)]", rich_help_panel=PLAN)],
+    "batch": Annotated[Optional[int], typer.Option("--batch", help="Micro-batch per GPU (sequences). \\[default: 1]", rich_help_panel=PLAN)],
+    "seq": Annotated[Optional[int], typer.Option("--seq", help="Sequence length (tokens). \\[default: 2048]", rich_help_panel=PLAN)],
+    "accum": Annotated[Optional[int], typer.Option("--accum", help="Gradient accumulation steps. \\[default: 1]", rich_help_panel=PLAN)],
+    "checkpointing": Annotated[Optional[Checkpointing], typer.Option("--checkpointing", help="Activation checkpointing. \\[default: none]", rich_help_panel=PLAN)],
+    "attention": Annotated[Optional[Attention], typer.Option("--attention", help="Attention kernel. \\[default: sdpa]", rich_help_panel=PLAN)],
+    "loss": Annotated[Optional[Loss], typer.Option("--loss", help="hf = transformers' loss (full fp32 logits); fused = Liger fused linear cross-entropy (logits never stored whole). \\[default: hf]", rich_help_panel=PLAN)],
+    "lora_rank": Annotated[Optional[int], typer.Option("--lora-rank", help="LoRA rank. \\[default: 16]", rich_help_panel=PLAN)],
+    "lora_alpha": Annotated[Optional[int], typer.Option("--lora-alpha", help="LoRA alpha. \\[default: 2 × rank]", rich_help_panel=PLAN)],
+    "lora_targets": Annotated[Optional[str], typer.Option("--lora-targets", help="Comma-separated module names, or all-linear. \\[default: q_proj,v_proj]", rich_help_panel=PLAN)],
+    "shard": Annotated[Optional[Shard], typer.Option("--shard", help="Shard model states over GPUs. \\[default: none]", rich_help_panel=PLAN)],
+    "offload": Annotated[Optional[Offload], typer.Option("--offload", help="Move states off the GPU. \\[default: none]", rich_help_panel=PLAN)],
+    "offload_to": Annotated[Optional[OffloadTarget], typer.Option("--offload-to", help="Where offloaded states live. \\[default: cpu]", rich_help_panel=PLAN)],
     "allow_long": Annotated[bool, typer.Option("--allow-long", help="Allow --seq beyond the model's context length.", rich_help_panel=PLAN)],
     "recipe": Annotated[Optional[Path], typer.Option("--recipe", help="A memdoc recipe YAML (model + plan + GPU); flags override it.", rich_help_panel=PLAN)],
 }
@@ -73,6 +74,9 @@ class Setup:
     """Plan fields the user set (a flag or the recipe); the rest are defaults (`memdoc plan` searches those)."""
     model_arg: str | None = None
     """MODEL as the user gave it (the catalog may spell it differently in `model.id`)."""
+    gpu_note: str | None = None
+    """What a loose --gpu was taken to mean (a short name's variant, the real cards near a bare size);
+    human output prints it, --json leaves it out."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,10 @@ class PlanArgs:
             if value is None or (flag == "allow_long" and not value):
                 continue
             plan_values[FLAG_ALIASES.get(flag, flag)] = value.value if hasattr(value, "value") else value
+        gpu = resolve_gpu(gpu_text) if gpu_text else None
+        if gpu is not None and gpu.count > 1:
+            plan_values["gpus_per_node"] = gpus_from_count(gpu, plan_values.get("gpus_per_node"), gpu_text)
+            gpu = dataclasses.replace(gpu, count=1)
         plan = parse_plan(**plan_values)
         model = resolve_model(model_name)
         if plan.is_peft and "lora_targets" not in plan_values:
@@ -110,15 +118,16 @@ class PlanArgs:
             plan, hidden_size=model.hidden_size, max_positions=model.max_positions, model_id=model.id,
             linear_names=model.linear_names,
         )
-        gpu = None
-        if need_gpu or gpu_text:
-            gpu = resolve_gpu(gpu_text) if gpu_text else detect_local_gpu()
+        if gpu is None and need_gpu:
+            gpu = detect_local_gpu()
             if gpu is None:
                 raise NoGpuDetectedError("no local NVIDIA GPU found; pass --gpu (e.g. --gpu 24 or --gpu rtx-4090)")
+        if gpu is not None:
             plan = precision_for_card(plan, gpu, explicit="precision" in plan_values)
         return Setup(model=model, plan=plan, gpu=gpu, recipe=str(recipe_path) if recipe_path else None,
                      explicit=frozenset(FLAG_ALIASES.get(k.replace("-", "_"), k.replace("-", "_")) for k in plan_values),
-                     model_arg=model_name)
+                     model_arg=model_name,
+                     gpu_note=choice_note(gpu_text, gpu) if gpu_text and gpu else None)
 
 
 def precision_for_card(plan: TrainingPlan, gpu: GpuSpec, *, explicit: bool) -> TrainingPlan:
@@ -134,6 +143,13 @@ def precision_for_card(plan: TrainingPlan, gpu: GpuSpec, *, explicit: bool) -> T
             f"{plan.precision.value} cannot run there; use --precision {fallback.value}"
         )
     return plan.replace(precision=fallback)
+
+
+def gpus_from_count(gpu: GpuSpec, gpus_flag, gpu_text: str) -> int:
+    """GPUs per node for `--gpu N×NAME`: N, unless --gpus (or the recipe's gpus) says otherwise."""
+    if gpus_flag is not None and int(gpus_flag) != gpu.count:
+        raise PlanError(f"--gpu {gpu_text.strip()} says {gpu.count} GPUs but --gpus says {gpus_flag}; give the count once")
+    return gpu.count
 
 
 def plan_options(command):

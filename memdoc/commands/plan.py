@@ -66,6 +66,7 @@ def plan_command(
     from memdoc.core.billing.bill import compute_bill
     from memdoc.core.billing.search import HEADROOM, search
     from memdoc.core.billing.steptime import step_time
+    from memdoc.core.model.gpu import gpu_json
     from memdoc.errors import PlanError
 
     if (output or force) and not emit_format:
@@ -76,8 +77,9 @@ def plan_command(
         emitted = _emit(setup, found[0].plan, emit_format, output, force, capture=True) if emit_format and found else None
         base = compute_bill(setup.model, setup.plan, setup.gpu)
         render.print_json({
-            "model": setup.model.id,
-            "gpu": {"name": setup.gpu.name, "memory_bytes": setup.gpu.memory_bytes, "count": setup.plan.world_size},
+            "model": {"id": setup.model.id, "params": setup.model.params.total,
+                      "trainable_params": base.states.trainable_params},
+            "gpu": gpu_json(setup.gpu, setup.plan.world_size),
             "headroom_fraction": HEADROOM,
             "fixed": sorted(setup.explicit),
             "given": {"plan": setup.plan.to_dict(), "process_total": base.process_total,

@@ -62,8 +62,8 @@ def prescribe(
     oom = guess = None
     if log is not None:
         try:
-            text = sys.stdin.read() if log == "-" else Path(log).read_text(errors="replace")
-        except OSError as exc:
+            text = _read_stdin() if log == "-" else Path(log).read_text(encoding="utf-8", errors="replace")
+        except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot read log {log}: {exc.strerror or exc}") from None
         oom = first_oom(text)
         if oom is None and symptom is None:
@@ -92,6 +92,8 @@ def prescribe(
                 from memdoc.core.doctor.oom_causes import card_from_capacity
 
                 gpu = card_from_capacity(oom.allowed if oom.allowed and oom.allowed < oom.total else oom.total)[0]
+        if setup.gpu_note and not json_out:
+            render.note(f"note: {setup.gpu_note}")
         from memdoc.core.doctor.quantify import quantify
 
         base, quantified = quantify(chosen.prescriptions, setup.model, setup.plan, gpu)
@@ -102,6 +104,14 @@ def prescribe(
         render.print_json(_json(chosen, order, oom, guess, quantified, base, culprit, symptom is not None, shrinks))
     else:
         render.render_prescriptions(chosen, oom, guess, quantified, base, order=order, culprit=culprit)
+
+
+def _read_stdin() -> str:
+    """stdin as text whatever its bytes or the locale's encoding (logs mix encodings; undecodable bytes become �)."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:
+        return sys.stdin.read()
+    return buffer.read().decode("utf-8", errors="replace")
 
 
 def _json(symptom, order, oom, guess, quantified, base, culprit, from_flag: bool, shrinks) -> dict:
@@ -131,7 +141,7 @@ def _json(symptom, order, oom, guess, quantified, base, culprit, from_flag: bool
         "symptom": symptom.id,
         "oom": oom_json,
         "diagnosis": diagnosis,
-        "bill": None if base is None else {"process_total": base.process_total, "fits": base.fits},
+        "bill": None if base is None else {"per_gpu": {"process_total": base.process_total}, "fits": base.fits},
         "prescriptions": [
             {
                 "id": p.id,

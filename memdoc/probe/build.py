@@ -31,8 +31,8 @@ def _hf_config(config: dict, plan: TrainingPlan, layers: int | None):
         data.pop(key, None)
     try:
         conf = AutoConfig.for_model(model_type, **data)
-    except (ValueError, KeyError) as exc:
-        raise ConfigError(f"transformers cannot build model_type {model_type!r}: {exc}") from None
+    except Exception as exc:  # transformers raises many types for configs it cannot read
+        raise _cannot_build(model_type, exc) from None
     if layers is not None:
         conf.num_hidden_layers = layers
         if isinstance(getattr(conf, "layer_types", None), list):
@@ -40,6 +40,14 @@ def _hf_config(config: dict, plan: TrainingPlan, layers: int | None):
     conf.use_cache = False
     # dropout stays as configured: its masks are part of what the real step keeps
     return conf
+
+
+def _cannot_build(model_type, exc: BaseException) -> ConfigError:
+    """One line for a config transformers cannot build a model from (its messages run to pages)."""
+    text = " ".join(str(exc).split())
+    if len(text) > 200:
+        text = text[:199] + "…"
+    return ConfigError(f"transformers cannot build a {model_type!r} model from this config: {type(exc).__name__}: {text}")
 
 
 def _selective_context_fn():
@@ -83,13 +91,17 @@ def build_model(config: dict, plan: TrainingPlan, layers: int | None = None, not
     attn = "eager" if plan.attention is Attention.EAGER else "sdpa"
     with no_init_weights():
         try:
-            model = AutoModelForCausalLM.from_config(conf, dtype=torch_dtype(store), attn_implementation=attn)
-        except ValueError as exc:
-            if attn != "sdpa" or "attention implementation" not in str(exc):
-                raise
-            model = AutoModelForCausalLM.from_config(conf, dtype=torch_dtype(store), attn_implementation="eager")
-            if notes is not None:
-                notes.append(f"{type(model).__name__} has no SDPA attention in transformers: traced eager attention")
+            try:
+                model = AutoModelForCausalLM.from_config(conf, dtype=torch_dtype(store), attn_implementation=attn)
+            except ValueError as exc:
+                if attn != "sdpa" or "attention implementation" not in str(exc):
+                    raise
+                model = AutoModelForCausalLM.from_config(conf, dtype=torch_dtype(store), attn_implementation="eager")
+                if notes is not None:
+                    notes.append(f"{type(model).__name__} has no SDPA attention in transformers: traced eager attention")
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError, ZeroDivisionError, OverflowError) as exc:
+            # the config passed memdoc's checks but transformers' model code refuses it
+            raise _cannot_build(config.get("model_type"), exc) from None
     model.tie_weights()
     model.train()
     if plan.checkpointing is not Checkpointing.NONE:

@@ -81,6 +81,19 @@ def layer_count(config: dict) -> int:
     raise ConfigError("config has no num_hidden_layers (or n_layer)")
 
 
+MAX_TRACED_LAYERS = 512
+"""Most decoder layers one trace builds (real models have < 200); repeating layers are extrapolated from
+short traces at any count, others beyond this are refused rather than traced for hours."""
+
+
+def _check_traceable(layers: int, why: str) -> None:
+    if layers > MAX_TRACED_LAYERS:
+        raise ConfigError(
+            f"diagnose cannot trace {layers:,} layers ({why}; {MAX_TRACED_LAYERS} at most); "
+            "memdoc bill estimates any layer count"
+        )
+
+
 def layer_period(config: dict) -> int | None:
     """Smallest p such that layers repeat every p layers; None when they do not repeat (trace all)."""
     n = layer_count(config)
@@ -319,6 +332,7 @@ def trace_training_step(
 
     if ks is None:
         k = layers if layers is not None else n_layers
+        _check_traceable(k, "its layers do not repeat, so every layer is traced")
         report(f"tracing {k} layer(s)", 0.0)
         phases, acts, more = _trace_once(config, plan, k)
         notes += more
@@ -335,6 +349,7 @@ def trace_training_step(
             phases = _extrapolate(pb, pc, ks[1], ks[2], n_layers)
             notes.append(f"traced {ks[0]}, {ks[1]} and {ks[2]} layers; extrapolated linearly to {n_layers}")
         else:
+            _check_traceable(n_layers, "short traces did not extrapolate linearly, so every layer would be traced")
             report(f"layers not linear: tracing all {n_layers} layers", len(ks) / (len(ks) + 1))
             phases, acts, more = _trace_once(config, plan, n_layers)
             notes += more

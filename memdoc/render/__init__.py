@@ -5,16 +5,25 @@ from __future__ import annotations
 import json
 import sys
 
-from rich.console import Console
+from rich import box
 from rich.table import Table
 
+from rich.markup import escape
+
 from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
+from memdoc.render.layout import (
+    NARROW_COLUMNS,
+    format_switches,
+    markup_paragraph,
+    paragraph,
+    parts_line,
+    stderr,
+    stdout,
+    title,
+)
 from memdoc.units import format_bytes
 
-# Piped output (files, CI logs) gets 120 columns instead of Rich's 80 so tables stay readable.
-stdout = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 120)
-stderr = Console(stderr=True, highlight=False)
-
+__all__ = ["format_switches", "paragraph", "parts_line", "stderr", "stdout", "title"]
 
 def print_json(data) -> None:
     """Machine-readable output: one JSON document on stdout, bytes as integers."""
@@ -26,14 +35,35 @@ def note(text: str) -> None:
     stderr.print(text)
 
 
-def table(title: str | None, columns: list[tuple[str, str]], rows: list[list], *, caption: str | None = None) -> None:
-    """A plain table; columns are (header, justify)."""
-    t = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
-    for header, justify in columns:
-        t.add_column(header, justify=justify)
-    for row in rows:
-        t.add_row(*[str(cell) if cell is not None else "—" for cell in row])
-    stdout.print(t)
+def table(heading: str | None, columns: list[tuple[str, str]], rows: list[list], *, caption: str | None = None) -> None:
+    """A plain table; columns are (header, justify).
+
+    When the columns cannot all fit the console (numbers whole, text folded to 14 characters),
+    each row becomes a block instead — its first cell, then `header value` parts — so no column
+    is cut or dropped at 80 columns.
+    """
+    if heading:
+        title(heading)
+    cells = [[str(cell) if cell is not None else "—" for cell in row] for row in rows]
+    widths = []
+    for i, (header, justify) in enumerate(columns):
+        longest = max((len(row[i]) for row in cells if i < len(row)), default=0)
+        widths.append(max(longest, len(header)) if justify == "right" else min(max(longest, len(header)), 14))
+    if sum(widths) + 2 * len(columns) > stdout.width and len(columns) > 2:
+        for row in cells:
+            markup_paragraph(f"[b]{escape(row[0])}[/b]", indent=0)
+            parts_line(*(f"{header} {value}" for (header, _), value in zip(columns[1:], row[1:]) if value.strip()))
+    else:
+        narrow = stdout.width < NARROW_COLUMNS
+        t = Table(box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, show_edge=not narrow, collapse_padding=narrow)
+        for (header, justify), width in zip(columns, widths):  # numbers never wrap; text folds, never "…"
+            t.add_column(header, justify=justify, no_wrap=justify == "right", overflow="fold",
+                         min_width=None if justify == "right" else width)
+        for row in cells:
+            t.add_row(*row)
+        stdout.print(t)
+    if caption:
+        paragraph(caption, indent="", hang="")
 
 
 def gib(n: int | None) -> str:
@@ -68,24 +98,27 @@ def render_time(time, world_size: int, generic_gpu: bool = False) -> None:
     """One line: modelled seconds per optimizer step, tokens/s, and wall time per billion tokens."""
     per_billion = 1e9 / (time.tokens_per_second * world_size)
     gpus = f" on {world_size} GPUs" if world_size > 1 else ""
-    stdout.print(f"  step time ≈ {duration(time.seconds)} per optimizer step ({time.tokens:,} tokens/GPU) · "
-                 f"{time.tokens_per_second:,.0f} tokens/s/GPU · {duration(per_billion)} per billion tokens{gpus}")
+    parts_line(f"step time ≈ {duration(time.seconds)} per optimizer step ({time.tokens:,} tokens/GPU)",
+               f"{time.tokens_per_second:,.0f} tokens/s/GPU", f"{duration(per_billion)} per billion tokens{gpus}")
     if generic_gpu:
         stdout.print("  (times at A100 rates: name the GPU, e.g. --gpu rtx-4090, for its own)")
 
 
 def render_bill(bill, ladder, command_line=None, time=None) -> None:
     """The bill table with per-phase stacked bars, the verdict line and the ladder (`time`: a StepTime)."""
+    from memdoc.core.billing.verdict import other_explained
+
     plan = bill.plan
     gpu = bill.gpu
-    title = (
-        f"{bill.model.id} · {bill.model.params.total / 1e9:.2f}B params · {plan.method.value} {plan.precision.value} "
-        f"{plan.optimizer.value} · batch {plan.micro_batch} × seq {plan.seq_len}"
-        + (f" · ckpt {plan.checkpointing.value}" if plan.checkpointing.value != "none" else "")
-        + (f" · {plan.shard.value} × {plan.world_size}" if plan.shard.value != "none" else "")
-        + (f" · offload {plan.offload.value}" if plan.offload.value != "none" else "")
+    title(
+        bill.model.id, f"{bill.model.params.total / 1e9:.2f}B params",
+        f"{plan.method.value} {plan.precision.value} {plan.optimizer.value}",
+        f"batch {plan.micro_batch} × seq {plan.seq_len}",
+        f"ckpt {plan.checkpointing.value}" if plan.checkpointing.value != "none" else "",
+        f"{plan.shard.value} × {plan.world_size}" if plan.shard.value != "none" else "",
+        f"offload {plan.offload.value}" if plan.offload.value != "none" else "",
     )
-    t = Table(title=title, title_justify="left", caption_justify="left")
+    t = Table(caption_justify="left")
     t.add_column("per GPU", justify="left")
     for phase in PHASES:
         t.add_column(phase + (" ◀ peak" if phase == bill.peak_phase else ""), justify="right")
@@ -102,35 +135,54 @@ def render_bill(bill, ladder, command_line=None, time=None) -> None:
     scale = max(scale, gpu.memory_bytes if gpu else 0)
     for phase in PHASES:
         stdout.print(f"  {phase:<10}{_bar(bill.phases[phase], scale)}")
-    stdout.print(
-        f"  peak allocated {gib(bill.peak_allocated)} ({bill.peak_phase}) · reserved ≈ {gib(bill.peak_reserved)}"
-        f" · process total ≈ {gib(bill.process_total)} (+ CUDA context)"
-
-    )
+    parts_line(f"peak allocated {gib(bill.peak_allocated)} ({bill.peak_phase})", f"reserved ≈ {gib(bill.peak_reserved)}",
+               f"process total ≈ {gib(bill.process_total)} (+ CUDA context)")
     if time is not None:
         render_time(time, plan.world_size, gpu is None or gpu.is_generic)
+    explained = other_explained(bill)
+    if explained:
+        paragraph(explained)
     if bill.host:
         stdout.print(f"  host {plan.offload_to.value.upper() if plan.offload_to.value == 'nvme' else 'RAM'} needed: "
                      f"{gib(bill.host_bytes)} per GPU, {gib(bill.host_bytes * plan.gpus_per_node)} per node "
                      f"({plan.gpus_per_node} GPU{'s' if plan.gpus_per_node > 1 else ''})")
     for line in bill.notes:
-        stdout.print(f"  note: {line}")
+        paragraph(f"note: {line}")
     if gpu is None:
         return
-    gpus = f"{plan.world_size} × " if plan.world_size > 1 else ""
-    if bill.fits:
-        stdout.print(f"[bold green]✔ fits[/] {gpus}{gpu.name} ({gib(gpu.memory_bytes)}) with {gib(bill.headroom_bytes)} headroom per GPU")
-    else:
-        stdout.print(f"[bold red]✘ does not fit[/] {gpus}{gpu.name} ({gib(gpu.memory_bytes)}): {gib(-bill.headroom_bytes)} over per GPU, peak in {bill.peak_phase}")
+    render_verdict(bill.process_total, gpu, plan.world_size, peak_phase=bill.peak_phase)
     if ladder:
         render_ladder(ladder)
 
 
+def render_verdict(process_total: int, gpu, world_size: int = 1, *, peak_phase: str | None = None) -> None:
+    """✔ fits / ✘ does not fit, with the margin against the bill's benchmarked error (close call inside it)."""
+    from memdoc.core.billing.verdict import VERDICT_ERROR, verdict
+
+    v = verdict(process_total, gpu.memory_bytes)
+    gpus = f"{world_size} × " if world_size > 1 else ""
+    where = f"{gpus}{gpu.name} ({gib(gpu.memory_bytes)})"
+    if v.fits:
+        head = f"[bold green]✔ fits[/] {where} with {gib(v.margin_bytes)} headroom per GPU"
+    else:
+        head = (f"[bold red]✘ does not fit[/] {where}: {gib(-v.margin_bytes)} over per GPU"
+                + (f", peak in {peak_phase}" if peak_phase else ""))
+    if v.close_call:
+        tail = (f"[yellow]close call[/]: within the bill's ±{VERDICT_ERROR:.0%} benchmarked error "
+                f"(±{gib(v.error_bytes)}, measured on real H200 steps)")
+    else:
+        tail = f"margin beyond the bill's ±{VERDICT_ERROR:.0%} benchmarked error (±{gib(v.error_bytes)})"
+    parts_line(head, tail, indent="")
+
+
 def render_ladder(ladder) -> None:
-    t = Table(title="The ladder: cheapest remedies first, each on top of the last", title_justify="left")
-    for header, justify in (("#", "right"), ("remedy", "left"), ("peak alloc.", "right"), ("process", "right"),
-                            ("saves", "right"), ("step time", "right"), ("fits", "left")):
-        t.add_column(header, justify=justify)
+    narrow = stdout.width < NARROW_COLUMNS
+    title("The ladder: cheapest remedies first, each on top of the last")
+    t = Table(box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, show_edge=not narrow, collapse_padding=narrow)
+    for header, justify in (("#", "right"), ("remedy", "left"), ("peak" if narrow else "peak alloc.", "right"),
+                            ("process", "right"), ("saves", "right"), ("time" if narrow else "step time", "right"),
+                            ("fits", "left")):
+        t.add_column(header, justify=justify, no_wrap=header != "remedy", min_width=12 if header == "remedy" else None)
     for i, step in enumerate(ladder, 1):
         t.add_row(str(i), step.rung.action, gib(step.bill.peak_allocated), gib(step.bill.process_total),
                   gib(step.saved_bytes), f"×{step.relative_time:.2f} ({duration(step.step_seconds)})", "[green]yes[/]" if step.fits else "no")
@@ -152,12 +204,17 @@ def render_plans(setup, candidates, headroom: float) -> None:
         stdout.print(f"[bold red]No plan fits[/] {gpus}{gpu.name} ({gib(gpu.memory_bytes)}) with {headroom:.0%} headroom "
                      "over the knobs left free: free a fixed flag, add GPUs (--gpus) or use a bigger GPU.")
         return
-    t = Table(title=f"{setup.model.id} on {gpus}{gpu.name} ({gib(gpu.memory_bytes)}): fastest plans that fit "
-                    f"with {headroom:.0%} headroom", title_justify="left")
+    narrow = stdout.width < NARROW_COLUMNS
+    title(f"{setup.model.id} on {gpus}{gpu.name} ({gib(gpu.memory_bytes)})",
+          f"fastest plans that fit with {headroom:.0%} headroom")
+    t = Table(box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, show_edge=not narrow, collapse_padding=narrow)
     for header, justify in (("#", "right"), ("changes from your plan", "left"), ("peak alloc.", "right"),
                             ("process", "right"), ("step time", "right"), ("tokens/s/GPU", "right"),
                             ("per 1B tokens", "right")):
-        t.add_column(header, justify=justify)
+        short = {"changes from your plan": "changes", "peak alloc.": "peak", "tokens/s/GPU": "tok/s/GPU",
+                 "per 1B tokens": "per 1B tok"}
+        t.add_column(short.get(header, header) if narrow else header, justify=justify, no_wrap=justify == "right",
+                     min_width=12 if justify == "left" else None)
     for i, c in enumerate(candidates, 1):
         changes = "; ".join(_change(*change) for change in c.changes) or "(none: your plan)"
         per_billion = 1e9 / (c.time.tokens_per_second * c.plan.world_size)
@@ -200,8 +257,7 @@ def render_inference(result) -> None:
             ["[b]peak allocated[/b]", gib(result.peak_allocated)], ["process total", gib(result.process_total)]]
     table(f"{result.model.id} inference · batch {result.plan.micro_batch} × context {result.plan.seq_len}", [("item", "left"), ("per GPU", "right")], rows)
     if result.gpu is not None:
-        verdict = "[green]✔ fits[/]" if result.fits else "[red]✘ does not fit[/]"
-        stdout.print(f"{verdict} {result.gpu.name} ({gib(result.gpu.memory_bytes)})")
+        render_verdict(result.process_total, result.gpu, result.plan.world_size)
 
 
 # ------------------------------------------------------------------------------------ diagnose
@@ -243,8 +299,9 @@ def _delta(measured: int | None, billed: int | None) -> tuple[str, str]:
     return f"{sign}{format_bytes(abs(diff))}", pct
 
 
-def _compare_table(title: str, measured: dict, billed: dict | None, *, caption: str | None = None) -> None:
-    t = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+def _compare_table(heading, measured: dict, billed: dict | None, *, caption: str | None = None) -> None:
+    title(*(heading if isinstance(heading, tuple) else (heading,)))
+    t = Table()
     t.add_column("item", justify="left")
     t.add_column("measured", justify="right")
     if billed is not None:
@@ -258,6 +315,8 @@ def _compare_table(title: str, measured: dict, billed: dict | None, *, caption: 
             row += [format_bytes(int(billed.get(item, 0))), d, pct]
         t.add_row(*row)
     stdout.print(t)
+    if caption:
+        paragraph(caption)
 
 
 def render_traced(measurement, bill, cuda: dict | None = None) -> None:
@@ -266,13 +325,13 @@ def render_traced(measurement, bill, cuda: dict | None = None) -> None:
 
     billed = bill_json(bill)["per_gpu"]
     plan = bill.plan
-    title = (f"{bill.model.id} · traced step vs bill · {plan.method.value} {plan.precision.value} {plan.optimizer.value}"
-             f" · batch {plan.micro_batch} × seq {plan.seq_len}"
-             + (f" · ckpt {plan.checkpointing.value}" if plan.checkpointing.value != "none" else ""))
+    heading = (bill.model.id, "traced step vs bill", f"{plan.method.value} {plan.precision.value} {plan.optimizer.value}",
+               f"batch {plan.micro_batch} × seq {plan.seq_len}",
+               f"ckpt {plan.checkpointing.value}" if plan.checkpointing.value != "none" else "")
     measured = {**measurement.line_items, "peak_allocated": measurement.peak_allocated}
-    _compare_table(title, measured, billed)
-    stdout.print(f"  peak in [b]{measurement.peak_phase}[/b] (bill: {bill.peak_phase})"
-                 f" · peak allocated {format_bytes(measurement.peak_allocated)} ≈ torch.cuda.max_memory_allocated()")
+    _compare_table(heading, measured, billed)
+    parts_line(f"peak in [b]{measurement.peak_phase}[/b] (bill: {bill.peak_phase})",
+               f"peak allocated {format_bytes(measurement.peak_allocated)} ≈ torch.cuda.max_memory_allocated()")
     if measurement.phases:
         stdout.print("  per phase: " + " · ".join(f"{p} {format_bytes(v['peak_allocated'])}" for p, v in measurement.phases.items()))
     if cuda:
@@ -283,7 +342,7 @@ def render_traced(measurement, bill, cuda: dict | None = None) -> None:
         rows = [[name, format_bytes(b)] for name, b in measurement.modules[:8]]
         table("Top modules by activations kept after their forward", [("module", "left"), ("activations", "right")], rows)
     for line in measurement.notes:
-        stdout.print(f"  note: {line}")
+        paragraph(f"note: {line}")
 
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -299,14 +358,13 @@ def render_script_report(result, bill=None, *, summary: bool = False, written: l
         "finished": f"the script finished ({result.steps} optimizer step(s))",
         "exit": f"the script exited with status {result.script_exit_code or 0} ({result.steps} optimizer step(s))",
         "timeout": f"[yellow]stopped by --timeout[/] after {result.steps} optimizer step(s)",
+        "interrupted": f"[yellow]interrupted (KeyboardInterrupt)[/] after {result.steps} optimizer step(s)",
         "oom": f"[bold red]OUT OF MEMORY[/] in {(result.oom or {}).get('phase')} of step {(result.oom or {}).get('step')}",
         "error": f"[red]the script raised an exception[/] after {result.steps} optimizer step(s) (traceback above)",
     }[result.stop_reason]
-    stdout.print(f"  {how} · {', '.join(result.models) or 'no nn.Module called'} · "
-                 f"{', '.join(o['class'] for o in result.optimizers) or 'no optimizer step'} · {result.elapsed_s:.1f} s")
+    parts_line(how, ", ".join(result.models) or "no nn.Module called",
+               ", ".join(o["class"] for o in result.optimizers) or "no optimizer step", f"{result.elapsed_s:.1f} s")
     if result.oom:
-        from rich.markup import escape
-
         stdout.print(f"  [red]{escape(result.oom['message'])}[/]")
         for i, cause in enumerate(result.oom.get("causes") or [], 1):
             stdout.print(f"      cause {i}: {escape(cause['title'])}: {escape(cause['evidence'])}")
@@ -314,7 +372,8 @@ def render_script_report(result, bill=None, *, summary: bool = False, written: l
     if result.peak_phase is None:
         stdout.print("  no forward pass of an nn.Module was seen: nothing to attribute")
     else:
-        t = Table(title="Measured tensor memory, itemised at each phase's peak", title_justify="left")
+        title("Measured tensor memory, itemised at each phase's peak")
+        t = Table()
         t.add_column("item", justify="left")
         phases = [p for p in PHASES if p in result.phases]
         for p in phases:
@@ -324,12 +383,12 @@ def render_script_report(result, bill=None, *, summary: bool = False, written: l
         t.add_row("[b]allocated[/b]", *[f"[b]{format_bytes(result.phases[p]['peak_allocated'])}[/b]" for p in phases])
         stdout.print(t)
         s = result.states
-        stdout.print(f"  model states at the stop: weights {format_bytes(s['weights'])} · gradients {format_bytes(s['gradients'])}"
-                     f" · optimizer {format_bytes(s['optimizer'])} · trainable {format_bytes(s['trainable'])}")
+        parts_line(f"model states at the stop: weights {format_bytes(s['weights'])}", f"gradients {format_bytes(s['gradients'])}",
+                   f"optimizer {format_bytes(s['optimizer'])}", f"trainable {format_bytes(s['trainable'])}")
     if result.cuda:
         c = result.cuda
-        stdout.print(f"  CUDA: peak allocated {format_bytes(c['allocated_peak'])} · peak reserved {format_bytes(c['reserved_peak'])}"
-                     f" · inactive split {format_bytes(c['inactive_split'])} · alloc retries {c['num_alloc_retries']} · OOMs {c['num_ooms']}")
+        parts_line(f"CUDA: peak allocated {format_bytes(c['allocated_peak'])}", f"peak reserved {format_bytes(c['reserved_peak'])}",
+                   f"inactive split {format_bytes(c['inactive_split'])}", f"alloc retries {c['num_alloc_retries']}", f"OOMs {c['num_ooms']}")
         if summary and result.cuda_summary:
             stdout.print(result.cuda_summary, markup=False)
     elif summary:
@@ -338,22 +397,22 @@ def render_script_report(result, bill=None, *, summary: bool = False, written: l
         from memdoc.core.billing.bill import bill_json
 
         det = result.hf["detected"]
-        title = (f"{result.hf['model_id']} · measured vs billed for the detected plan: "
-                 + " ".join(f"{k}={v if not isinstance(v, (list, tuple)) else ','.join(v)}" for k, v in det.items()))
-        _compare_table(title, result.measured, bill_json(bill)["per_gpu"],
+        heading = (result.hf["model_id"], "measured vs billed for the detected plan:",
+                   *(f"{k}={v if not isinstance(v, (list, tuple)) else ','.join(v)}" for k, v in det.items()))
+        _compare_table(heading, result.measured, bill_json(bill)["per_gpu"],
                        caption=f"measured peak in {result.peak_phase}, bill peak in {bill.peak_phase}; the bill counts the "
                                "steady state at the bill's own peak phase, the script's data tensors count as other")
     if result.findings:
         stdout.print("[b]Findings[/b]")
         for f in result.findings:
-            stdout.print(f"  [{_SEVERITY_STYLE.get(f.severity, '')}]{f.severity}[/] [b]{f.id}[/b]: {f.message}")
+            markup_paragraph(f"[{_SEVERITY_STYLE.get(f.severity, '')}]{f.severity}[/] [b]{escape(f.id)}[/b]: {escape(f.message)}")
             if f.modules:
-                stdout.print(f"      modules: {', '.join(f.modules[:8])}" + (" …" if len(f.modules) > 8 else ""))
-            stdout.print(f"      → [b]{f.prescribe}[/b]")
+                markup_paragraph(f"modules: {escape(', '.join(f.modules[:8]))}" + (" …" if len(f.modules) > 8 else ""), indent=6)
+            markup_paragraph(f"→ [b]{escape(f.prescribe)}[/b]", indent=6)
     else:
         stdout.print("  no findings")
     for line in result.notes:
-        stdout.print(f"  note: {line}")
+        paragraph(f"note: {line}")
     for path in written or []:
         stdout.print(f"  wrote {path}")
 
@@ -373,9 +432,9 @@ def render_prescriptions(symptom, oom, guess, quantified, base, *, order=None, c
             stdout.print(f"  [b]cause {i}[/b]: {cause.title}: {cause.evidence}")
             stdout.print(f"     fix: {cause.fix}{frees}")
         for reason in guess.reasons:
-            stdout.print(f"  because: {reason}")
+            paragraph(f"because: {reason}")
         for assumption in guess.assumptions:
-            stdout.print(f"  [yellow]assumed:[/] {assumption}")
+            paragraph(f"assumed: {assumption}")
         for unknown in guess.unknowns:
             stdout.print(f"  [yellow]could not tell:[/] {unknown}")
     if culprit is not None:
@@ -385,25 +444,38 @@ def render_prescriptions(symptom, oom, guess, quantified, base, *, order=None, c
             stdout.print(f"     [yellow]note:[/] {culprit.note}")
     stdout.print(f"[b]{symptom.id}[/b]: {symptom.title}")
     for cause in symptom.causes:
-        stdout.print(f"  cause: {cause}")
+        paragraph(f"cause: {cause}")
     prescriptions = list(order) if order is not None else list(symptom.prescriptions)
     by_id = {q.prescription.id: q for q in quantified or []}
+    heading = "Prescriptions, cheapest first"
+    if base is not None:
+        heading += f" (your plan: {gib(base.process_total)} per GPU" + ("" if base.fits is None else (", fits)" if base.fits else ", does not fit)"))
+
+    def quantity(p) -> list[str]:
+        if quantified is None:
+            return []
+        q = by_id[p.id]
+        return [gib(q.saves_bytes) if q.saves_bytes is not None else q.note,
+                {True: "[green]yes[/]", False: "no", None: "—"}[q.fits_alone]]
+
+    if stdout.width < NARROW_COLUMNS:  # one block per prescription: a table's text columns would be a few letters wide
+        title(heading)
+        for i, p in enumerate(prescriptions, 1):
+            paragraph(f"{i}. {p.action}", indent="", hang="   ")
+            facts = [f"shrinks {p.why}", f"time cost {p.time_cost}"]
+            if quantified is not None:
+                saves, fits = quantity(p)
+                facts += [f"saves {saves}", f"fits alone {fits}"]
+            parts_line(*facts, indent="   ")
+            for tool, value in p.how.items():
+                paragraph(f"{tool}: {format_switches(value)}", indent="   ", hang="     ")
+        return
     columns = [("#", "right"), ("prescription", "left"), ("shrinks", "left"), ("time cost", "left")]
     if quantified is not None:
         columns += [("saves", "right"), ("fits alone", "left")]
-    rows = []
+    rows = [[i, p.action, p.why, p.time_cost, *quantity(p)] for i, p in enumerate(prescriptions, 1)]
+    table(heading, columns, rows)
     for i, p in enumerate(prescriptions, 1):
-        row = [i, p.action, p.why, p.time_cost]
-        if quantified is not None:
-            q = by_id[p.id]
-            row += [gib(q.saves_bytes) if q.saves_bytes is not None else q.note,
-                    {True: "[green]yes[/]", False: "no", None: "—"}[q.fits_alone]]
-        rows.append(row)
-    title = "Prescriptions, cheapest first"
-    if base is not None:
-        title += f" (your plan: {gib(base.process_total)} per GPU" + ("" if base.fits is None else (", fits)" if base.fits else ", does not fit)"))
-    table(title, columns, rows)
-    for i, p in enumerate(prescriptions, 1):
-        switches = "; ".join(f"{tool}: {value}" for tool, value in p.how.items())
+        switches = "; ".join(f"{tool}: {format_switches(value)}" for tool, value in p.how.items())
         if switches:
-            stdout.print(f"  {i}. {switches}")
+            paragraph(f"{i}. {switches}", hang="     ")

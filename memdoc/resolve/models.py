@@ -25,7 +25,7 @@ from pathlib import Path
 
 from memdoc.core.model.model_spec import ModelSpec, spec_from_config
 from memdoc.core.model.params import UnsupportedArchitecture
-from memdoc.errors import ConfigError, UnknownModelError
+from memdoc.errors import ConfigError, UnknownModelError, quoted
 
 _CATALOG_PACKAGE = "memdoc.data.catalog"
 
@@ -76,6 +76,8 @@ def _read_config_file(path: Path, model: str) -> dict:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path} is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ConfigError(f"{path} is nested too deeply to be a model config") from None
 
 
 def _hf_cache_config(model: str) -> Path | None:
@@ -85,7 +87,7 @@ def _hf_cache_config(model: str) -> Path | None:
         os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface"), "hub"
     )
     snapshots = Path(cache) / ("models--" + model.replace("/", "--")) / "snapshots"
-    if not snapshots.is_dir():
+    if not _safe(snapshots.is_dir):
         return None
     candidates = sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime, reverse=True)
     return candidates[0] if candidates else None
@@ -117,16 +119,34 @@ def suggest(model: str, n: int = 3) -> list[str]:
     return list(dict.fromkeys(ids[name] for name in names))[:n]
 
 
+MAX_MODEL_ARG = 4096
+"""Longest MODEL argument accepted (PATH_MAX on Linux); longer text is neither an id nor a path."""
+
+
+def _safe(check) -> bool:
+    """A filesystem test that answers False where the OS refuses the name (too long, bad bytes)."""
+    try:
+        return check()
+    except (OSError, ValueError):
+        return False
+
+
+
 def load_config(model: str) -> tuple[str, dict, str]:
     """(canonical id, config dict, source) for MODEL, in the documented resolution order."""
+    if not model or len(model) > MAX_MODEL_ARG or "\0" in model:
+        raise UnknownModelError(
+            f"model {quoted(model, 80)} is not a model id or a path ({len(model)} characters; ids and paths are at most {MAX_MODEL_ARG})"
+            if model else "MODEL is empty (pass a model id, a config.json path, or --recipe FILE)"
+        )
     path = Path(model).expanduser()
-    if path.is_dir():
+    if _safe(path.is_dir):
         config_file = path / "config.json"
         if not config_file.is_file():
             raise ConfigError(f"{path} is a directory without config.json")
         return str(path), _read_config_file(config_file, model), "local"
-    if path.suffix == ".json" or path.is_file():
-        if not path.is_file():
+    if path.suffix == ".json" or _safe(path.is_file):
+        if not _safe(path.is_file):
             raise ConfigError(f"{path} does not exist")
         return str(path), _read_config_file(path, model), "local"
     cached = _hf_cache_config(model)
@@ -144,7 +164,7 @@ def load_config(model: str) -> tuple[str, dict, str]:
     close = suggest(model)
     hint = f"did you mean {' or '.join(close)}?" if close else "see `memdoc models` for the bundled catalog"
     raise UnknownModelError(
-        f"unknown model {model!r}: not a local path, not in the HF cache or the catalog, and the Hub is unreachable; {hint}"
+        f"unknown model {quoted(model, 80)}: not a local path, not in the HF cache or the catalog, and the Hub is unreachable; {hint}"
     )
 
 

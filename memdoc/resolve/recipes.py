@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from memdoc.errors import ConfigError
+from memdoc.errors import ConfigError, quoted
 
 _TOP_KEYS = {"model", "gpu", "plan", "description", "name"}
 
@@ -31,17 +31,58 @@ class Recipe:
     description: str = ""
 
 
-def load_recipe(path: str | Path) -> Recipe:
-    """Read and shape-check a recipe (plan values are validated by TrainingPlan)."""
-    path = Path(path)
+MAX_RECIPE_BYTES = 1024 * 1024
+"""A recipe is a few lines; anything over 1 MiB is not one (and is not parsed)."""
+
+
+def _parse(path: Path) -> object:
+    """The YAML document of a recipe: UTF-8, at most MAX_RECIPE_BYTES, no aliases (ConfigError otherwise).
+
+    Aliases are refused rather than expanded: a few lines of nested aliases (a "billion laughs"
+    document) expand to gigabytes, and no recipe needs them.
+    """
     try:
-        data = yaml.safe_load(path.read_text())
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_RECIPE_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"cannot read recipe {path}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_RECIPE_BYTES:
+        raise ConfigError(f"recipe {path} is larger than {MAX_RECIPE_BYTES // 1024} KiB; a recipe is a short YAML file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"recipe {path} is not UTF-8 text (byte {exc.start}: {raw[exc.start:exc.start + 1]!r})") from None
+    try:
+        for event in yaml.parse(text, Loader=_LOADER):
+            if isinstance(event, yaml.AliasEvent):
+                mark = event.start_mark
+                raise ConfigError(f"recipe {path}:{mark.line + 1}: YAML aliases (*{event.anchor}) are not allowed in recipes")
+        return yaml.load(text, Loader=_LOADER)
     except yaml.YAMLError as exc:
         raise ConfigError(f"recipe {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise ConfigError(f"recipe {path} is nested too deeply to be a recipe") from None
+
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _text(value, what: str, path: Path, *, numbers: bool = False) -> str:
+    if isinstance(value, str) or (numbers and isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return str(value)
+    raise ConfigError(f"recipe {path}: {what} must be a string, got {quoted(value)}")
+
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """Read and shape-check a recipe (plan values are validated, strictly typed, by TrainingPlan)."""
+    path = Path(path)
+    data = _parse(path)
     if not isinstance(data, dict):
         raise ConfigError(f"recipe {path} must be a mapping with model, gpu and plan")
+    for key in data:
+        if not isinstance(key, str):
+            raise ConfigError(f"recipe {path}: key {quoted(key)} is not a name (allowed: {', '.join(sorted(_TOP_KEYS))})")
     unknown = set(data) - _TOP_KEYS
     if unknown:
         raise ConfigError(f"recipe {path}: unknown key(s) {', '.join(sorted(unknown))} (allowed: {', '.join(sorted(_TOP_KEYS))})")
@@ -50,11 +91,14 @@ def load_recipe(path: str | Path) -> Recipe:
     plan = data.get("plan") or {}
     if not isinstance(plan, dict):
         raise ConfigError(f"recipe {path}: plan must be a mapping")
+    for key in plan:
+        if not isinstance(key, str):
+            raise ConfigError(f"recipe {path}: plan key {quoted(key)} is not a name")
     gpu = data.get("gpu")
     return Recipe(
         path=path,
-        model=str(data["model"]),
-        gpu=None if gpu is None else str(gpu),
+        model=_text(data["model"], "model", path),
+        gpu=None if gpu is None else _text(gpu, "gpu", path, numbers=True),
         plan=plan,
-        description=str(data.get("description") or ""),
+        description=_text(data.get("description") or "", "description", path),
     )

@@ -347,19 +347,18 @@ def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:
     T = plan.micro_batch * plan.seq_len
     h = model.hidden_size
     # layers differ only between dense and MoE layouts: compute each distinct layout once
-    first_index = {layout: i for i, layout in reversed(list(enumerate(model.layouts)))}
-    saved = {layout: sum(layer_activations(model, plan, i).values()) for layout, i in first_index.items()}
+    groups = model.layer_groups
+    saved = {i: sum(layer_activations(model, plan, i).values()) for i, _, _ in groups}
     largest = max(saved.values())
     residual = (FP32 if amp else dt) * T * h  # a checkpointed layer keeps only its input
     if plan.checkpointing is Checkpointing.FULL:
         layers_saved = residual * model.num_layers
         recompute = largest
     elif plan.checkpointing is Checkpointing.SELECTIVE:
-        kept = {layout: _selective(model, plan, i) for layout, i in first_index.items()}
-        layers_saved = sum(kept[layout] for layout in model.layouts)
+        layers_saved = sum(_selective(model, plan, i) * layers for i, _, layers in groups)
         recompute = largest  # the layer's full activations, rebuilt in backward
     else:
-        layers_saved = sum(saved[layout] for layout in model.layouts)
+        layers_saved = sum(saved[i] * layers for i, _, layers in groups)
         recompute = 0
     head_saved, loss_fwd, loss_bwd = _head(model, plan, dt=dt, amp=amp)
     # Backward of one layer holds gradient buffers of its widest intermediates (≈ 3 MLP-wide tensors).

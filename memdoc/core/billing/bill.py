@@ -28,7 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from memdoc.core.billing.activations import Activations, estimate_activations
-from memdoc.core.model.gpu import GpuSpec
+from memdoc.core.billing.verdict import verdict
+from memdoc.core.model.gpu import GpuSpec, gpu_json
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Method, Offload, Precision, Shard, TrainingPlan
 from memdoc.core.billing.states import ModelStates, model_states
@@ -220,9 +221,7 @@ def bill_json(bill: Bill) -> dict:
             "params": bill.model.params.total,
             "trainable_params": bill.states.trainable_params,
         },
-        "gpu": None
-        if bill.gpu is None
-        else {"name": bill.gpu.name, "memory_bytes": bill.gpu.memory_bytes, "count": bill.plan.world_size},
+        "gpu": gpu_json(bill.gpu, bill.plan.world_size),
         "plan": bill.plan.to_dict(),
         "per_gpu": {
             **{k: getattr(peak, k) for k in LINE_ITEMS},
@@ -237,5 +236,6 @@ def bill_json(bill: Bill) -> dict:
         "peak_phase": bill.peak_phase,
         "fits": bill.fits,
         "headroom_bytes": bill.headroom_bytes,
+        "verdict": None if bill.gpu is None else verdict(bill.process_total, bill.gpu.memory_bytes).to_json(),
         "notes": list(bill.notes),
     }

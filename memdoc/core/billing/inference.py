@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memdoc.core.billing.bill import ALLOCATOR_OVERHEAD, CUDA_CONTEXT_BYTES
-from memdoc.core.model.gpu import GpuSpec
+from memdoc.core.billing.verdict import verdict
+from memdoc.core.model.gpu import GpuSpec, gpu_json
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Method, TrainingPlan
 from memdoc.core.billing.states import qlora_weight_bytes
@@ -41,12 +42,15 @@ class InferenceBill:
     def to_json(self) -> dict:
         return {
             "mode": "inference",
-            "model": {"id": self.model.id, "params": self.model.params.total},
-            "gpu": None if self.gpu is None else {"name": self.gpu.name, "memory_bytes": self.gpu.memory_bytes},
+            "model": {"id": self.model.id, "params": self.model.params.total, "trainable_params": 0},
+            "gpu": gpu_json(self.gpu, self.plan.world_size),
+            "plan": self.plan.to_dict(),
             "per_gpu": {"weights": self.weights, "kv_cache": self.kv_cache, "activations": self.activations,
                         "peak_allocated": self.peak_allocated, "process_total": self.process_total},
+            "peak_phase": "prefill",
             "fits": self.fits,
             "headroom_bytes": None if self.gpu is None else self.gpu.memory_bytes - self.process_total,
+            "verdict": None if self.gpu is None else verdict(self.process_total, self.gpu.memory_bytes).to_json(),
         }
 
 

@@ -260,16 +260,18 @@ def _drop_unneeded(model: ModelSpec, plan: TrainingPlan, steps: list[LadderStep]
 
 
 def max_fitting(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec, knob: str) -> int | None:
-    """Largest micro-batch ('batch') or sequence length ('seq', multiples of 128) that fits; None if even 1 does not."""
+    """Largest micro-batch ('batch') or sequence length ('seq', multiples of 128 up to the model's context) that fits; None if even 1 does not."""
     field = "micro_batch" if knob == "batch" else "seq_len"
-    step = 1 if knob == "batch" else 128
+    context = model.max_positions if knob == "seq" and not plan.allow_long else None
+    # multiples of 128 tokens, or single tokens for a context shorter than that (never past the context)
+    step = 1 if knob == "batch" or (context is not None and context < 128) else 128
 
     def fits(value: int) -> bool:
         return bool(compute_bill(model, plan.replace(**{field: value * step}), gpu).fits)
 
     if not fits(1):
         return None
-    limit = (model.max_positions or 1 << 20) // step if knob == "seq" and not plan.allow_long else 1 << 20
+    limit = (context or 1 << 20) // step if knob == "seq" and not plan.allow_long else 1 << 20
     low, high = 1, 2
     while high <= limit and fits(high):
         low, high = high, high * 2

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 from memdoc.core.model.lora import adapted_names, is_trained
@@ -49,15 +50,19 @@ class ModelStates:
     """Parameters of the largest decoder layer (all-gather unit under ZeRO-3/FSDP)."""
 
 
-def _lora_params(model: ModelSpec, plan: TrainingPlan) -> tuple[int, list[tuple[int, int]]]:
-    """(adapter parameter count, [(in, out) per adapted matrix]) for the plan's targets."""
+Shapes = Counter
+"""(rows, cols) of tensors → how many such tensors (layers repeat: counts, not lists of L entries)."""
+
+
+def _lora_params(model: ModelSpec, plan: TrainingPlan) -> tuple[int, Shapes]:
+    """(adapter parameter count, {(in, out): count} of adapted matrices) for the plan's targets."""
     targets = adapted_names(plan)
-    shapes = []
-    for i in range(model.num_layers):
-        for linear in model.layouts[i].linears:
+    shapes: Shapes = Counter()
+    for _, layout, layers in model.layer_groups:
+        for linear in layout.linears:
             if is_trained(linear, targets):
-                shapes.append((linear.in_features, linear.out_features))
-    return sum(plan.lora_rank * (a + b) for a, b in shapes), shapes
+                shapes[(linear.in_features, linear.out_features)] += layers
+    return sum(plan.lora_rank * (a + b) * k for (a, b), k in shapes.items()), shapes
 
 
 def qlora_weight_bytes(model: ModelSpec, base_bytes: int) -> int:
@@ -69,9 +74,9 @@ def qlora_weight_bytes(model: ModelSpec, base_bytes: int) -> int:
     routers, embeddings, norms and the LM head.
     """
     quantised = sum(
-        linear.params
-        for i in range(model.num_layers)
-        for linear in model.layouts[i].linears
+        layers * linear.params
+        for _, layout, layers in model.layer_groups
+        for linear in layout.linears
         if linear.group not in ("experts", "router")
     )
     return int(quantised * NF4_BYTES_PER_WEIGHT) + (model.params.total - quantised) * base_bytes
@@ -84,7 +89,7 @@ def trainable_params(model: ModelSpec, plan: TrainingPlan) -> int:
     return _lora_params(model, plan)[0]
 
 
-def _optimizer_bytes(plan: TrainingPlan, shapes: list[tuple[int, int]], state_bytes: int) -> tuple[int, int]:
+def _optimizer_bytes(plan: TrainingPlan, shapes: Shapes, state_bytes: int) -> tuple[int, int]:
     """(state bytes, step temporaries) for tensors of `shapes` (rows, cols) whose states are `state_bytes` wide.
 
     AdamW (torch): exp_avg + exp_avg_sq; the foreach path builds one sqrt(exp_avg_sq) buffer of
@@ -93,44 +98,45 @@ def _optimizer_bytes(plan: TrainingPlan, shapes: list[tuple[int, int]], state_by
     SGD (momentum 0.9), Lion: one state. Adafactor: factored second moment (row + column) for
     matrices, full for vectors; no first moment (transformers' default beta1=None).
     """
-    numels = [r * c for r, c in shapes]
-    n = sum(numels)
+    numels = Counter()
+    for (r, c), k in shapes.items():
+        numels[r * c] += k
+    n = sum(numel * k for numel, k in numels.items())
     opt = plan.optimizer
     if opt in (Optimizer.ADAMW, Optimizer.ADAMW_FUSED):
         temp = n * state_bytes if opt is Optimizer.ADAMW else 0
         return 2 * n * state_bytes, temp
     if opt in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT):
         total = 0
-        for numel in numels:
+        for numel, k in numels.items():
             if numel < BNB_MIN_8BIT_SIZE:
-                total += 2 * numel * 4
+                total += k * 2 * numel * 4
             else:
-                total += 2 * (numel + 4 * math.ceil(numel / BNB_BLOCK))
+                total += k * 2 * (numel + 4 * math.ceil(numel / BNB_BLOCK))
         return total, 0
     if opt in (Optimizer.SGD, Optimizer.LION):
         return n * state_bytes, n * state_bytes if opt is Optimizer.LION else 0
     if opt is Optimizer.ADAFACTOR:
-        factored = sum((r + c if c > 1 and r > 1 else r * c) for r, c in shapes)
+        factored = sum(k * (r + c if c > 1 and r > 1 else r * c) for (r, c), k in shapes.items())
         return factored * state_bytes, max(numels) * state_bytes
     raise AssertionError(opt)
 
 
-def _param_shapes(model: ModelSpec) -> list[tuple[int, int]]:
-    """(rows, cols) of the model's parameter tensors; biases and norms as vectors (n, 1)."""
-    out = []
-    for i in range(model.num_layers):
-        layout = model.layouts[i]
+def _param_shapes(model: ModelSpec) -> Shapes:
+    """{(rows, cols): count} of the model's parameter tensors; biases and norms as vectors (n, 1)."""
+    out: Shapes = Counter()
+    for _, layout, layers in model.layer_groups:
         for linear in layout.linears:
-            out.extend([(linear.out_features, linear.in_features)] * linear.copies)
+            out[(linear.out_features, linear.in_features)] += layers * linear.copies
             if linear.bias:
-                out.extend([(linear.out_features, 1)] * linear.copies)
-        out.append((layout.norm_params, 1))
-    out.append((model.vocab_size, model.params.embedding // model.vocab_size))
+                out[(linear.out_features, 1)] += layers * linear.copies
+        out[(layout.norm_params, 1)] += layers
+    out[(model.vocab_size, model.params.embedding // model.vocab_size)] += 1
     if model.params.head:
-        out.append((model.vocab_size, model.params.head // model.vocab_size))
-    rest = model.params.total - sum(r * c for r, c in out)  # final norm, position embeddings, head bias
+        out[(model.vocab_size, model.params.head // model.vocab_size)] += 1
+    rest = model.params.total - sum(r * c * k for (r, c), k in out.items())  # final norm, position embeddings, head bias
     if rest:
-        out.append((rest, 1))
+        out[(rest, 1)] += 1
     return out
 
 
@@ -150,8 +156,7 @@ def model_states(model: ModelSpec, plan: TrainingPlan) -> ModelStates:
 def _model_states(model: ModelSpec, plan: TrainingPlan) -> ModelStates:
     param_bytes = plan.precision.param_bits // 8
     compute_bytes = plan.precision.compute_bits // 8
-    layers = [model.layouts[i] for i in range(model.num_layers)]
-    largest_layer = max(l.params() + l.norm_params for l in layers)
+    largest_layer = max(l.params() + l.norm_params for _, l, _ in model.layer_groups)
     if plan.sharded_mixed_precision:
         states, _ = _optimizer_bytes(plan, _param_shapes(model), 4)
         return ModelStates(
@@ -173,7 +178,10 @@ def _model_states(model: ModelSpec, plan: TrainingPlan) -> ModelStates:
             largest_layer_params=largest_layer,
         )
     adapters, shapes = _lora_params(model, plan)
-    adapter_shapes = [shape for a, b in shapes for shape in ((plan.lora_rank, a), (b, plan.lora_rank))]
+    adapter_shapes: Shapes = Counter()
+    for (a, b), k in shapes.items():
+        adapter_shapes[(plan.lora_rank, a)] += k
+        adapter_shapes[(b, plan.lora_rank)] += k
     base_bytes = compute_bytes
     if plan.method is Method.QLORA:
         weights = qlora_weight_bytes(model, base_bytes)

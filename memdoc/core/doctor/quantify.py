@@ -34,7 +34,7 @@ def apply_lever(plan: TrainingPlan, lever: dict) -> TrainingPlan | None:
     """The plan with the lever applied; None when the lever is not a plan change or changes nothing."""
     if not lever or any(key not in PLAN_LEVERS for key in lever):
         return None
-    values = plan.to_dict()
+    values = plan.to_dict() | {"lora_alpha": plan.lora_alpha}  # as given (to_dict shows the effective 2r)
     for key, value in lever.items():
         if key == "micro_batch":
             if plan.micro_batch == 1:

@@ -258,3 +258,40 @@ def match_device_name(device_name: str) -> GpuSpec | None:
     for prefix in ("nvidia", "geforce", "tesla", "quadro", "amd", "instinct"):
         key = key.removeprefix(prefix)
     return index.get(key)
+
+
+def choice_note(text: str, spec: GpuSpec) -> str | None:
+    """What a loose `--gpu TEXT` was taken to mean, when that is not obvious (None when it is).
+
+    * a short name shared by variants ("a100", "h100", "v100") names the variant taken and the others;
+    * a bare size ("24") is exactly that many GiB, while cards sold with that size expose less:
+      the nearest real cards are named, with their memory, so the user can pick one.
+    """
+    raw = text.strip()
+    m = _COUNT.match(raw)
+    if m and int(m.group(1)) >= 1:
+        raw = m.group(2).strip()
+    key = _norm(raw)
+    if spec.is_generic:
+        size = spec.memory_nominal_gb
+        sold = [g for g in _table() if g.memory_nominal_gb == size]
+        nearest = sorted(sold, key=lambda g: -g.memory_bytes)[:5] if sold else \
+            sorted(_table(), key=lambda g: abs(g.memory_bytes - spec.memory_bytes))[:3]
+        cards = ", ".join(f"{g.id} {g.memory_bytes / GiB:.2f} GiB" for g in nearest)
+        which = f"cards sold as {size:g} GB expose" if sold else "the nearest cards have"
+        return (f"--gpu {raw} is a generic GPU with exactly {spec.memory_bytes / GiB:.2f} GiB; {which} "
+                f"{cards}: pass one (--gpu {nearest[-1].id}) to bill its real memory")
+    if key == _norm(spec.id):
+        return None
+    variants = [g for g in _table() if g.id != spec.id and _norm(g.id).startswith(key)]
+    if not variants:
+        return None
+    others = ", ".join(f"--gpu {g.id} ({g.memory_bytes / GiB:.2f} GiB)" for g in variants)
+    return f"--gpu {raw} taken as {spec.name} ({spec.memory_bytes / GiB:.2f} GiB); for another variant pass {others}"
+
+
+def gpu_json(gpu: GpuSpec | None, count: int = 1) -> dict | None:
+    """The one --json shape of a GPU in every command: id, name, bytes per device, devices in the plan."""
+    if gpu is None:
+        return None
+    return {"id": gpu.id, "name": gpu.name, "memory_bytes": gpu.memory_bytes, "count": count}

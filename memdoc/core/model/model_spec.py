@@ -11,8 +11,17 @@ import functools
 from dataclasses import dataclass, field
 
 from memdoc.core.model import lora
+from memdoc.core.model.config_check import check_config
 from memdoc.core.model.config_keys import CONFIG_KEYS, config_value
-from memdoc.core.model.params import LayerLayout, ParamCounts, count_params, family_of, generic_layout, layer_layout
+from memdoc.core.model.params import (
+    LayerLayout,
+    ParamCounts,
+    count_params,
+    family_of,
+    generic_layout,
+    layer_groups,
+    layer_layout,
+)
 from memdoc.errors import ConfigError
 
 
@@ -66,17 +75,27 @@ class ModelSpec:
         return self.num_kv_heads * self.head_dim
 
     @functools.cached_property
-    def layouts(self) -> tuple[LayerLayout, ...]:
-        """The parameter layout of every decoder layer (computed once).
+    def layer_groups(self) -> tuple[tuple[int, LayerLayout, int], ...]:
+        """The distinct decoder-layer layouts as (first index, layout, number of layers), in order.
 
-        Unknown families get a generic decoder layer built from the config's sizes (q/k/v/o
-        projections, a two-matrix MLP): their parameter counts come from the meta device, and
-        the activation estimate for them is only as good as that generic shape (the bill says so).
+        At most two (dense and MoE layers): every per-layer sum is a sum over these groups, so
+        the cost never scales with `num_layers`. Unknown families get a generic decoder layer
+        built from the config's sizes (q/k/v/o projections, a two-matrix MLP): their parameter
+        counts come from the meta device, and the activation estimate for them is only as good
+        as that generic shape (the bill says so).
         """
         if self.family == "unknown":
             generic = generic_layout(self.hidden_size, self.q_dim, self.kv_dim, self.intermediate_size)
-            return (generic,) * self.num_layers
-        return tuple(layer_layout(self.config, self.family, i) for i in range(self.num_layers))
+            return ((0, generic, self.num_layers),)
+        return tuple(
+            (index, layer_layout(self.config, self.family, index), count)
+            for index, count in layer_groups(self.config, self.family, self.num_layers)
+        )
+
+    @property
+    def layouts(self) -> "LayerLayouts":
+        """The layout of decoder layer i as `layouts[i]` (a lazy sequence over `layer_groups`)."""
+        return LayerLayouts(self)
 
     @property
     def linear_names(self) -> frozenset[str]:
@@ -84,8 +103,8 @@ class ModelSpec:
         if self.family == "unknown":
             return frozenset()
         names = set()
-        for index in {0, self.num_layers - 1}:
-            for linear in self.layouts[index].linears:
+        for _, layout, _ in self.layer_groups:
+            for linear in layout.linears:
                 if lora.is_adaptable(linear):
                     names.add(linear.name.split(".")[-1])
         return frozenset(names)
@@ -112,6 +131,25 @@ class ModelSpec:
         }
 
 
+class LayerLayouts:
+    """`model.layouts[i]`: decoder layer i's layout, looked up in the model's layer groups."""
+
+    def __init__(self, model: ModelSpec):
+        self._model = model
+
+    def __len__(self) -> int:
+        return self._model.num_layers
+
+    def __getitem__(self, index: int) -> LayerLayout:
+        if not -len(self) <= index < len(self):
+            raise IndexError(index)
+        index %= len(self)
+        groups = self._model.layer_groups
+        if len(groups) == 1:
+            return groups[0][1]
+        return layer_layout(self._model.config, self._model.family, index)
+
+
 def _get(config: dict, name: str, model_id: str) -> int:
     value = config_value(config, name)
     if value is None:
@@ -126,11 +164,9 @@ def spec_from_config(
 
     `params` overrides the analytic count (used for architectures without an analytic layout).
     """
-    if not isinstance(config, dict):
-        raise ConfigError(f"config of {model_id} is not a JSON object")
-    model_type = config.get("model_type")
-    if not model_type:
-        raise ConfigError(f"config of {model_id} has no model_type")
+    check_config(config, model_id=model_id)
+    model_type = config["model_type"]
+    check_config(config, model_id=model_id, family=family_of(model_type))
     hidden = _get(config, "hidden_size", model_id)
     layers = _get(config, "num_layers", model_id)
     heads = _get(config, "num_heads", model_id)

@@ -120,8 +120,8 @@ def _attention(config: dict, family: str) -> tuple[list[Linear], int]:
     hd = _i(config, "head_dim", default=h // heads)
     kv = _i(config, "num_key_value_heads", default=heads)
     if family == "deepseek_v2":
-        nope, rope, v_hd = config["qk_nope_head_dim"], config["qk_rope_head_dim"], config["v_head_dim"]
-        kv_rank, q_rank = config["kv_lora_rank"], config.get("q_lora_rank")
+        nope, rope, v_hd = _i(config, "qk_nope_head_dim"), _i(config, "qk_rope_head_dim"), _i(config, "v_head_dim")
+        kv_rank, q_rank = _i(config, "kv_lora_rank"), config.get("q_lora_rank")
         bias = bool(config.get("attention_bias", False))
         q = (
             [Linear("q_proj", h, heads * (nope + rope), False, "attention")]
@@ -164,8 +164,52 @@ def _is_moe_layer(config: dict, family: str, index: int) -> bool:
         return index not in only_dense and _i(config, "num_experts") > 0 and (index + 1) % step == 0
     if family == "deepseek_v2":
         freq = int(config.get("moe_layer_freq", 1) or 1)
-        return bool(config.get("n_routed_experts")) and index >= config.get("first_k_dense_replace", 0) and index % freq == 0
+        return bool(config.get("n_routed_experts")) and index >= (config.get("first_k_dense_replace") or 0) and index % freq == 0
     return False
+
+
+def _moe_layer_count(config: dict, family: str, layers: int) -> int:
+    """How many of `layers` decoder layers are MoE layers, in closed form (no per-layer loop).
+
+    The patterns of `_is_moe_layer`: Qwen-MoE layers i with (i + 1) % step == 0 except
+    `mlp_only_layers`; DeepSeek-V2 layers i ≥ first_k_dense_replace with i % moe_layer_freq == 0.
+    """
+    if family == "mixtral":
+        return layers
+    if family in ("qwen2_moe", "qwen3_moe"):
+        if _i(config, "num_experts") == 0:
+            return 0
+        step = int(config.get("decoder_sparse_step", 1) or 1)
+        exempt = {i for i in (config.get("mlp_only_layers") or []) if 0 <= i < layers and (i + 1) % step == 0}
+        return layers // step - len(exempt)
+    if family == "deepseek_v2":
+        if not config.get("n_routed_experts"):
+            return 0
+        freq = int(config.get("moe_layer_freq", 1) or 1)
+        first = int(config.get("first_k_dense_replace") or 0)
+        if first >= layers:
+            return 0
+        start = -(-first // freq)  # first multiple of freq at or after `first`, as a multiple index
+        return max(0, (layers - 1) // freq - start + 1)
+    return 0
+
+
+def _first_layer(config: dict, family: str, layers: int, moe: bool) -> int:
+    """Index of the first layer that is (moe=True) or is not an MoE layer; the count says one exists.
+
+    The first layer of each kind is among few candidates: 0 and 1, the first multiple of
+    `moe_layer_freq` after the dense prefix, the first `decoder_sparse_step` multiples past each
+    exempt layer, and the exempt (`mlp_only_layers`) layers themselves.
+    """
+    only = [i for i in (config.get("mlp_only_layers") or []) if 0 <= i < layers]
+    step = int(config.get("decoder_sparse_step", 1) or 1)
+    freq = int(config.get("moe_layer_freq", 1) or 1)
+    first = int(config.get("first_k_dense_replace") or 0)
+    candidates = {0, 1, -(-first // freq) * freq, *only, *(step * j - 1 for j in range(1, len(only) + 2))}
+    for index in sorted(i for i in candidates if 0 <= i < layers):
+        if _is_moe_layer(config, family, index) is moe:
+            return index
+    raise AssertionError("no layer of the counted kind")  # pragma: no cover (the counts say one exists)
 
 
 def _mlp(config: dict, family: str, index: int, *, active: bool) -> list[Linear]:
@@ -187,7 +231,7 @@ def _mlp(config: dict, family: str, index: int, *, active: bool) -> list[Linear]
         linears += _gated_mlp(h, _i(config, "shared_expert_intermediate_size"), False, "mlp", 1, "shared_expert.")
         linears.append(Linear("shared_expert_gate", h, 1, False, "router"))
     if family == "deepseek_v2" and config.get("n_shared_experts"):
-        linears += _gated_mlp(h, width * int(config["n_shared_experts"]), False, "mlp", 1, "shared_experts.")
+        linears += _gated_mlp(h, width * _i(config, "n_shared_experts"), False, "mlp", 1, "shared_experts.")
     return linears
 
 
@@ -342,6 +386,21 @@ def _embedding_norm_head(config: dict, family: str) -> tuple[int, int, int]:
     return vocab * h, final_norm, head
 
 
+def layer_groups(config: dict, family: str, layers: int) -> tuple[tuple[int, int], ...]:
+    """The distinct decoder-layer kinds as (first index, number of layers), in layer order.
+
+    Layers differ only between dense and MoE MLPs, so a model has at most two kinds; costs scale
+    with the kinds, never with `layers` (a config may say 1,000,000).
+    """
+    moe = _moe_layer_count(config, family, layers)
+    groups = []
+    if layers - moe:
+        groups.append((_first_layer(config, family, layers, False), layers - moe))
+    if moe:
+        groups.append((_first_layer(config, family, layers, True), moe))
+    return tuple(sorted(groups))
+
+
 def count_params(config: dict, *, family: str, model_id: str = "model") -> ParamCounts:
     """Exact parameter counts of `config` (raises UnsupportedArchitecture for unknown families)."""
     if family == "unknown":
@@ -349,13 +408,13 @@ def count_params(config: dict, *, family: str, model_id: str = "model") -> Param
     layers = _i(config, "num_hidden_layers", "n_layer")
     embedding, final_norm, head = _embedding_norm_head(config, family)
     attention = mlp = norms = active_mlp = 0
-    for index in range(layers):
+    for index, count in layer_groups(config, family, layers):
         layout = layer_layout(config, family, index)
-        attention += layout.params("attention")
-        mlp += layout.params() - layout.params("attention")
-        norms += layout.norm_params
+        attention += count * layout.params("attention")
+        mlp += count * (layout.params() - layout.params("attention"))
+        norms += count * layout.norm_params
         active_layout = layer_layout(config, family, index, active=True)
-        active_mlp += active_layout.params() - active_layout.params("attention")
+        active_mlp += count * (active_layout.params() - active_layout.params("attention"))
     norms += final_norm
     total = embedding + attention + mlp + norms + head
     return ParamCounts(

@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from enum import Enum
 
-from memdoc.errors import PlanError
+from memdoc.errors import PlanError, quoted
 from memdoc.core.model.lora import ALL_LINEAR, DEFAULT_TARGETS
 
 
@@ -160,6 +160,10 @@ class OffloadTarget(str, Enum):
     NVME = "nvme"
 
 
+MAX_PLAN_VALUE = 2**31 - 1
+"""Largest batch, sequence, accumulation, GPU/node count or LoRA rank accepted (int32 range)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainingPlan:
     """One training step's setup. All sizes are per GPU."""
@@ -202,10 +206,14 @@ class TrainingPlan:
     """Allow seq_len beyond the model's max_position_embeddings."""
 
     def __post_init__(self) -> None:
-        for name in ("micro_batch", "seq_len", "grad_accum", "gpus_per_node", "nodes", "lora_rank"):
+        for name in ("micro_batch", "seq_len", "grad_accum", "gpus_per_node", "nodes", "lora_rank", "lora_alpha"):
             value = getattr(self, name)
+            if value is None and name == "lora_alpha":
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise PlanError(f"{flag_for(name)} must be a positive integer, got {value!r}")
+            if value > MAX_PLAN_VALUE:
+                raise PlanError(f"{flag_for(name)} {value} is beyond any real run ({MAX_PLAN_VALUE:,} at most)")
         if self.lora_alpha is not None and self.lora_alpha < 1:
             raise PlanError(f"--lora-alpha must be a positive integer, got {self.lora_alpha!r}")
         if not self.lora_targets or any(not t for t in self.lora_targets):
@@ -243,8 +251,16 @@ class TrainingPlan:
         """A new, re-validated plan with `changes` applied."""
         return dataclasses.replace(self, **changes)
 
+    @property
+    def effective_lora_alpha(self) -> int:
+        """LoRA alpha as the trainer configs use it: the given value, else 2 × rank."""
+        return self.lora_alpha if self.lora_alpha is not None else 2 * self.lora_rank
+
     def to_dict(self) -> dict:
-        """Plain-data form (enum values as CLI strings), as used by recipes and --json."""
+        """Plain-data form (enum values as CLI strings), as used by recipes and --json.
+
+        `lora_alpha` is the effective value (2 × rank when not given), the one emitted configs use.
+        """
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -253,6 +269,7 @@ class TrainingPlan:
             elif isinstance(value, tuple):
                 value = list(value)
             out[f.name] = value
+        out["lora_alpha"] = self.effective_lora_alpha
         return out
 
     @classmethod
@@ -294,7 +311,13 @@ _FIELD_TO_FLAG = {v: k for k, v in FLAG_ALIASES.items()}
 
 
 def _coerce(name: str, value):
-    """Turn recipe/CLI values into field types, with an error naming the field."""
+    """Turn recipe/CLI values into field types, strictly, with an error naming the field.
+
+    No silent conversion: `micro_batch: 2.9` or `true` is not 2 or 1, `allow_long: "false"` is
+    false, not true (a bool or exactly "true"/"false"); integers may be written as digits ("4", as
+    on a command line, or 4.0). YAML's `false` for checkpointing/offload means none, `true` for
+    checkpointing full.
+    """
     if name in _ENUMS:
         enum = _ENUMS[name]
         if isinstance(value, enum):
@@ -303,23 +326,43 @@ def _coerce(name: str, value):
             value = "none"
         if value is True and name == "checkpointing":
             value = "full"
+        choices = ", ".join(m.value for m in enum)
+        if not isinstance(value, str):
+            raise PlanError(f"{flag_for(name)} must be one of: {choices}; got {quoted(value)}")
         try:
-            return enum(str(value).lower())
+            return enum(value.lower())
         except ValueError:
             choices = ", ".join(m.value for m in enum)
-            raise PlanError(f"{flag_for(name)} {value!r} is not one of: {choices}") from None
+            raise PlanError(f"{flag_for(name)} {quoted(value)} is not one of: {choices}{_closest(value, enum)}") from None
     if name == "lora_targets":
         if isinstance(value, str):
             value = [t.strip() for t in value.split(",")]
-        return tuple(str(t) for t in value)
+        if not isinstance(value, (list, tuple)) or not all(isinstance(t, str) for t in value):
+            raise PlanError(f"{flag_for(name)} must be module names (a comma-separated string or a list), got {quoted(value)}")
+        return tuple(value)
     if name == "allow_long":
-        return bool(value)
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):  # as typed on a command line
+            return value.strip().lower() == "true"
+        if not isinstance(value, bool):
+            raise PlanError(f"{flag_for(name)} must be true or false, got {quoted(value)}")
+        return value
     if name == "lora_alpha" and value is None:
         return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise PlanError(f"{flag_for(name)} must be an integer, got {value!r}") from None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str) and value.strip().isdigit() and value.strip().isascii():  # "4", as typed on a command line
+        value = int(value.strip())
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise PlanError(f"{flag_for(name)} must be an integer, got {quoted(value)}")
+    return value
+
+
+
+def _closest(value: str, enum) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(value.lower(), [m.value for m in enum], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def parse_plan(**values) -> TrainingPlan:

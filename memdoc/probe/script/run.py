@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import linecache
+import os
 import runpy
 import sys
 import time
@@ -12,6 +13,7 @@ from memdoc.core.billing.measurement import Measurement
 from memdoc.core.doctor.findings import RunFacts, lint
 from memdoc.probe.script.cuda import cuda_collect, cuda_start
 from memdoc.probe.script.detect import detect_hf
+from memdoc.probe.script.guard import ScriptExit, exit_as_stop, leave_if_child, restore_stdio, watchdog
 from memdoc.probe.script.result import ScriptResult
 from memdoc.probe.script.sandbox import Stop, alarm, check_script, filtered_traceback, script_env
 from memdoc.probe.script.session import Session, instrument, make_tracker, storage_key
@@ -25,8 +27,13 @@ def run_script(
     timeout: float | None = 300.0,
     stdout_to_stderr: bool = False,
     want_snapshot: bool = False,
+    on_stuck=None,
 ) -> ScriptResult:
-    """Run the script for `steps` optimizer steps (or until it ends / `timeout` s) and measure it."""
+    """Run the script for `steps` optimizer steps (or until it ends / `timeout` s) and measure it.
+
+    `on_stuck(result)` is called from a watchdog thread when the script outlives the timeout by
+    ignoring the stop (see `memdoc.probe.script.guard`); it must report and end the process.
+    """
     path = Path(path)
     check_script(path)
     import torch
@@ -40,10 +47,27 @@ def run_script(
     oom = None
     start = time.monotonic()
     tracker = make_tracker(session)
+    parent = os.getpid()
+
+    def stuck():
+        session.in_report = True
+        session.deadline = None
+        try:
+            result = build_result(session, path, "timeout", None, None, None, cuda, want_snapshot)
+            result.elapsed_s = time.monotonic() - start
+            result.notes.append("the script ignored memdoc's stop at --timeout (it catches BaseException or "
+                                "SIGALRM): memdoc reported what it measured and ended the process")
+        except Exception:  # the script is still running and may have changed what the report reads
+            result = None
+        on_stuck(result)
+
     try:
-        with script_env(path, list(args or []), stdout_to_stderr), instrument(session), alarm(timeout), tracker:
+        with restore_stdio(), script_env(path, list(args or []), stdout_to_stderr), instrument(session), \
+                exit_as_stop(), watchdog(timeout, on_stuck and stuck), alarm(timeout), tracker:
             try:
                 runpy.run_path(str(path), run_name="__main__")
+            except ScriptExit as stop:
+                stop_reason, script_exit = "exit", stop.code
             except Stop as stop:
                 stop_reason = stop.reason
             except SystemExit as exc:
@@ -62,14 +86,17 @@ def run_script(
                 }
                 tb_text = filtered_traceback(exc, path)
             except KeyboardInterrupt:
-                raise
+                stop_reason, script_exit = "interrupted", 130
             except Exception as exc:
                 stop_reason = "error"
                 tb_text = filtered_traceback(exc, path)
+    except ScriptExit as stop:
+        stop_reason, script_exit = "exit", stop.code
     except Stop as stop:  # a stop that fired while leaving the script's context managers
         stop_reason = stop.reason
     finally:
         linecache.checkcache()
+    leave_if_child(parent, script_exit)
     session.in_report = True
     result = build_result(session, path, stop_reason, oom, tb_text, script_exit, cuda, want_snapshot)
     result.elapsed_s = time.monotonic() - start
@@ -127,6 +154,8 @@ def build_result(session, path, stop_reason, oom, tb_text, script_exit, cuda, wa
         result.exit_code = 1
     elif stop_reason == "exit" and script_exit:
         result.exit_code = int(script_exit)
+    elif stop_reason == "interrupted":
+        result.exit_code = 130
     if stop_reason == "timeout":
         result.notes.append("stopped by --timeout before the requested optimizer steps")
     if stop_reason in ("finished", "exit") and session.steps == 0:
