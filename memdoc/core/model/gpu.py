@@ -90,6 +90,9 @@ class GpuSpec:
     """Exact device names NVML / torch report for this model (used by detection)."""
     notes: str | None = None
     """Caveats about the figures (derived values, variants), for humans."""
+    process_overhead_bytes: int | None = None
+    """A training process's device memory outside PyTorch's allocator (CUDA context, kernels,
+    library workspaces), where measured on this GPU; None: the bill's default."""
 
     @property
     def total_memory_bytes(self) -> int:
@@ -133,6 +136,7 @@ def _spec_from_entry(entry: dict) -> GpuSpec:
         host_link_gbps=opt_float("host_link_gbps"),
         source=str(entry["source"]),
         notes=entry.get("notes"),
+        process_overhead_bytes=None if entry.get("process_overhead_bytes") is None else int(entry["process_overhead_bytes"]),
     )
 
 

@@ -1,0 +1,215 @@
+"""The allocation sequence of a training run, generated from the bill's itemised tensors (no torch).
+
+What the caching allocator sees, in the order torch issues it (`tests/fixtures/hf-step.pickle` is a
+real trace of the same loop), for the measured loop `model(ids, labels=ids).loss.backward();
+opt.step(); opt.zero_grad(set_to_none=True)`:
+
+* build: every parameter tensor, in module order (embedding, layers, final norm, head);
+* each step's forward: per decoder layer the tensors it saves for backward — the groups of
+  `activations.layer_activations`, one block per group — and, under checkpointing, the layer's
+  input only (its other tensors are made and freed inside the layer); AMP's 16-bit weight copies;
+  then the head: the final norm's and head's saved tensors, the 16-bit logits, their fp32 upcast
+  (freed when the loss returns) and the saved fp32 log-softmax; the logits die with the output;
+* backward, from the loss: the fp32 gradients of the logits (nll and log-softmax), then for each
+  layer in reverse the recomputed layer (checkpointing), its gradient buffers
+  (`layer_backward_peak`), its parameters' gradients (AccumulateGrad keeps the computed tensor),
+  then the layer's saved tensors are freed; last the embedding's dense gradient;
+* the optimizer (torch.optim.AdamW, foreach): at the first step `_init_group` creates exp_avg and
+  exp_avg_sq per parameter; `_multi_tensor_adamw` makes `exp_avg_sq_sqrt = _foreach_sqrt(...)`
+  (one state-sized tensor per parameter) and frees it; `zero_grad(set_to_none=True)` frees the
+  gradients. Other optimizers: their step temporaries (`optimizer_step_temp`) as one block.
+
+Three steps run, like the H200 harness (peak reserved is over the whole run). Sharded plans use
+per-GPU shares of each tensor. The figures themselves come from `states` and `activations`; this
+module only orders them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memdoc.core.billing.activations import layer_activations
+from memdoc.core.billing.states import parameter_tensors
+from memdoc.core.model.plan import Checkpointing, Loss, Method, Optimizer
+
+FP32 = 4
+STEPS = 3
+
+
+@dataclass(frozen=True)
+class Events:
+    """A flat allocation sequence: `sizes[i] > 0` allocates tensor `ids[i]`, `sizes[i] == 0` frees it."""
+
+    ids: tuple[int, ...]
+    sizes: tuple[int, ...]
+
+
+class _Stream:
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.sizes: list[int] = []
+        self._next = 0
+
+    def alloc(self, size: int) -> int:
+        size = max(int(size), 1)
+        self._next += 1
+        self.ids.append(self._next)
+        self.sizes.append(size)
+        return self._next
+
+    def free(self, tid: int) -> None:
+        self.ids.append(tid)
+        self.sizes.append(0)
+
+    def free_all(self, tids: list[int], reverse: bool = False) -> None:
+        for tid in reversed(tids) if reverse else tids:
+            self.free(tid)
+
+
+def training_events(bill) -> Events:
+    """The event stream of `STEPS` training steps of `bill`'s plan (see the module docstring)."""
+    model, plan, acts, states = bill.model, bill.plan, bill.acts, bill.states
+    tensors = parameter_tensors(model, plan)
+    full = plan.method is Method.FULL
+    compute_bytes = plan.precision.compute_bits // 8
+    # per-element bytes of stored weights / grads / states, scaled so that each kind sums to the bill's figure
+    all_numels = tensors.embedding + tensors.head + tensors.other + sum(map(sum, tensors.layers))
+    trainable_numels = sum(map(sum, tensors.trainable)) + (tensors.embedding + tensors.head + tensors.other if full else 0)
+    peak = bill.peak
+    w_scale = peak.weights / max(all_numels, 1)
+    if not full:  # frozen base + fp32 adapters: keep the base per element, adapters fp32
+        adapters = sum(map(sum, tensors.trainable))
+        w_scale = max(peak.weights - 4 * adapters, 0) / max(all_numels, 1)
+    g_scale = bill.phases["optimizer"].gradients / max(trainable_numels, 1)
+    s_scale = bill.phases["optimizer"].optimizer / max(trainable_numels, 1)
+    t_total = bill.phases["optimizer"].other
+    layout_items = {}
+    for i, layout in enumerate(model.layouts):
+        if layout not in layout_items:
+            layout_items[layout] = [v for v in layer_activations(model, plan, i).values() if v > 0]
+    T = plan.micro_batch * plan.seq_len
+    V, h = model.vocab_size, model.hidden_size
+    L = model.num_layers
+    s = _Stream()
+
+    # -- build -----------------------------------------------------------------------------
+    def weights(numels: list[int]) -> None:
+        for n in numels:
+            if n:
+                s.alloc(n * w_scale)
+
+    weights([tensors.embedding])
+    for i in range(L):
+        weights(tensors.layers[i])
+    weights([tensors.other, tensors.head])
+    if not full:  # peft adds the fp32 adapters after the model is built
+        for layer in tensors.trainable:
+            for n in layer:
+                s.alloc(4 * n)
+
+    trainable_order = ([tensors.embedding] if full else []) + [n for layer in tensors.trainable for n in layer] + (
+        [tensors.other, tensors.head] if full else [])
+    trainable_order = [n for n in trainable_order if n]
+    states_made = False
+    residual = acts.layers_saved // L if plan.checkpointing is not Checkpointing.NONE else 0
+    copies = acts.weight_copies // L
+    fused = plan.loss is Loss.FUSED
+    logits_dt = 2 if plan.precision.is_amp and full else compute_bytes
+    logsoftmax = 0 if fused else FP32 * T * V
+    head_rest = max(acts.head_saved - logsoftmax, 0)
+    grad_buffer = (acts.layer_backward_peak - (acts.layer_saved if plan.checkpointing is not Checkpointing.NONE else 0)) // 3
+    dx_bytes = (FP32 if plan.precision.is_amp and full else compute_bytes) * T * h
+
+    for _ in range(STEPS):
+        # -- forward -------------------------------------------------------------------------
+        ids = s.alloc(8 * T)
+        x = s.alloc(dx_bytes)  # embedding output
+        saved: list[list[int]] = []
+        for i in range(L):
+            items = layout_items[model.layouts[i]]
+            kept = [s.alloc(copies)] if copies else []
+            if plan.checkpointing is Checkpointing.NONE:
+                kept += [s.alloc(b) for b in items]
+            else:
+                inner = [s.alloc(b) for b in items]
+                s.free_all(inner, reverse=True)
+                kept.append(s.alloc(residual))
+            saved.append(kept)
+        head = [s.alloc(head_rest)]
+        if fused:
+            chunk = s.alloc(acts.loss_forward_peak)
+            s.free(chunk)
+            logits = None
+        else:
+            logits = s.alloc(logits_dt * T * V)
+            upcast = s.alloc(FP32 * T * V) if logits_dt != FP32 else None
+            head.append(s.alloc(logsoftmax))
+            if upcast is not None:
+                s.free(upcast)
+            s.free(logits)
+        # -- backward -----------------------------------------------------------------------
+        grads: list[int] = []
+
+        def grad(n: int) -> None:
+            if n:
+                grads.append(s.alloc(n * g_scale))
+
+        if not fused:
+            g1 = s.alloc(FP32 * T * V)  # nll's gradient
+            g2 = s.alloc(FP32 * T * V)  # log_softmax's gradient
+            s.free(g1)
+            s.free(head.pop())  # saved log-softmax
+            glog = s.alloc(logits_dt * T * V) if logits_dt != FP32 else None
+            s.free(g2)
+        else:
+            glog = None
+        dx = s.alloc(dx_bytes)
+        if full:
+            grad(tensors.head)
+            grad(tensors.other)
+            if model.tie_embeddings:  # the head's weight gradient becomes the shared embedding's .grad
+                grad(tensors.embedding)
+        if glog is not None:
+            s.free(glog)
+        s.free_all(head)
+        for i in reversed(range(L)):
+            recompute = []
+            if plan.checkpointing is not Checkpointing.NONE:
+                recompute = [s.alloc(b) for b in layout_items[model.layouts[i]]]
+            buffers = [s.alloc(grad_buffer) for _ in range(3)] if grad_buffer > 0 else []
+            for n in reversed(tensors.trainable[i]):
+                grad(n)
+            new_dx = s.alloc(dx_bytes)
+            s.free_all(buffers, reverse=True)
+            s.free_all(recompute, reverse=True)
+            s.free_all(saved[i], reverse=True)
+            s.free(dx)
+            dx = new_dx
+        if full and model.tie_embeddings:  # the embedding's dense gradient, accumulated into .grad in place
+            s.free(s.alloc(tensors.embedding * g_scale))
+        elif full:
+            grad(tensors.embedding)
+        s.free(dx)
+        s.free(x)
+        s.free(ids)
+        # -- optimizer -------------------------------------------------------------------------
+        if not states_made:
+            for n in trainable_order:
+                if plan.optimizer in (Optimizer.ADAMW, Optimizer.ADAMW_FUSED):
+                    s.alloc(n * s_scale / 2)
+                    s.alloc(n * s_scale / 2)
+                else:
+                    s.alloc(n * s_scale)
+            states_made = True
+        if t_total:
+            if plan.optimizer is Optimizer.ADAMW:
+                per = t_total / max(sum(trainable_order), 1)
+                temps = [s.alloc(n * per) for n in trainable_order]
+            else:
+                temps = [s.alloc(t_total)]
+            s.free_all(temps, reverse=True)
+        s.free_all(grads[::-1])  # zero_grad walks parameters in module order
+    return Events(tuple(s.ids), tuple(s.sizes))
+
+
+__all__ = ["Events", "STEPS", "training_events"]
