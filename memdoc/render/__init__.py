@@ -105,7 +105,8 @@ def render_bill(bill, ladder, command_line=None, time=None) -> None:
         stdout.print(f"  {phase:<10}{_bar(bill.phases[phase], scale)}")
     stdout.print(
         f"  peak allocated {gib(bill.peak_allocated)} ({bill.peak_phase}) · reserved ≈ {gib(bill.peak_reserved)}"
-        f" · process total ≈ {gib(bill.process_total)} (+ CUDA context)"
+        f" (fragmentation {gib(bill.fragmentation_bytes)}, {plan.allocator.value} allocator)"
+        f" · process total ≈ {gib(bill.process_total)} (incl. {gib(bill.overhead_bytes)} CUDA context and workspaces)"
 
     )
     if time is not None:
@@ -119,10 +120,15 @@ def render_bill(bill, ladder, command_line=None, time=None) -> None:
     if gpu is None:
         return
     gpus = f"{plan.world_size} × " if plan.world_size > 1 else ""
-    if bill.fits:
+    if bill.fits and bill.headroom_bytes < 0:
+        stdout.print(f"[bold yellow]✔ fits[/] {gpus}{gpu.name} ({gib(gpu.memory_bytes)}) only because the allocator releases "
+                     f"its cache and retries (the unconstrained run reserves {gib(-bill.headroom_bytes)} more); "
+                     f"smallest GPU that runs it: {gib(bill.min_memory_bytes)}")
+    elif bill.fits:
         stdout.print(f"[bold green]✔ fits[/] {gpus}{gpu.name} ({gib(gpu.memory_bytes)}) with {gib(bill.headroom_bytes)} headroom per GPU")
     else:
-        stdout.print(f"[bold red]✘ does not fit[/] {gpus}{gpu.name} ({gib(gpu.memory_bytes)}): {gib(-bill.headroom_bytes)} over per GPU, peak in {bill.peak_phase}")
+        stdout.print(f"[bold red]✘ does not fit[/] {gpus}{gpu.name} ({gib(gpu.memory_bytes)}): {gib(-bill.headroom_bytes)} over per GPU, peak in {bill.peak_phase}; "
+                     f"smallest GPU that runs it: {gib(bill.min_memory_bytes)}")
     if ladder:
         render_ladder(ladder)
 

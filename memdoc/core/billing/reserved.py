@@ -58,6 +58,8 @@ class ReservedVerdict:
     def fits(self, capacity: int) -> bool:
         if self.peak_reserved <= capacity:
             return True
+        if self.peak_allocated > capacity:
+            return False
         return _runs(self.events, capacity, self.expandable)
 
     def min_memory_bytes(self) -> int:

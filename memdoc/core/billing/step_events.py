@@ -19,7 +19,8 @@ opt.step(); opt.zero_grad(set_to_none=True)`:
   (one state-sized tensor per parameter) and frees it; `zero_grad(set_to_none=True)` frees the
   gradients. Other optimizers: their step temporaries (`optimizer_step_temp`) as one block.
 
-Three steps run, like the H200 harness (peak reserved is over the whole run). Sharded plans use
+Two steps run: the first creates the optimizer states among the cached blocks of its forward and
+backward, the second is the steady state (the H200 harness's third step repeats the second). Sharded plans use
 per-GPU shares of each tensor. The figures themselves come from `states` and `activations`; this
 module only orders them.
 """
@@ -33,7 +34,7 @@ from memdoc.core.billing.states import parameter_tensors
 from memdoc.core.model.plan import Checkpointing, Loss, Method, Optimizer
 
 FP32 = 4
-STEPS = 3
+STEPS = 2
 
 
 @dataclass(frozen=True)
