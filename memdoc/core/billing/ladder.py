@@ -6,7 +6,8 @@ largest single saving — fused AdamW for full fine-tuning (faster than foreach 
 parameter-sized temporaries), bf16 before checkpointing when fp32 was asked (it saves memory
 and time, where checkpointing costs a third of the step), and the 8-bit optimizer between QLoRA
 and offload):
-① gradient accumulation (micro-batch 1, same effective batch) → ①b fused cross-entropy → ①c fused
+⓪ expandable segments (free; taken only when removing the allocator's fragmentation makes it
+fit) → ① gradient accumulation (micro-batch 1, same effective batch) → ①b fused cross-entropy → ①c fused
 AdamW → ①d bf16 from fp32 → ② activation checkpointing → ③ bf16 from AMP → ④ LoRA → ④b QLoRA →
 ⑤ 8-bit paged AdamW → ⑥ optimizer offload → ⑦ ZeRO-3 over the GPUs given → ⑧ weight offload
 (ZeRO-3 offload, on one GPU too). A rung that does not apply to the plan (already on, or needs
@@ -24,7 +25,7 @@ from typing import Callable
 from memdoc.core.billing.bill import Bill, compute_bill
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
-from memdoc.core.model.plan import ALL_LINEAR, Checkpointing, Loss, Method, Offload, Optimizer, Precision, Shard, TrainingPlan
+from memdoc.core.model.plan import ALL_LINEAR, Allocator, Checkpointing, Loss, Method, Offload, Optimizer, Precision, Shard, TrainingPlan
 from memdoc.core.billing.steptime import step_seconds
 from memdoc.errors import PlanError
 
@@ -48,6 +49,10 @@ class Rung:
     action: str
     apply: Callable[[TrainingPlan], TrainingPlan | None]
     """The plan with this remedy, or None when it does not apply."""
+
+
+def _expandable(p: TrainingPlan) -> TrainingPlan | None:
+    return p.replace(allocator=Allocator.EXPANDABLE) if p.allocator is Allocator.DEFAULT else None
 
 
 def _accumulate(p: TrainingPlan) -> TrainingPlan | None:
@@ -115,6 +120,7 @@ def _offload_params(p: TrainingPlan) -> TrainingPlan | None:
 
 
 RUNGS: tuple[Rung, ...] = (
+    Rung("expandable", "expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): less fragmentation", _expandable),
     Rung("accumulate", "gradient accumulation: micro-batch 1, same effective batch", _accumulate),
     Rung("fused-loss", "fused linear cross-entropy (Liger): the logits are never stored whole", _fused_loss),
     Rung("fused-adamw", "fused AdamW: one kernel, no foreach temporaries", _fused_adamw),
@@ -199,7 +205,11 @@ def climb(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec) -> list[LadderStep
                 continue
             bill = compute_bill(model, candidate, gpu)
             saved = previous.process_total - bill.process_total
-            if saved >= MIN_SAVING * previous.process_total:
+            if rung.id == "expandable":  # free, but only worth a line when fragmentation is what does not fit
+                worth = bool(bill.fits)
+            else:  # tensor remedies must cut tensors: fragmentation they happen to remove does not pay their cost
+                worth = saved > 0 and previous.peak_allocated - bill.peak_allocated >= MIN_SAVING * previous.process_total
+            if worth:
                 remaining.remove(rung)
                 seconds = step_seconds(model, candidate, gpu)
                 steps.append(LadderStep(rung=rung, plan=candidate, bill=bill, saved_bytes=saved, step_seconds=seconds,
