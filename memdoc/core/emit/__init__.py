@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from memdoc.core.emit.axolotl import emit_axolotl
 from memdoc.core.emit.base import FORMATS, EmitContext, Emitted, SideFile, render_main, render_side
 from memdoc.core.emit.hf import emit_hf
@@ -23,7 +25,12 @@ def emit(fmt: str, ctx: EmitContext) -> Emitted:
         emitter = _EMITTERS[fmt]
     except KeyError:
         raise PlanError(f"--format {fmt!r} is not one of: {', '.join(FORMATS)}") from None
-    return emitter(ctx)
+    emitted = emitter(ctx)
+    conf = ctx.plan.allocator.alloc_conf
+    if conf:  # --allocator expandable: the allocator reads it from the environment at start-up
+        emitted = dataclasses.replace(emitted, launch=f"PYTORCH_CUDA_ALLOC_CONF={conf} {emitted.launch}",
+                                      notes=[*emitted.notes, f"PYTORCH_CUDA_ALLOC_CONF={conf}: export it wherever the trainer starts"])
+    return emitted
 
 
 __all__ = ["DEFAULT_FILENAMES", "FORMATS", "EmitContext", "Emitted", "SideFile", "emit", "render_main", "render_side"]
