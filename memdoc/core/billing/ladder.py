@@ -204,12 +204,14 @@ def climb(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec) -> list[LadderStep
                 remaining.remove(rung)
                 continue
             bill = compute_bill(model, candidate, gpu)
-            saved = previous.process_total - bill.process_total
+            # (checked cheapest first: the tensor bill is arithmetic, reserved memory a simulation)
             if rung.id == "expandable":  # free, but only worth a line when fragmentation is what does not fit
-                worth = bool(bill.fits)
+                worth = bill.peak_allocated + bill.overhead_bytes <= gpu.memory_bytes and bool(bill.fits)
             else:  # tensor remedies must cut tensors: fragmentation they happen to remove does not pay their cost
-                worth = saved > 0 and previous.peak_allocated - bill.peak_allocated >= MIN_SAVING * previous.process_total
+                worth = previous.peak_allocated - bill.peak_allocated >= MIN_SAVING * previous.process_total
+                worth = worth and previous.process_total > bill.process_total
             if worth:
+                saved = previous.process_total - bill.process_total
                 remaining.remove(rung)
                 seconds = step_seconds(model, candidate, gpu)
                 steps.append(LadderStep(rung=rung, plan=candidate, bill=bill, saved_bytes=saved, step_seconds=seconds,
