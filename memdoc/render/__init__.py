@@ -127,8 +127,10 @@ def render_bill(bill, ladder, command_line=None, time=None) -> None:
     elif bill.fits:
         stdout.print(f"[bold green]✔ fits[/] {gpus}{gpu.name} ({gib(gpu.memory_bytes)}) with {gib(bill.headroom_bytes)} headroom per GPU")
     else:
-        stdout.print(f"[bold red]✘ does not fit[/] {gpus}{gpu.name} ({gib(gpu.memory_bytes)}): {gib(-bill.headroom_bytes)} over per GPU, peak in {bill.peak_phase}; "
-                     f"smallest GPU that runs it: {gib(bill.min_memory_bytes)}")
+        # the smallest GPU (a bisection of simulations) is worth its time when fragmentation decides the verdict
+        close = bill.peak_allocated + bill.overhead_bytes <= gpu.memory_bytes
+        stdout.print(f"[bold red]✘ does not fit[/] {gpus}{gpu.name} ({gib(gpu.memory_bytes)}): {gib(-bill.headroom_bytes)} over per GPU, peak in {bill.peak_phase}"
+                     + (f"; smallest GPU that runs it: {gib(bill.min_memory_bytes)}" if close else ""))
     if ladder:
         render_ladder(ladder)
 

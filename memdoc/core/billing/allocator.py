@@ -168,9 +168,9 @@ class CachingAllocator:
     # -- public API -------------------------------------------------------------------------
     def malloc(self, orig_size: int, stream: int = 0) -> int:
         """`DeviceCachingAllocator::malloc`: the address of a block of at least `orig_size` bytes."""
-        size = round_size(orig_size)
+        size = K_MIN_BLOCK_SIZE if orig_size < K_MIN_BLOCK_SIZE else (orig_size + K_MIN_BLOCK_SIZE - 1) // K_MIN_BLOCK_SIZE * K_MIN_BLOCK_SIZE
         pool = self._small if size <= K_SMALL_SIZE else self._large
-        block = self._get_free_block(pool, stream, size)
+        block = self._get_free_block(pool, stream, size) if pool.keys else None
         if block is None:
             alloc = allocation_size(size)
             block = self._alloc_block(pool, stream, size, alloc)
@@ -194,8 +194,11 @@ class CachingAllocator:
         block.allocated = False
         self.stats.allocated -= block.size
         pool = self._small if block.small else self._large
-        self._try_merge(block, block.prev, pool)
-        self._try_merge(block, block.next, pool)
+        prev, nxt = block.prev, block.next
+        if prev is not None and not prev.allocated:
+            self._try_merge(block, prev, pool)
+        if nxt is not None and not nxt.allocated:
+            self._try_merge(block, nxt, pool)
         pool.insert(block)
 
     def empty_cache(self) -> None:

@@ -23,13 +23,13 @@ def simulate(events: Events, *, capacity: int | None = None, expandable: bool = 
     """Run `events` through the allocator; None when it runs out of memory at `capacity`."""
     alloc = CachingAllocator(capacity=capacity, expandable=expandable)
     malloc, free = alloc.malloc, alloc.free
-    addr: dict[int, int] = {}
+    addr = [0] * (max(events.ids, default=0) + 1)  # ids are small consecutive integers
     try:
         for tid, size in zip(events.ids, events.sizes):
             if size:
                 addr[tid] = malloc(size)
             else:
-                free(addr.pop(tid))
+                free(addr[tid])
     except AllocatorOOM:
         return None
     return alloc.stats
