@@ -117,7 +117,9 @@ def training_events(bill) -> Events:
     fused = plan.loss is Loss.FUSED
     logits_dt = 2 if plan.precision.is_amp and full else compute_bytes
     logsoftmax = 0 if fused else FP32 * T * V
-    head_rest = max(acts.head_saved - logsoftmax, 0)
+    # Gemma-2's final logit soft-capping: logits / cap → tanh (saved, part of head_saved) → × cap
+    softcap = logits_dt * T * V if (not fused and model.family == "gemma2" and model.config.get("final_logit_softcapping")) else 0
+    head_rest = max(acts.head_saved - logsoftmax - softcap, 0)
     grad_buffer = (acts.layer_backward_peak - (acts.layer_saved if plan.checkpointing is not Checkpointing.NONE else 0)) // 3
     dx_bytes = (FP32 if plan.precision.is_amp and full else compute_bytes) * T * h
 
@@ -143,6 +145,13 @@ def training_events(bill) -> Events:
             logits = None
         else:
             logits = s.alloc(logits_dt * T * V)
+            tanh = None
+            if softcap:  # each step a new tensor; the one before dies when the name is rebound
+                scaled = s.alloc(softcap)
+                s.free(logits)
+                tanh = s.alloc(softcap)
+                s.free(scaled)
+                logits = s.alloc(softcap)
             upcast = s.alloc(FP32 * T * V) if logits_dt != FP32 else None
             head.append(s.alloc(logsoftmax))
             if upcast is not None:
@@ -162,6 +171,13 @@ def training_events(bill) -> Events:
             s.free(head.pop())  # saved log-softmax
             glog = s.alloc(logits_dt * T * V) if logits_dt != FP32 else None
             s.free(g2)
+            if tanh is not None:  # backward of × cap, of tanh (then its saved output dies), of / cap
+                for step in ("mul", "tanh", "div"):
+                    new = s.alloc(softcap)
+                    s.free(glog)
+                    glog = new
+                    if step == "tanh":
+                        s.free(tanh)
         else:
             glog = None
         dx = s.alloc(dx_bytes)
