@@ -68,21 +68,33 @@ class _Stream:
             self.free(tid)
 
 
-def _split(name: str, nbytes: int, tokens_x_hidden: int) -> list[int]:
+def _split(name: str, nbytes: int, model, T: int) -> list[int]:
     """One activation group of `layer_activations` as the tensors torch allocates for it.
 
-    Most groups are one tensor; two common ones are several, and the allocator sees their sizes:
-    SwiGLU's `mlp.act` (gate output, activation output, up output: three equal tensors) and an
-    RMSNorm (`_norm`: the fp32 input copy, 4·T·h; the per-token rsqrt, 4·T; and, when the weight
-    trains, the normalised output, a multiple of T·h). Splitting these took the Qwen2.5-0.5B
-    batch-8 row from −14% to −0.1% reserved (benchmarks/RESULTS.md).
+    Most groups are one tensor; these are several, and the allocator sees their sizes (the
+    composition is the one `activations` documents for each group):
+    * `mlp.act` (SwiGLU): gate output, activation output, up output — three equal tensors;
+    * an RMSNorm (`_norm`): the fp32 input copy (4·T·h), the per-token rsqrt (4·T) and, when the
+      weight trains, the normalised output (a multiple of T·h);
+    * `mlp.experts` (transformers 5 grouped experts, per routed token copy): the fused gate/up
+      output (2w), the activation output (w), the expert output (h), and when the experts train
+      the gathered input (h) and the act·up product (w).
+    Splitting took the Qwen2.5-0.5B batch-8 row from −14% to −0.1% reserved and Mixtral's from −4.4%
+    to −0.5% (benchmarks/RESULTS.md). (q, k and v of `attention.sdpa_inputs` are three tensors too;
+    splitting them without the rotary temporaries around them made two rows worse, so they stay one.)
     """
+    h = model.hidden_size
     if name == "mlp.act" and nbytes % 3 == 0:
         return [nbytes // 3] * 3
-    if name.endswith("layernorm") and nbytes > 4 * tokens_x_hidden:
-        rest = nbytes - 4 * tokens_x_hidden
-        rsqrt = rest % tokens_x_hidden  # 4·T, below T·h; the output is whole multiples of T·h
-        return [p for p in (4 * tokens_x_hidden, rsqrt, rest - rsqrt) if p > 0]
+    if name.endswith("layernorm") and nbytes > 4 * T * h:
+        rest = nbytes - 4 * T * h
+        rsqrt = rest % (T * h)  # 4·T, below T·h; the output is whole multiples of T·h
+        return [p for p in (4 * T * h, rsqrt, rest - rsqrt) if p > 0]
+    if name == "mlp.experts" and model.moe_intermediate_size:
+        w = model.moe_intermediate_size
+        for widths in ((h, 2 * w, w, h, w), (2 * w, w, h)):
+            if nbytes % sum(widths) == 0 and nbytes // sum(widths) % (T * model.experts_per_token) == 0:
+                return [nbytes // sum(widths) * x for x in widths]
     return [nbytes]
 
 
@@ -108,7 +120,7 @@ def training_events(bill) -> Events:
     for i, layout in enumerate(model.layouts):
         if layout not in layout_items:
             layout_items[layout] = [t for name, v in layer_activations(model, plan, i).items() if v > 0
-                                    for t in _split(name, v, T * model.hidden_size)]
+                                    for t in _split(name, v, model, T)]
     V, h = model.vocab_size, model.hidden_size
     L = model.num_layers
     s = _Stream()
