@@ -167,10 +167,21 @@ class CachingAllocator:
 
     # -- public API -------------------------------------------------------------------------
     def malloc(self, orig_size: int, stream: int = 0) -> int:
-        """`DeviceCachingAllocator::malloc`: the address of a block of at least `orig_size` bytes."""
+        """`DeviceCachingAllocator::malloc`: the address of a block of at least `orig_size` bytes.
+
+        (`get_free_block`, `should_split` and `alloc_found_block` are inlined: this is the hot path
+        of every bill.)"""
         size = K_MIN_BLOCK_SIZE if orig_size < K_MIN_BLOCK_SIZE else (orig_size + K_MIN_BLOCK_SIZE - 1) // K_MIN_BLOCK_SIZE * K_MIN_BLOCK_SIZE
-        pool = self._small if size <= K_SMALL_SIZE else self._large
-        block = self._get_free_block(pool, stream, size) if pool.keys else None
+        small = size <= K_SMALL_SIZE
+        pool = self._small if small else self._large
+        keys, blocks = pool.keys, pool.blocks
+        block = None
+        if self.expandable:
+            block = self._get_free_block(pool, stream, size) if keys else None
+        elif keys:
+            i = bisect_left(keys, (stream, size, -1))
+            if i < len(keys) and keys[i][0] == stream:
+                block = blocks.pop(keys.pop(i))
         if block is None:
             alloc = allocation_size(size)
             block = self._alloc_block(pool, stream, size, alloc)
@@ -180,7 +191,22 @@ class CachingAllocator:
                 block = self._alloc_block(pool, stream, size, alloc)
             if block is None:
                 raise AllocatorOOM(orig_size, self.stats.allocated, self.stats.reserved)
-        block = self._alloc_found_block(pool, block, size)
+        remaining = block.size - size
+        if remaining >= K_MIN_BLOCK_SIZE if (small or self.expandable) else remaining > K_SMALL_SIZE:
+            rest = block
+            block = _Block(rest.addr, size, stream, small, rest.seg)
+            prev = rest.prev
+            block.prev = prev
+            if prev is not None:
+                prev.next = block
+            block.next = rest
+            rest.prev = block
+            rest.addr += size
+            rest.size = remaining
+            key = (rest.stream, remaining, rest.addr)
+            insort(keys, key)
+            blocks[key] = rest
+        block.allocated = True
         self._active[block.addr] = block
         st = self.stats
         st.allocated += block.size
@@ -199,7 +225,9 @@ class CachingAllocator:
             self._try_merge(block, prev, pool)
         if nxt is not None and not nxt.allocated:
             self._try_merge(block, nxt, pool)
-        pool.insert(block)
+        key = (block.stream, block.size, block.addr)
+        insort(pool.keys, key)
+        pool.blocks[key] = block
 
     def empty_cache(self) -> None:
         """`torch.cuda.empty_cache()`: `release_cached_blocks`."""
@@ -265,27 +293,6 @@ class CachingAllocator:
         self._grow_reserved(alloc)
         if self.record:
             self.stats.segment_events.append(("segment_alloc", block.addr, alloc))
-        return block
-
-    def _should_split(self, pool: _Pool, block: _Block, size: int) -> bool:
-        remaining = block.size - size
-        if pool.small or self.expandable:
-            return remaining >= K_MIN_BLOCK_SIZE
-        return remaining > K_SMALL_SIZE
-
-    def _alloc_found_block(self, pool: _Pool, block: _Block, size: int) -> _Block:
-        if self._should_split(pool, block, size):
-            remaining = block
-            block = _Block(remaining.addr, size, remaining.stream, remaining.small, remaining.seg)
-            block.prev = remaining.prev
-            if block.prev is not None:
-                block.prev.next = block
-            block.next = remaining
-            remaining.prev = block
-            remaining.addr += size
-            remaining.size -= size
-            pool.insert(remaining)
-        block.allocated = True
         return block
 
     def _try_merge(self, dst: _Block, src: _Block | None, pool: _Pool) -> int:
