@@ -20,7 +20,9 @@ opt.step(); opt.zero_grad(set_to_none=True)`:
   (one state-sized tensor per parameter) and frees it; `zero_grad(set_to_none=True)` frees the
   gradients. Other optimizers: their step temporaries (`optimizer_step_temp`) as one block.
 
-Two steps run: the first creates the optimizer states among the cached blocks of its forward and
+Not in the stream (the bill still counts them in `peak_allocated`): ZeRO-3/FSDP all-gather buffers,
+DeepSpeed's buckets, eager attention's s² temporaries outside what it saves, MoE routing
+temporaries. Two steps run: the first creates the optimizer states among the cached blocks of its forward and
 backward, the second is the steady state (the H200 harness's third step repeats the second). Sharded plans use
 per-GPU shares of each tensor. The figures themselves come from `states` and `activations`; this
 module only orders them.
