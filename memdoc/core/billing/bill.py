@@ -130,6 +130,8 @@ class Bill:
         """Simulated at the card's capacity: the allocator releases its cache and retries before an OOM."""
         if self.gpu is None:
             return None
+        if self.peak_allocated + self.overhead_bytes > self.gpu.memory_bytes:
+            return False  # the tensors alone do not fit: no simulation needed
         return self.allocator.fits(self._capacity(self.gpu.memory_bytes))
 
     def _capacity(self, memory_bytes: int) -> int:

@@ -262,7 +262,7 @@ def _drop_unneeded(model: ModelSpec, plan: TrainingPlan, steps: list[LadderStep]
                 continue
             bill = compute_bill(model, candidate, gpu)
             seconds = step_seconds(model, candidate, gpu)
-            if bill.fits and seconds <= current_seconds * (1 + DROP_TOLERANCE):
+            if seconds <= current_seconds * (1 + DROP_TOLERANCE) and bill.fits:
                 options.append((seconds, rung_id, fields, candidate, bill))
         if not options:
             break
