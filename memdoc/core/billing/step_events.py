@@ -18,7 +18,8 @@ opt.step(); opt.zero_grad(set_to_none=True)`:
 * the optimizer (torch.optim.AdamW, foreach): at the first step `_init_group` creates exp_avg and
   exp_avg_sq per parameter; `_multi_tensor_adamw` makes `exp_avg_sq_sqrt = _foreach_sqrt(...)`
   (one state-sized tensor per parameter) and frees it; `zero_grad(set_to_none=True)` frees the
-  gradients. Other optimizers: their step temporaries (`optimizer_step_temp`) as one block.
+  gradients. Lion: one update temporary per parameter too; Adafactor: one buffer of its largest
+  tensor (`optimizer_step_temp`).
 
 Not in the stream (the bill still counts them in `peak_allocated`): ZeRO-3/FSDP all-gather buffers,
 DeepSpeed's buckets, eager attention's s² temporaries outside what it saves, MoE routing
@@ -253,10 +254,10 @@ def training_events(bill) -> Events:
                     s.alloc(n * s_scale)
             states_made = True
         if t_total:
-            if plan.optimizer is Optimizer.ADAMW:
+            if plan.optimizer in (Optimizer.ADAMW, Optimizer.LION):  # one temporary per parameter tensor
                 per = t_total / max(sum(trainable_order), 1)
                 temps = [s.alloc(n * per) for n in trainable_order]
-            else:
+            else:  # Adafactor: one update buffer of the largest tensor
                 temps = [s.alloc(t_total)]
             s.free_all(temps, reverse=True)
         s.free_all(grads[::-1])  # zero_grad walks parameters in module order
