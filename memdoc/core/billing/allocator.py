@@ -1,8 +1,9 @@
 """A simulator of PyTorch's CUDA caching allocator, in pure Python (no torch, no GPU).
 
-It follows `c10/cuda/CUDACachingAllocator.cpp` (pytorch/pytorch, read at commit 001074d; the
-policy below is unchanged in torch 2.11, whose allocator measured `tests/fixtures/hf-step.pickle`
-and the H200 rows) for the default configuration — `max_split_size` unlimited, no
+It follows `c10/cuda/CUDACachingAllocator.cpp` (pytorch/pytorch, read at commit 001074d; replaying
+the torch 2.11 trace `tests/fixtures/hf-step.pickle` through this simulation reproduces its
+segments, blocks and peaks exactly, so torch 2.11 — which also measured the H200 rows — follows
+the same policy) for the default configuration — `max_split_size` unlimited, no
 `roundup_power2_divisions`, no garbage-collection threshold, one stream, no CUDA graphs:
 
 * `round_size`: requests round up to a multiple of `kMinBlockSize` = 512 B;
