@@ -35,6 +35,8 @@ def _plan_summary(plan) -> str:
         parts.append(f"offload {plan.offload.value}")
     if plan.attention.value != "sdpa":
         parts.append(plan.attention.value)
+    if plan.allocator.value != "default":
+        parts.append(f"{plan.allocator.value} segments")
     return " · ".join(parts)
 
 

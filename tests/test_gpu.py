@@ -10,6 +10,7 @@ import pytest
 from memdoc.core.model import gpu as gpu_mod
 from memdoc.core.model.gpu import GpuSpec, load_gpu_table, match_device_name, resolve_gpu
 from memdoc.resolve.gpus import detect_local_gpu
+from memdoc.units import format_bytes
 from memdoc.errors import MemdocError, UnknownGpuError
 from memdoc.units import GiB, MiB
 
@@ -238,13 +239,22 @@ class _FakeNvml(types.ModuleType):
         return types.SimpleNamespace(total=self._total, free=self._total, used=0)
 
 
-def test_detect_matches_table_with_nvml_memory(monkeypatch):
+def test_detect_matches_table_with_torch_memory(monkeypatch):
+    # NVML says 81559 MiB on an H100; torch can allocate 81082 MiB of it (the table's torch figure)
     monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml(["NVIDIA H100 80GB HBM3"] * 2, 81559 * MiB))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     spec = detect_local_gpu()
     assert spec is not None
-    assert (spec.id, spec.count, spec.memory_bytes, spec.memory_basis) == ("h100-sxm", 2, 81559 * MiB, "nvml")
+    assert (spec.id, spec.count, spec.memory_bytes, spec.memory_basis) == ("h100-sxm", 2, 81082 * MiB, "torch")
     assert spec.bf16_tflops == resolve_gpu("h100-sxm").bf16_tflops
+
+
+def test_detect_h200_reports_what_torch_can_allocate(monkeypatch):
+    # the real H200: NVML total 143771 MiB (140.40 GiB); torch's OOM message says "total capacity of 139.80 GiB"
+    # (gpu-measurements/oom-memory-fraction.txt)
+    monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml(["NVIDIA H200"], 143771 * MiB))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert format_bytes(detect_local_gpu().memory_bytes) == "139.80 GiB"
 
 
 def test_detect_honours_cuda_visible_devices(monkeypatch):

@@ -123,8 +123,10 @@ def test_fp32_lora_on_24gb_needs_bf16_alone():
     assert final == base.replace(precision=Precision.BF16)
 
 
-def test_full_8b_on_80gb_gets_fused_adamw_not_lora():
-    model, gpu, base, steps = final_plan("meta-llama/Llama-3.1-8B", "a100-80", optimizer="adamw")
+def test_full_8b_on_70gb_gets_fused_adamw_not_lora():
+    # 74.8 GiB allocated at the optimizer step. (On an 80 GB card the allocator-true verdict is that it
+    # runs as given, the allocator releasing its cache and retrying: no remedy at all.)
+    model, gpu, base, steps = final_plan("meta-llama/Llama-3.1-8B", "70", optimizer="adamw")
     final = steps[-1].plan
     assert steps[-1].fits and final.method is Method.FULL and final.optimizer is Optimizer.ADAMW_FUSED
 

@@ -53,6 +53,9 @@ def test_quantify_bills_each_lever_alone():
     p_none = Prescription(id="x", action="read the docs", why="", time_cost="", lever=None, how={})
     base, (ckpt, none) = quantify([p_ckpt, p_none], model, plan, gpu)
     after = compute_bill(model, plan.replace(checkpointing=Checkpointing.FULL), gpu)
-    assert ckpt.saves_bytes == base.process_total - after.process_total > 0
+    # a tensor lever is credited with the smaller of the process-total and the tensor (allocated) saving:
+    # the simulated fragmentation it shifts is not the lever's doing
+    expected = min(base.process_total - after.process_total, base.peak_allocated - after.peak_allocated)
+    assert ckpt.saves_bytes == expected > 0
     assert ckpt.fits_alone is after.fits
     assert (none.saves_bytes, none.fits_alone, none.note) == (None, None, "no memory lever")

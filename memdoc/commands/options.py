@@ -20,6 +20,7 @@ from memdoc.resolve.gpus import detect_local_gpu
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import (
     FLAG_ALIASES,
+    Allocator,
     Attention,
     Checkpointing,
     Loss,
@@ -58,6 +59,7 @@ _PLAN_PARAMS = {
     "shard": Annotated[Optional[Shard], typer.Option("--shard", help="Shard model states over GPUs. \\[default: none]", rich_help_panel=PLAN)],
     "offload": Annotated[Optional[Offload], typer.Option("--offload", help="Move states off the GPU. \\[default: none]", rich_help_panel=PLAN)],
     "offload_to": Annotated[Optional[OffloadTarget], typer.Option("--offload-to", help="Where offloaded states live. \\[default: cpu]", rich_help_panel=PLAN)],
+    "allocator": Annotated[Optional[Allocator], typer.Option("--allocator", help="CUDA caching allocator: default, or expandable (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True). \\[default: default]", rich_help_panel=PLAN)],
     "allow_long": Annotated[bool, typer.Option("--allow-long", help="Allow --seq beyond the model's context length.", rich_help_panel=PLAN)],
     "recipe": Annotated[Optional[Path], typer.Option("--recipe", help="A memdoc recipe YAML (model + plan + GPU); flags override it.", rich_help_panel=PLAN)],
 }

@@ -58,8 +58,8 @@ def snapshot_timeline(snapshot: dict, categories: dict[int, str] | None = None, 
         if seg.get("device", device) != device:
             continue
         for block in seg.get("blocks") or []:
-            if block.get("state") == "active_allocated":
-                preexisting[int(block["addr"])] = int(block["size"])
+            if block.get("state") == "active_allocated":  # segment blocks carry "address" (torch 2.x), events "addr"
+                preexisting[int(block.get("address", block.get("addr", 0)))] = int(block["size"])
     out = []
     for ev in events:
         action = ev.get("action")

@@ -135,8 +135,9 @@ def render_bill(bill, ladder, command_line=None, time=None) -> None:
     scale = max(scale, gpu.memory_bytes if gpu else 0)
     for phase in PHASES:
         stdout.print(f"  {phase:<10}{_bar(bill.phases[phase], scale)}")
-    parts_line(f"peak allocated {gib(bill.peak_allocated)} ({bill.peak_phase})", f"reserved ≈ {gib(bill.peak_reserved)}",
-               f"process total ≈ {gib(bill.process_total)} (+ CUDA context)")
+    parts_line(f"peak allocated {gib(bill.peak_allocated)} ({bill.peak_phase})",
+               f"reserved ≈ {gib(bill.peak_reserved)} (fragmentation {gib(bill.fragmentation_bytes)}, {plan.allocator.value} allocator)",
+               f"process total ≈ {gib(bill.process_total)} (incl. {gib(bill.overhead_bytes)} CUDA context and workspaces)")
     if time is not None:
         render_time(time, plan.world_size, gpu is None or gpu.is_generic)
     explained = other_explained(bill)
@@ -150,7 +151,16 @@ def render_bill(bill, ladder, command_line=None, time=None) -> None:
         paragraph(f"note: {line}")
     if gpu is None:
         return
-    render_verdict(bill.process_total, gpu, plan.world_size, peak_phase=bill.peak_phase)
+    gpus = f"{plan.world_size} × " if plan.world_size > 1 else ""
+    if bill.fits and bill.headroom_bytes < 0:
+        stdout.print(f"[bold yellow]✔ fits[/] {gpus}{gpu.name} ({gib(gpu.memory_bytes)}) only because the allocator releases "
+                     f"its cache and retries (the unconstrained run reserves {gib(-bill.headroom_bytes)} more); "
+                     f"smallest GPU that runs it: {gib(bill.min_memory_bytes)}")
+    else:
+        render_verdict(bill.process_total, gpu, plan.world_size, peak_phase=bill.peak_phase)
+        # the smallest GPU (a bisection of simulations) is worth its time when fragmentation decides the verdict
+        if not bill.fits and bill.peak_allocated + bill.overhead_bytes <= gpu.memory_bytes:
+            stdout.print(f"  smallest GPU that runs it: {gib(bill.min_memory_bytes)}")
     if ladder:
         render_ladder(ladder)
 

@@ -28,8 +28,9 @@ def _visible_indices(device_count: int) -> list[int] | None:
 def detect_local_gpu() -> GpuSpec | None:
     """The first visible local NVIDIA GPU via NVML, or None (no driver, no GPU, any error).
 
-    Memory is NVML's total for that device (what nvidia-smi shows; torch's `total_memory` can be
-    up to ~0.5 GiB less on datacenter parts). Bandwidth, TFLOPS and link come from the table
+    Memory is what torch can allocate: the table's torch-observed `total_memory` when the device
+    name matches an entry measured that way (NVML's total is larger: 140.40 GiB on an H200 whose
+    torch and OOM messages say 139.80 GiB), else NVML's total for that device. Bandwidth, TFLOPS and link come from the table
     when the device name matches an entry; otherwise they are None. `count` is the number of
     visible devices with the same name (honouring integer CUDA_VISIBLE_DEVICES).
     """
@@ -54,6 +55,8 @@ def detect_local_gpu() -> GpuSpec | None:
         memory = int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(indices[0])).total)
         count = sum(1 for i in indices if name_of(i) == first)
         spec = match_device_name(first)
+        if spec is not None and spec.memory_basis == "torch":
+            return dataclasses.replace(spec, count=count)
         if spec is not None:
             return dataclasses.replace(spec, memory_bytes=memory, memory_basis="nvml", count=count)
         try:

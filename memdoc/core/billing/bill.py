@@ -8,15 +8,16 @@ A step has three phases and memory peaks in one of them:
   gradient buffers on top); its end holds every gradient;
 * optimizer — weights, gradients, states and the optimizer's step temporaries.
 
-`peak_allocated` (≈ `torch.cuda.max_memory_allocated`) is the largest phase sum. Two further
-figures are documented assumptions, not measurements:
-* `peak_reserved` (≈ `max_memory_reserved`) = peak_allocated × (1 + ALLOCATOR_OVERHEAD): the
-  caching allocator rounds blocks up (2 MiB segments for large tensors) and fragments; the
-  fsdp_qlora benchmark (references.md P7) measured reserved/allocated = 10.22/9.16 = 1.116, and
-  torchtune's LoRA runs sit at 1.05–1.15; we take 1.08.
-* `process_total` (≈ nvidia-smi) = peak_reserved + CUDA_CONTEXT_BYTES: the CUDA context, kernels
-  and cuBLAS/cuDNN workspaces. HF's perf docs measured 1,343 MB on a V100 (CUDA 11, eager module
-  loading); CUDA ≥ 11.7 loads kernels lazily, and 600–800 MiB is typical now. We take 768 MiB.
+`peak_allocated` (≈ `torch.cuda.max_memory_allocated`) is the largest phase sum. The
+allocator-true figures come from running the run's allocation sequence (`step_events`) through a
+simulation of PyTorch's caching allocator (`allocator`, `reserved`):
+* `peak_reserved` (≈ `max_memory_reserved`): the simulated reserved peak on an unconstrained device,
+  i.e. `peak_allocated` + `fragmentation_bytes` (the simulation's reserved − allocated peaks);
+* `process_total` (≈ nvidia-smi) = peak_reserved + the process's memory outside the allocator
+  (CUDA context, kernels, cuBLAS workspaces): `GpuSpec.process_overhead_bytes` where measured,
+  else PROCESS_OVERHEAD_BYTES;
+* `fits`: the run completes at the card's capacity (memory_bytes − overhead), with the
+  allocator's release-and-retry before OOM; `min_memory_bytes`: the smallest card that runs it.
 
 Sharding divides what it shards by the GPU count (ZeRO-1 states, ZeRO-2 + grads, ZeRO-3/FSDP
 + weights) and adds all-gather buffers (two unsharded layers: current + prefetch). Offload moves
@@ -26,20 +27,23 @@ states (and with ZeRO-3, weights) to host memory: the `host` column.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from memdoc.core.billing.activations import Activations, estimate_activations
 from memdoc.core.billing.verdict import verdict
 from memdoc.core.model.gpu import GpuSpec, gpu_json
 from memdoc.core.model.model_spec import ModelSpec
-from memdoc.core.model.plan import Method, Offload, Precision, Shard, TrainingPlan
+from memdoc.core.model.plan import Allocator, Method, Offload, Precision, Shard, TrainingPlan
+from memdoc.core.billing.reserved import MAX_SIMULATED_LAYERS, ReservedVerdict, reserved_verdict, unsimulated
+from memdoc.core.billing.step_events import training_events
 from memdoc.core.billing.states import ModelStates, model_states
 from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
-from memdoc.units import MiB
 
-ALLOCATOR_OVERHEAD = 0.08
-"""peak_reserved / peak_allocated − 1 (see module docstring)."""
-CUDA_CONTEXT_BYTES = 768 * MiB
-"""CUDA context + library workspaces outside PyTorch's allocator (see module docstring)."""
+PROCESS_OVERHEAD_BYTES = 804_061_184
+"""A training process's device memory outside PyTorch's allocator (CUDA context, kernels, cuBLAS
+workspaces), when the GPU table has no measurement of its own: NVML used − `max_memory_reserved`
+on an H200 (torch 2.11, CUDA 13; gpu-measurements/h200.jsonl) was 766.8 MiB in 17 of 20 runs and
+750.8 MiB in the other three (fp32 and eager-attention runs); the CUDA context alone 620.8 MiB."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,21 +97,54 @@ class Bill:
     def peak_allocated(self) -> int:
         return self.peak.total
 
+    @cached_property
+    def allocator(self) -> ReservedVerdict:
+        """The simulated caching allocator over this plan's run (see `reserved`)."""
+        expandable = self.plan.allocator is Allocator.EXPANDABLE
+        if self.model.num_layers > MAX_SIMULATED_LAYERS:
+            return unsimulated(self.peak_allocated, expandable=expandable)
+        return reserved_verdict(training_events(self), expandable=expandable)
+
+    @property
+    def fragmentation_bytes(self) -> int:
+        return self.allocator.fragmentation_bytes
+
     @property
     def peak_reserved(self) -> int:
-        return int(self.peak_allocated * (1 + ALLOCATOR_OVERHEAD))
+        return self.peak_allocated + self.fragmentation_bytes
+
+    @property
+    def overhead_bytes(self) -> int:
+        """Device memory of the process outside the allocator (see PROCESS_OVERHEAD_BYTES)."""
+        measured = None if self.gpu is None else self.gpu.process_overhead_bytes
+        return PROCESS_OVERHEAD_BYTES if measured is None else measured
 
     @property
     def process_total(self) -> int:
-        return self.peak_reserved + CUDA_CONTEXT_BYTES
+        return self.peak_reserved + self.overhead_bytes
 
     @property
     def headroom_bytes(self) -> int | None:
         return None if self.gpu is None else self.gpu.memory_bytes - self.process_total
 
-    @property
+    @cached_property
     def fits(self) -> bool | None:
-        return None if self.gpu is None else self.headroom_bytes >= 0
+        """Simulated at the card's capacity: the allocator releases its cache and retries before an OOM."""
+        if self.gpu is None:
+            return None
+        if self.peak_allocated + self.overhead_bytes > self.gpu.memory_bytes:
+            return False  # the tensors alone do not fit: no simulation needed
+        return self.allocator.fits(self._capacity(self.gpu.memory_bytes))
+
+    def _capacity(self, memory_bytes: int) -> int:
+        """What the allocator can reserve on a card of `memory_bytes`, in the simulation's terms
+        (the simulated stream's allocated peak may differ slightly from the bill's)."""
+        return memory_bytes - self.overhead_bytes - (self.peak_allocated - self.allocator.peak_allocated)
+
+    @cached_property
+    def min_memory_bytes(self) -> int:
+        """The smallest device memory (torch-visible) on which the run completes."""
+        return self.allocator.min_memory_bytes() + self.overhead_bytes + (self.peak_allocated - self.allocator.peak_allocated)
 
 
 def _sharded(value: int, shard: bool, world: int) -> int:
@@ -148,6 +185,9 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
         notes.append(f"billed with the config of {model.config_of}: a fine-tuned variant has its base's layer shapes")
     if gpu is not None and not gpu.supports_bf16 and plan.precision in (Precision.FP16, Precision.AMP_FP16):
         notes.append(f"{gpu.name} has no bf16 (compute capability {gpu.compute_capability}): it trains in fp16 (with loss scaling)")
+    if model.num_layers > MAX_SIMULATED_LAYERS:
+        notes.append(f"{model.num_layers:,} layers: the caching allocator is not simulated beyond {MAX_SIMULATED_LAYERS} "
+                     "(reserved memory counted as allocated, no fragmentation)")
     if model.family == "unknown":
         notes.append(f"no activation model for model_type {model.model_type!r}: activations estimated for a generic "
                      "decoder layer of its sizes (parameters are exact, from the meta device)")
@@ -228,6 +268,9 @@ def bill_json(bill: Bill) -> dict:
             "peak_allocated": bill.peak_allocated,
             "peak_reserved": bill.peak_reserved,
             "process_total": bill.process_total,
+            "fragmentation_bytes": bill.fragmentation_bytes,
+            "overhead_bytes": bill.overhead_bytes,
+            "min_memory_bytes": bill.min_memory_bytes,
         },
         "phases": {name: phase.to_dict() for name, phase in bill.phases.items()},
         "host_bytes": bill.host_bytes,

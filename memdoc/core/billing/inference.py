@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memdoc.core.billing.bill import ALLOCATOR_OVERHEAD, CUDA_CONTEXT_BYTES
+from memdoc.core.billing.allocator import CachingAllocator
+from memdoc.core.billing.bill import PROCESS_OVERHEAD_BYTES
 from memdoc.core.billing.verdict import verdict
 from memdoc.core.model.gpu import GpuSpec, gpu_json
 from memdoc.core.model.model_spec import ModelSpec
@@ -33,7 +34,14 @@ class InferenceBill:
 
     @property
     def process_total(self) -> int:
-        return int(self.peak_allocated * (1 + ALLOCATOR_OVERHEAD)) + CUDA_CONTEXT_BYTES
+        """Reserved (each item as one block through the caching-allocator simulation: its segment
+        rounding; inference has no per-tensor event stream yet) + the process's non-allocator memory."""
+        alloc = CachingAllocator()
+        for size in (self.weights, self.kv_cache, self.activations):
+            if size:
+                alloc.malloc(size)
+        overhead = None if self.gpu is None else self.gpu.process_overhead_bytes
+        return alloc.stats.peak_reserved + (PROCESS_OVERHEAD_BYTES if overhead is None else overhead)
 
     @property
     def fits(self) -> bool | None:

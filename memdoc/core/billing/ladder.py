@@ -6,7 +6,8 @@ largest single saving — fused AdamW for full fine-tuning (faster than foreach 
 parameter-sized temporaries), bf16 before checkpointing when fp32 was asked (it saves memory
 and time, where checkpointing costs a third of the step), and the 8-bit optimizer between QLoRA
 and offload):
-① gradient accumulation (micro-batch 1, same effective batch) → ①b fused cross-entropy → ①c fused
+⓪ expandable segments (free; taken only when removing the allocator's fragmentation makes it
+fit) → ① gradient accumulation (micro-batch 1, same effective batch) → ①b fused cross-entropy → ①c fused
 AdamW → ①d bf16 from fp32 → ② activation checkpointing → ③ bf16 from AMP → ④ LoRA → ④b QLoRA →
 ⑤ 8-bit paged AdamW → ⑥ optimizer offload → ⑦ ZeRO-3 over the GPUs given → ⑧ weight offload
 (ZeRO-3 offload, on one GPU too). A rung that does not apply to the plan (already on, or needs
@@ -25,7 +26,7 @@ from memdoc.core.billing.bill import Bill, compute_bill
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.lora import fit_lora_targets
-from memdoc.core.model.plan import Checkpointing, Loss, Method, Offload, Optimizer, Precision, Shard, TrainingPlan
+from memdoc.core.model.plan import Allocator, Checkpointing, Loss, Method, Offload, Optimizer, Precision, Shard, TrainingPlan
 from memdoc.core.billing.steptime import step_seconds
 from memdoc.errors import PlanError
 
@@ -36,6 +37,10 @@ class Rung:
     action: str
     apply: Callable[[TrainingPlan], TrainingPlan | None]
     """The plan with this remedy, or None when it does not apply."""
+
+
+def _expandable(p: TrainingPlan) -> TrainingPlan | None:
+    return p.replace(allocator=Allocator.EXPANDABLE) if p.allocator is Allocator.DEFAULT else None
 
 
 def _accumulate(p: TrainingPlan) -> TrainingPlan | None:
@@ -103,6 +108,7 @@ def _offload_params(p: TrainingPlan) -> TrainingPlan | None:
 
 
 RUNGS: tuple[Rung, ...] = (
+    Rung("expandable", "expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): less fragmentation", _expandable),
     Rung("accumulate", "gradient accumulation: micro-batch 1, same effective batch", _accumulate),
     Rung("fused-loss", "fused linear cross-entropy (Liger): the logits are never stored whole", _fused_loss),
     Rung("fused-adamw", "fused AdamW: one kernel, no foreach temporaries", _fused_adamw),
@@ -192,8 +198,14 @@ def climb(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec) -> list[LadderStep
                 remaining.remove(rung)
                 continue
             bill = compute_bill(model, candidate, gpu)
-            saved = previous.process_total - bill.process_total
-            if saved >= MIN_SAVING * previous.process_total:
+            # (checked cheapest first: the tensor bill is arithmetic, reserved memory a simulation)
+            if rung.id == "expandable":  # free, but only worth a line when fragmentation is what does not fit
+                worth = bill.peak_allocated + bill.overhead_bytes <= gpu.memory_bytes and bool(bill.fits)
+            else:  # tensor remedies must cut tensors: fragmentation they happen to remove does not pay their cost
+                worth = previous.peak_allocated - bill.peak_allocated >= MIN_SAVING * previous.process_total
+                worth = worth and previous.process_total > bill.process_total
+            if worth:
+                saved = previous.process_total - bill.process_total
                 remaining.remove(rung)
                 seconds = step_seconds(model, candidate, gpu)
                 steps.append(LadderStep(rung=rung, plan=candidate, bill=bill, saved_bytes=saved, step_seconds=seconds,
@@ -244,7 +256,7 @@ def _drop_unneeded(model: ModelSpec, plan: TrainingPlan, steps: list[LadderStep]
                 continue
             bill = compute_bill(model, candidate, gpu)
             seconds = step_seconds(model, candidate, gpu)
-            if bill.fits and seconds <= current_seconds * (1 + DROP_TOLERANCE):
+            if seconds <= current_seconds * (1 + DROP_TOLERANCE) and bill.fits:
                 options.append((seconds, rung_id, fields, candidate, bill))
         if not options:
             break

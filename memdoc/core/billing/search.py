@@ -85,7 +85,9 @@ def _plain(value):
 
 
 def fits_with_headroom(bill: Bill, gpu: GpuSpec) -> bool:
-    return bill.process_total <= gpu.memory_bytes * (1 - HEADROOM)
+    limit = gpu.memory_bytes * (1 - HEADROOM)
+    # reserved ≥ allocated: the tensor bill rules most plans out before the allocator simulation runs
+    return bill.peak_allocated + bill.overhead_bytes <= limit and bill.process_total <= limit
 
 
 def _values(knob: str, base: TrainingPlan, fixed: frozenset[str]) -> tuple:

@@ -140,6 +140,48 @@ def _param_shapes(model: ModelSpec) -> Shapes:
     return out
 
 
+@dataclass(frozen=True, kw_only=True)
+class ParameterTensors:
+    """Element counts of the model's parameter tensors in creation order, unsharded.
+
+    `layers[i]`: decoder layer i (its linears, biases, then its norms as one vector; transformers 5
+    stores routed experts fused, one 3-D tensor per projection); `trainable[i]`: the tensors of
+    layer i that train (all for full fine-tuning, LoRA's lora_A (r × in) and lora_B (out × r)
+    otherwise). Used by the allocator's event stream (`step_events`).
+    """
+
+    embedding: int
+    layers: list[list[int]]
+    head: int
+    other: int
+    """Final norm, position embeddings, head bias."""
+    trainable: list[list[int]]
+
+
+def parameter_tensors(model: ModelSpec, plan: TrainingPlan) -> ParameterTensors:
+    """The plan's parameter tensors per layer (see `ParameterTensors`)."""
+    layers = []
+    for i in range(model.num_layers):
+        layout, numels = model.layouts[i], []
+        for linear in layout.linears:
+            copies = 1 if linear.group == "experts" else linear.copies
+            numels.extend([linear.out_features * linear.in_features * linear.copies // copies] * copies)
+            if linear.bias:
+                numels.extend([linear.out_features * linear.copies // copies] * copies)
+        numels.append(layout.norm_params)
+        layers.append(numels)
+    other = model.params.total - model.params.embedding - model.params.head - sum(map(sum, layers))
+    if plan.method is Method.FULL:
+        trainable = layers
+    else:
+        targets = adapted_names(plan)
+        trainable = [[n for linear in model.layouts[i].linears if is_trained(linear, targets)
+                      for n in (plan.lora_rank * linear.in_features, linear.out_features * plan.lora_rank)]
+                     for i in range(model.num_layers)]
+    return ParameterTensors(embedding=model.params.embedding, layers=layers, head=model.params.head,
+                            other=max(other, 0), trainable=trainable)
+
+
 def model_states(model: ModelSpec, plan: TrainingPlan) -> ModelStates:
     """Unsharded weights / grads / optimizer states of the plan, in bytes.
 

@@ -74,6 +74,8 @@ def quantify(prescriptions, model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec |
             continue
         after = compute_bill(model, fit_lora_targets(changed, model), gpu)
         saved = base.process_total - after.process_total
+        if "allocator" not in p.lever:  # a tensor lever is credited with the tensors it cuts, not with
+            saved = min(saved, base.peak_allocated - after.peak_allocated)  # the simulated fragmentation it shifts
         note = "saves nothing on this plan" if saved <= 0 else ""
         out.append(Quantified(p, saved, after.fits, note))
     return base, out

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from memdoc.core.model.plan import Attention, Checkpointing, Loss, Method, Offload, Optimizer, Precision, Shard
+from memdoc.core.model.plan import Allocator, Attention, Checkpointing, Loss, Method, Offload, Optimizer, Precision, Shard
 from memdoc.errors import KnowledgeBaseError, UnknownSymptomError
 
 __all__ = [
@@ -69,6 +69,7 @@ PLAN_LEVERS: dict[str, tuple[Any, ...]] = {
     "optimizer": tuple(m.value for m in Optimizer),
     "offload": tuple(m.value for m in Offload),
     "shard": tuple(m.value for m in Shard),
+    "allocator": tuple(m.value for m in Allocator),
 }
 """Levers that are `TrainingPlan` fields. micro_batch 'half' keeps the effective batch (accumulation
 doubles); seq_len 'cap' means "to the data's p99 length" (the caller supplies the number)."""

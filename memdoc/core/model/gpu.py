@@ -100,6 +100,9 @@ class GpuSpec:
         if self.compute_capability is None:
             return True
         return int(self.compute_capability.split(".")[0]) >= 8
+    process_overhead_bytes: int | None = None
+    """A training process's device memory outside PyTorch's allocator (CUDA context, kernels,
+    library workspaces), where measured on this GPU; None: the bill's default."""
 
     @property
     def total_memory_bytes(self) -> int:
@@ -144,6 +147,7 @@ def _spec_from_entry(entry: dict) -> GpuSpec:
         source=str(entry["source"]),
         notes=entry.get("notes"),
         compute_capability=None if entry.get("compute_capability") is None else str(entry["compute_capability"]),
+        process_overhead_bytes=None if entry.get("process_overhead_bytes") is None else int(entry["process_overhead_bytes"]),
     )
 
 

@@ -155,6 +155,20 @@ class Offload(str, Enum):
     """Optimizer states and weights live off the GPU (ZeRO-Infinity); layers are fetched on use."""
 
 
+class Allocator(str, Enum):
+    """PyTorch's CUDA caching-allocator mode (`PYTORCH_CUDA_ALLOC_CONF`)."""
+
+    DEFAULT = "default"
+    """Fixed-size segments (cudaMalloc per segment)."""
+    EXPANDABLE = "expandable"
+    """`expandable_segments:True`: one growing segment per pool, less fragmentation."""
+
+    @property
+    def alloc_conf(self) -> str | None:
+        """The PYTORCH_CUDA_ALLOC_CONF value that selects this mode (None: the default)."""
+        return "expandable_segments:True" if self is Allocator.EXPANDABLE else None
+
+
 class OffloadTarget(str, Enum):
     CPU = "cpu"
     NVME = "nvme"
@@ -204,6 +218,8 @@ class TrainingPlan:
     """Where offloaded states go."""
     allow_long: bool = False
     """Allow seq_len beyond the model's max_position_embeddings."""
+    allocator: Allocator = Allocator.DEFAULT
+    """CUDA caching-allocator mode (reserved memory and fragmentation)."""
 
     def __post_init__(self) -> None:
         for name in ("micro_batch", "seq_len", "grad_accum", "gpus_per_node", "nodes", "lora_rank", "lora_alpha"):
@@ -299,6 +315,7 @@ _ENUMS = {
     "shard": Shard,
     "offload": Offload,
     "offload_to": OffloadTarget,
+    "allocator": Allocator,
 }
 
 
@@ -408,6 +425,7 @@ def check_plan_against_model(
 __all__ = [
     "ALL_LINEAR",
     "FLAG_ALIASES",
+    "Allocator",
     "Attention",
     "Checkpointing",
     "Loss",

@@ -1,0 +1,429 @@
+"""A simulator of PyTorch's CUDA caching allocator, in pure Python (no torch, no GPU).
+
+It follows `c10/cuda/CUDACachingAllocator.cpp` (pytorch/pytorch, read at commit 001074d; replaying
+the torch 2.11 trace `tests/fixtures/hf-step.pickle` through this simulation reproduces its
+segments, blocks and peaks exactly, so torch 2.11 — which also measured the H200 rows — follows
+the same policy) for the default configuration — `max_split_size` unlimited, no
+`roundup_power2_divisions`, no garbage-collection threshold, one stream, no CUDA graphs:
+
+* `round_size`: requests round up to a multiple of `kMinBlockSize` = 512 B;
+* `get_pool`: ≤ `kSmallSize` (1 MiB) goes to the small pool, the rest to the large pool;
+* `get_allocation_size`: a new segment is `kSmallBuffer` (2 MiB) for small requests,
+  `kLargeBuffer` (20 MiB) below `kMinLargeAlloc` (10 MiB), else the request rounded up to
+  `kRoundLarge` (2 MiB);
+* `get_free_block`: best fit — the smallest cached block of the pool with size ≥ request
+  (`BlockComparatorSize`: stream, size, then address);
+* `should_split` / `alloc_found_block`: the block is split when the remainder is ≥ 512 B (small
+  pool, or any pool with expandable segments) or > 1 MiB (large pool); the request takes the
+  low addresses, the remainder stays cached;
+* `free_block` / `try_merge_blocks`: a freed block merges with free neighbours of its segment;
+* `malloc`: cache → `alloc_block` (cudaMalloc) → `release_cached_blocks` (free every cached
+  segment that is not split, unmap free pages of expandable segments) and retry → out of memory;
+* expandable segments (`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`): one segment per pool
+  and stream whose pages (2 MiB small, 20 MiB large) are mapped on demand
+  (`find_expandable_block`, `map_block`, `try_allocate_expandable_block`, `unmap_block`); best fit
+  treats a free block next to the unmapped tail as the size it can grow to.
+
+`capacity` models the device: cudaMalloc (or mapping pages) fails when the reserved bytes would
+exceed it. Reserved (`reserved_bytes`) is what `torch.cuda.memory_reserved()` reports; allocated
+(`allocated_bytes`) is `memory_allocated()` — both count rounded block sizes, as torch does.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from dataclasses import dataclass, field
+
+MiB = 1024 * 1024
+K_MIN_BLOCK_SIZE = 512
+"""kMinBlockSize: all sizes are rounded to at least 512 bytes."""
+K_SMALL_SIZE = 1 * MiB
+"""kSmallSize: largest "small" allocation."""
+K_SMALL_BUFFER = 2 * MiB
+"""kSmallBuffer: small allocations are packed in 2 MiB segments (and 2 MiB expandable pages)."""
+K_LARGE_BUFFER = 20 * MiB
+"""kLargeBuffer: allocations between 1 and 10 MiB share 20 MiB segments (and 20 MiB expandable pages)."""
+K_MIN_LARGE_ALLOC = 10 * MiB
+"""kMinLargeAlloc: below this, a large request allocates kLargeBuffer."""
+K_ROUND_LARGE = 2 * MiB
+"""kRoundLarge: larger requests round their segment up to 2 MiB."""
+_ADDRESS_GAP = 2 * MiB  # simulated cudaMalloc returns increasing, 2 MiB-aligned addresses
+
+
+class AllocatorOOM(Exception):
+    """The request could not be served even after releasing the cache (torch's OutOfMemoryError)."""
+
+    def __init__(self, size: int, allocated: int, reserved: int) -> None:
+        super().__init__(f"out of memory allocating {size} B ({allocated} B allocated, {reserved} B reserved)")
+        self.size, self.allocated, self.reserved = size, allocated, reserved
+
+
+def round_size(size: int) -> int:
+    """`round_size`: up to a multiple of 512 B (minimum 512 B)."""
+    if size < K_MIN_BLOCK_SIZE:
+        return K_MIN_BLOCK_SIZE
+    return K_MIN_BLOCK_SIZE * -(-size // K_MIN_BLOCK_SIZE)
+
+
+def allocation_size(size: int) -> int:
+    """`get_allocation_size`: bytes cudaMalloc'ed for a new segment serving a rounded request."""
+    if size <= K_SMALL_SIZE:
+        return K_SMALL_BUFFER
+    if size < K_MIN_LARGE_ALLOC:
+        return K_LARGE_BUFFER
+    return K_ROUND_LARGE * -(-size // K_ROUND_LARGE)
+
+
+class _Segment:
+    """An expandable segment: a virtual range mapped page by page."""
+
+    __slots__ = ("base", "page")
+
+    def __init__(self, base: int, page: int) -> None:
+        self.base, self.page = base, page
+
+
+class _Block:
+    __slots__ = ("addr", "size", "stream", "small", "allocated", "prev", "next", "mapped", "seg")
+
+    def __init__(self, addr: int, size: int, stream: int, small: bool, seg: _Segment | None = None, mapped: bool = True):
+        self.addr, self.size, self.stream, self.small = addr, size, stream, small
+        self.allocated = False
+        self.prev: _Block | None = None
+        self.next: _Block | None = None
+        self.mapped, self.seg = mapped, seg
+
+    def splice(self, before: _Block | None, after: _Block | None) -> None:
+        if before is not None:
+            before.next = self
+        self.prev = before
+        if after is not None:
+            after.prev = self
+        self.next = after
+
+
+class _Pool:
+    """Cached free blocks sorted by (stream, size, address); unmapped expandable ranges by (stream, address)."""
+
+    __slots__ = ("small", "keys", "blocks", "unmapped", "unmapped_blocks")
+
+    def __init__(self, small: bool) -> None:
+        self.small = small
+        self.keys: list[tuple[int, int, int]] = []
+        self.blocks: dict[tuple[int, int, int], _Block] = {}
+        self.unmapped: list[tuple[int, int]] = []
+        self.unmapped_blocks: dict[tuple[int, int], _Block] = {}
+
+    def insert(self, b: _Block) -> None:
+        key = (b.stream, b.size, b.addr)
+        insort(self.keys, key)
+        self.blocks[key] = b
+
+    def remove(self, b: _Block) -> None:
+        key = (b.stream, b.size, b.addr)
+        del self.keys[bisect_left(self.keys, key)]
+        del self.blocks[key]
+
+    def insert_unmapped(self, b: _Block) -> None:
+        key = (b.stream, b.addr)
+        insort(self.unmapped, key)
+        self.unmapped_blocks[key] = b
+
+    def remove_unmapped(self, b: _Block) -> None:
+        key = (b.stream, b.addr)
+        del self.unmapped[bisect_left(self.unmapped, key)]
+        del self.unmapped_blocks[key]
+
+
+@dataclass
+class AllocatorStats:
+    """The counters of `torch.cuda.memory_stats()` the simulation keeps."""
+
+    allocated: int = 0
+    reserved: int = 0
+    peak_allocated: int = 0
+    peak_reserved: int = 0
+    num_alloc_retries: int = 0
+    num_device_alloc: int = 0
+    num_device_free: int = 0
+    segment_events: list[tuple[str, int, int]] = field(default_factory=list)
+    """(action, address, size): segment_alloc / segment_free / segment_map / segment_unmap, as torch's trace names them."""
+
+
+class CachingAllocator:
+    """One device's caching allocator. `malloc` returns an address, `free` takes it back."""
+
+    def __init__(self, *, capacity: int | None = None, expandable: bool = False, record: bool = False,
+                 segment_addresses: list[int] | None = None) -> None:
+        """`capacity`: device bytes the allocator may reserve (None: unlimited); `record`: keep segment
+        events; `segment_addresses`: addresses for successive new segments (to replay a recorded trace)."""
+        self.capacity = capacity
+        self.expandable = expandable
+        self.record = record
+        self.stats = AllocatorStats()
+        self._large, self._small = _Pool(False), _Pool(True)
+        self._active: dict[int, _Block] = {}
+        self._next_addr = 1 << 40
+        self._addresses = list(reversed(segment_addresses)) if segment_addresses else []
+
+    # -- public API -------------------------------------------------------------------------
+    def malloc(self, orig_size: int, stream: int = 0) -> int:
+        """`DeviceCachingAllocator::malloc`: the address of a block of at least `orig_size` bytes.
+
+        (`get_free_block`, `should_split` and `alloc_found_block` are inlined: this is the hot path
+        of every bill.)"""
+        size = K_MIN_BLOCK_SIZE if orig_size < K_MIN_BLOCK_SIZE else (orig_size + K_MIN_BLOCK_SIZE - 1) // K_MIN_BLOCK_SIZE * K_MIN_BLOCK_SIZE
+        small = size <= K_SMALL_SIZE
+        pool = self._small if small else self._large
+        keys, blocks = pool.keys, pool.blocks
+        block = None
+        if self.expandable:
+            block = self._get_free_block(pool, stream, size) if keys else None
+        elif keys:
+            i = bisect_left(keys, (stream, size, -1))
+            if i < len(keys) and keys[i][0] == stream:
+                block = blocks.pop(keys.pop(i))
+        if block is None:
+            alloc = allocation_size(size)
+            block = self._alloc_block(pool, stream, size, alloc)
+            if block is None:
+                self._release_cached_blocks()
+                self.stats.num_alloc_retries += 1
+                block = self._alloc_block(pool, stream, size, alloc)
+            if block is None:
+                raise AllocatorOOM(orig_size, self.stats.allocated, self.stats.reserved)
+        remaining = block.size - size
+        if remaining >= K_MIN_BLOCK_SIZE if (small or self.expandable) else remaining > K_SMALL_SIZE:
+            rest = block
+            block = _Block(rest.addr, size, stream, small, rest.seg)
+            prev = rest.prev
+            block.prev = prev
+            if prev is not None:
+                prev.next = block
+            block.next = rest
+            rest.prev = block
+            rest.addr += size
+            rest.size = remaining
+            key = (rest.stream, remaining, rest.addr)
+            insort(keys, key)
+            blocks[key] = rest
+        block.allocated = True
+        self._active[block.addr] = block
+        st = self.stats
+        st.allocated += block.size
+        if st.allocated > st.peak_allocated:
+            st.peak_allocated = st.allocated
+        return block.addr
+
+    def free(self, addr: int) -> None:
+        """`free` → `free_block`: merge with free neighbours and return the block to its pool's cache."""
+        block = self._active.pop(addr)
+        block.allocated = False
+        self.stats.allocated -= block.size
+        pool = self._small if block.small else self._large
+        prev, nxt = block.prev, block.next
+        if prev is not None and not prev.allocated:
+            self._try_merge(block, prev, pool)
+        if nxt is not None and not nxt.allocated:
+            self._try_merge(block, nxt, pool)
+        key = (block.stream, block.size, block.addr)
+        insort(pool.keys, key)
+        pool.blocks[key] = block
+
+    def empty_cache(self) -> None:
+        """`torch.cuda.empty_cache()`: `release_cached_blocks`."""
+        self._release_cached_blocks()
+
+    def segments(self) -> list[dict]:
+        """Mapped segments in address order, as `torch.cuda.memory._snapshot()['segments']` lists them:
+        {address, total_size, is_large, blocks: [{address, size, allocated}]}."""
+        heads = [b for b in list(self._active.values()) + list(self._large.blocks.values()) + list(self._small.blocks.values())
+                 if b.mapped and not (b.prev is not None and b.prev.mapped)]
+        out = []
+        for head in sorted(heads, key=lambda b: b.addr):
+            blocks, b = [], head
+            while b is not None and b.mapped:
+                blocks.append({"address": b.addr, "size": b.size, "allocated": b.allocated})
+                b = b.next
+            out.append({"address": head.addr, "total_size": sum(x["size"] for x in blocks), "is_large": not head.small,
+                        "blocks": blocks})
+        return out
+
+    # -- internals (names follow the C++) -----------------------------------------------------
+    def _get_free_block(self, pool: _Pool, stream: int, size: int) -> _Block | None:
+        keys = pool.keys
+        i = bisect_left(keys, (stream, size, -1))
+        if i == len(keys) or keys[i][0] != stream:
+            return None
+        block = pool.blocks[keys[i]]
+        if block.seg is not None:
+            # an expandable block counts as the size it can grow to (next to the unmapped tail)
+            def grown(b: _Block) -> int:
+                return b.size + (b.next.size if b.next is not None and not b.next.mapped else 0)
+
+            while i + 1 < len(keys) and keys[i + 1][0] == stream and grown(pool.blocks[keys[i + 1]]) < grown(block):
+                i += 1
+                block = pool.blocks[keys[i]]
+        pool.remove(block)
+        return block
+
+    def _new_address(self, size: int) -> int:
+        if self._addresses:
+            return self._addresses.pop()
+        addr = self._next_addr
+        self._next_addr += -(-size // _ADDRESS_GAP) * _ADDRESS_GAP + _ADDRESS_GAP
+        return addr
+
+    def _grow_reserved(self, nbytes: int) -> None:
+        st = self.stats
+        st.reserved += nbytes
+        st.num_device_alloc += 1
+        if st.reserved > st.peak_reserved:
+            st.peak_reserved = st.reserved
+
+    def _fits_device(self, nbytes: int) -> bool:
+        return self.capacity is None or self.stats.reserved + nbytes <= self.capacity
+
+    def _alloc_block(self, pool: _Pool, stream: int, size: int, alloc: int) -> _Block | None:
+        """`alloc_block`: cudaMalloc a new segment (or map pages of an expandable one)."""
+        if self.expandable:
+            return self._try_allocate_expandable_block(pool, stream, size)
+        if not self._fits_device(alloc):
+            return None
+        block = _Block(self._new_address(alloc), alloc, stream, pool.small)
+        self._grow_reserved(alloc)
+        if self.record:
+            self.stats.segment_events.append(("segment_alloc", block.addr, alloc))
+        return block
+
+    def _try_merge(self, dst: _Block, src: _Block | None, pool: _Pool) -> int:
+        """`try_merge_blocks`: absorb a free neighbour `src` (same mapping state) into `dst`, which is in no pool."""
+        if src is None or src.allocated or src.mapped != dst.mapped:
+            return 0
+        if src.mapped:
+            pool.remove(src)
+        else:
+            pool.remove_unmapped(src)
+        if dst.prev is src:
+            dst.addr = src.addr
+            dst.prev = src.prev
+            if dst.prev is not None:
+                dst.prev.next = dst
+        else:
+            dst.next = src.next
+            if dst.next is not None:
+                dst.next.prev = dst
+        dst.size += src.size
+        return src.size
+
+    def _release_cached_blocks(self) -> None:
+        """`release_cached_blocks` → `release_blocks` for the large, then the small pool."""
+        for pool in (self._large, self._small):
+            to_unmap = []
+            for key in list(pool.keys):
+                block = pool.blocks[key]
+                if block.seg is not None:
+                    to_unmap.append(block)
+                elif block.prev is None and block.next is None:
+                    pool.remove(block)
+                    self.stats.reserved -= block.size
+                    self.stats.num_device_free += 1
+                    if self.record:
+                        self.stats.segment_events.append(("segment_free", block.addr, block.size))
+            for block in to_unmap:
+                self._unmap_block(pool, block)
+                if block.prev is None and block.next is None and not block.mapped:
+                    pool.remove_unmapped(block)  # release_expandable_segment
+
+    # -- expandable segments ----------------------------------------------------------------------
+    def _find_expandable_block(self, pool: _Pool, stream: int, size: int) -> _Block:
+        """`find_expandable_block`: lowest unmapped range (with the free block before it) that can hold `size`."""
+
+        def allocatable(b: _Block | None) -> bool:
+            return b is not None and not b.allocated
+
+        i = bisect_left(pool.unmapped, (stream, -1))
+        while i < len(pool.unmapped) and pool.unmapped[i][0] == stream:
+            c = pool.unmapped_blocks[pool.unmapped[i]]
+            if allocatable(c.prev):
+                c = c.prev
+            total, b = 0, c
+            while total < size and allocatable(b):
+                total += b.size
+                b = b.next
+            if total >= size:
+                return c
+            i += 1
+        page = K_SMALL_BUFFER if pool.small else K_LARGE_BUFFER
+        # address space for 1 1/8 of the device (the C++ reserves totalGlobalMem × 9/8)
+        span = -(-((self.capacity or 1 << 44) * 9 // 8) // page) * page
+        seg = _Segment(self._new_address(span), page)
+        candidate = _Block(seg.base, span, stream, pool.small, seg, mapped=False)
+        pool.insert_unmapped(candidate)
+        return candidate
+
+    def _map_block(self, pool: _Pool, to_map: _Block, size: int) -> bool:
+        """`map_block`: back [to_map, to_map + size) with whole pages; merge with free neighbours."""
+        seg = to_map.seg
+        begin = (to_map.addr - seg.base) // seg.page
+        end = -(-(to_map.addr + size - seg.base) // seg.page)
+        mapped = (end - begin) * seg.page
+        if not self._fits_device(mapped):
+            return False
+        pool.remove_unmapped(to_map)
+        to_map.mapped = True
+        if mapped < to_map.size:
+            remaining = _Block(to_map.addr + mapped, to_map.size - mapped, to_map.stream, to_map.small, seg, mapped=False)
+            remaining.splice(to_map, to_map.next)
+            pool.insert_unmapped(remaining)
+            to_map.size = mapped
+        self._try_merge(to_map, to_map.prev, pool)
+        self._try_merge(to_map, to_map.next, pool)
+        pool.insert(to_map)
+        self._grow_reserved(mapped)
+        if self.record:
+            self.stats.segment_events.append(("segment_map", seg.base + begin * seg.page, mapped))
+        return True
+
+    def _try_allocate_expandable_block(self, pool: _Pool, stream: int, size: int) -> _Block | None:
+        candidate = self._find_expandable_block(pool, stream, size)
+        if not candidate.mapped and not self._map_block(pool, candidate, min(candidate.size, size)):
+            return None
+        while candidate.size < size:
+            nxt = candidate.next
+            if not self._map_block(pool, nxt, min(size - candidate.size, nxt.size)):
+                return None
+            candidate = nxt
+        pool.remove(candidate)
+        return candidate
+
+    def _unmap_block(self, pool: _Pool, block: _Block) -> None:
+        """`unmap_block`: return the whole pages inside a free expandable block to the device."""
+        seg = block.seg
+        begin = -(-(block.addr - seg.base) // seg.page)
+        end = (block.addr + block.size - seg.base) // seg.page
+        if begin >= end:
+            return
+        pool.remove(block)
+        start, length = seg.base + begin * seg.page, (end - begin) * seg.page
+        before = start - block.addr
+        if before > 0:
+            b = _Block(block.addr, before, block.stream, block.small, seg)
+            b.splice(block.prev, block)
+            pool.insert(b)
+        after = block.size - before - length
+        if after > 0:
+            a = _Block(start + length, after, block.stream, block.small, seg)
+            a.splice(block, block.next)
+            pool.insert(a)
+        block.addr, block.size, block.mapped = start, length, False
+        self._try_merge(block, block.prev, pool)
+        self._try_merge(block, block.next, pool)
+        pool.insert_unmapped(block)
+        self.stats.reserved -= length
+        self.stats.num_device_free += 1
+        if self.record:
+            self.stats.segment_events.append(("segment_unmap", start, length))
+
+
+__all__ = ["AllocatorOOM", "AllocatorStats", "CachingAllocator", "allocation_size", "round_size"]

@@ -1,0 +1,99 @@
+"""Allocator-true figures of a bill: the step's event stream run through the caching-allocator simulator.
+
+* `peak_reserved`: `max_memory_reserved` of the run on an unconstrained device;
+* `fragmentation_bytes`: peak reserved − peak allocated of the same simulation (block rounding,
+  segment tails and cached blocks too small or too scattered for the next request);
+* `fits(capacity)`: the run completes on a device whose allocator may reserve `capacity` bytes,
+  releasing cached segments and retrying before giving up (what torch does before an OOM);
+* `min_memory_bytes`: the smallest such capacity, by bisection between peak allocated and peak
+  reserved (to 0.5% or 64 MiB) — success is monotone in capacity except in pathological orders.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from memdoc.core.billing.allocator import AllocatorOOM, AllocatorStats, CachingAllocator
+from memdoc.core.billing.step_events import Events
+from memdoc.units import MiB
+
+
+def simulate(events: Events, *, capacity: int | None = None, expandable: bool = False) -> AllocatorStats | None:
+    """Run `events` through the allocator; None when it runs out of memory at `capacity`."""
+    alloc = CachingAllocator(capacity=capacity, expandable=expandable)
+    malloc, free = alloc.malloc, alloc.free
+    addr = [0] * (max(events.ids, default=0) + 1)  # ids are small consecutive integers
+    try:
+        for tid, size in zip(events.ids, events.sizes):
+            if size:
+                addr[tid] = malloc(size)
+            else:
+                free(addr[tid])
+    except AllocatorOOM:
+        return None
+    return alloc.stats
+
+
+@dataclass(frozen=True)
+class ReservedVerdict:
+    """Simulated allocator figures for one event stream."""
+
+    events: Events | None
+    """None: not simulated (see `unsimulated`)."""
+    expandable: bool
+    stats: AllocatorStats
+
+    @property
+    def peak_reserved(self) -> int:
+        return self.stats.peak_reserved
+
+    @property
+    def peak_allocated(self) -> int:
+        return self.stats.peak_allocated
+
+    @property
+    def fragmentation_bytes(self) -> int:
+        return self.stats.peak_reserved - self.stats.peak_allocated
+
+    def fits(self, capacity: int) -> bool:
+        if self.events is None:  # not simulated: the tensors alone decide
+            return self.peak_allocated <= capacity
+        if self.peak_reserved <= capacity:
+            return True
+        if self.peak_allocated > capacity:
+            return False
+        return _runs(self.events, capacity, self.expandable)
+
+    def min_memory_bytes(self) -> int:
+        if self.events is None:
+            return self.peak_allocated
+        lo, hi = self.peak_allocated, self.peak_reserved  # fails below lo, runs at hi
+        while hi - lo > max(64 * MiB, hi // 200):
+            mid = (lo + hi) // 2
+            if _runs(self.events, mid, self.expandable):
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+
+@lru_cache(maxsize=64)
+def _runs(events: Events, capacity: int, expandable: bool) -> bool:
+    return simulate(events, capacity=capacity, expandable=expandable) is not None
+
+
+MAX_SIMULATED_LAYERS = 512
+"""Deepest model whose run is simulated event by event (real models have < 200 layers); deeper
+configs are billed without fragmentation, so the bill's cost never grows with an absurd layer count."""
+
+
+def unsimulated(peak_allocated: int, *, expandable: bool = False) -> ReservedVerdict:
+    """A verdict without simulation: reserved = allocated (no fragmentation counted)."""
+    stats = AllocatorStats(peak_allocated=peak_allocated, peak_reserved=peak_allocated)
+    return ReservedVerdict(None, expandable, stats)
+
+
+def reserved_verdict(events: Events, *, expandable: bool = False) -> ReservedVerdict:
+    stats = simulate(events, expandable=expandable)
+    return ReservedVerdict(events, expandable, stats)
