@@ -22,12 +22,20 @@ def bill(model="meta-llama/Llama-2-7b-hf", gpu=None, **flags):
 
 
 def test_full_bf16_adamw_states_are_exact():
-    b = bill()
+    b = bill(optimizer="adamw-foreach")
     opt = b.phases["optimizer"]
     assert opt.weights == 2 * LLAMA2_7B and opt.gradients == 2 * LLAMA2_7B
     assert opt.optimizer == 4 * LLAMA2_7B  # exp_avg + exp_avg_sq in bf16
     assert opt.other == 2 * LLAMA2_7B  # foreach AdamW's sqrt(exp_avg_sq) buffer
     assert b.peak_phase == "optimizer"
+    assert bill(optimizer="adamw").plan.optimizer.value == "adamw-foreach"  # the old name still means foreach
+
+
+def test_default_optimizer_is_fused_adamw_as_in_hf_trainer():
+    # transformers' TrainingArguments.optim defaults to adamw_torch_fused (torch >= 2.8): no step temporaries
+    opt = bill().phases["optimizer"]
+    assert bill().plan.optimizer.value == "adamw-fused"
+    assert opt.optimizer == 4 * LLAMA2_7B and opt.other == 0
 
 
 def test_amp_is_16_bytes_per_param_plus_foreach():

@@ -14,7 +14,7 @@ How each knob is realised:
   forward under `torch.autocast("cpu", dtype)` (CPU autocast casts the same matmul-class ops as
   CUDA's; its weight-cast cache is included). For lora/qlora the frozen base is in the compute
   dtype; peft keeps adapters in fp32 (`autocast_adapter_dtype=True`, its default).
-- method: LoRA via peft (`LoraConfig(r, alpha, target_modules, lora_dropout=LORA_DROPOUT)`,
+- method: LoRA via peft (`LoraConfig(r, alpha, target_modules, lora_dropout=plan.lora_dropout)`,
   'all-linear' supported); QLoRA = LoRA + every decoder `nn.Linear` replaced by the NF4
   emulation in `memdoc.probe.emulation` (storage, double-quant constants, dequantised compute).
 - optimizer: AdamW `foreach=True` (CUDA's default, with its parameter-sized step temporaries,
@@ -25,6 +25,8 @@ How each knob is realised:
   matmul / attention outputs and recomputing everything else.
 - attention: `attn_implementation` "sdpa" (fake CPU dispatches the flash-style kernel: O(s)
   saved state, like CUDA flash/mem-efficient) or "eager" (s² probabilities saved).
+- accumulation: `--accum N` runs N micro-batches per step (`training_step`), the gradients of the
+  first kept while the others run forward and backward.
 - sharding: fsdp/zero3 trace rank 0 of N with a fake process group, `fully_shard` per decoder
   layer and at the root, and FSDPMemTracker (amp uses FSDP's MixedPrecisionPolicy). zero1/zero2
   are derived from the unsharded trace: zero1 divides optimizer states and optimizer-step
@@ -62,9 +64,6 @@ from memdoc.core.model.plan import (
     TrainingPlan,
 )
 from memdoc.errors import ConfigError
-
-LORA_DROPOUT = 0.05
-"""LoRA dropout used for traces (TRL/Axolotl recipes' usual value; dropout keeps a mask + a copy)."""
 
 EXTRAPOLATION_TOLERANCE = 1e-3
 """Relative disagreement between the 3-point check and the extrapolation that forces a full trace."""
@@ -209,7 +208,7 @@ def build_model(config: dict, plan: TrainingPlan, layers: int | None = None, not
             r=plan.lora_rank,
             lora_alpha=plan.lora_alpha or 2 * plan.lora_rank,
             target_modules=targets,
-            lora_dropout=LORA_DROPOUT,
+            lora_dropout=plan.lora_dropout,
             task_type="CAUSAL_LM",
         )
         with plain_module_to():
@@ -229,7 +228,7 @@ def build_optimizer(model, plan: TrainingPlan):
 
     params = [p for p in model.parameters() if p.requires_grad]
     opt = plan.optimizer
-    if opt is Optimizer.ADAMW:
+    if opt is Optimizer.ADAMW_FOREACH:
         return torch.optim.AdamW(params, lr=1e-4, foreach=True)
     if opt is Optimizer.ADAMW_FUSED:
         return torch.optim.AdamW(params, lr=1e-4, fused=True)
@@ -300,13 +299,19 @@ def _shard_fsdp(model, plan: TrainingPlan, mesh):
     return model
 
 
-def training_step(model, opt, ids, autocast) -> None:
-    """One step as HF Trainer runs it: forward with labels (HF's loss), backward, optimizer step,
-    gradients freed (`zero_grad(set_to_none=True)`); only the loss outlives the forward."""
-    with autocast():
-        loss = model(input_ids=ids, labels=ids).loss
-    loss.backward()
-    del loss
+def training_step(model, opt, ids, autocast, accum: int = 1, between: Callable[[], None] | None = None) -> None:
+    """One optimizer step as HF Trainer runs it: `accum` micro-batches of forward with labels
+    (HF's loss) and backward of the loss / accum — gradients accumulate in place, so micro-batches
+    2..accum run with the gradients resident — then the optimizer step and
+    `zero_grad(set_to_none=True)`; only the loss outlives each forward. `between()` runs before
+    each micro-batch after the first (the tracer resets its per-module statistics there)."""
+    for i in range(accum):
+        if i and between is not None:
+            between()
+        with autocast():
+            loss = model(input_ids=ids, labels=ids).loss
+        (loss / accum).backward()
+        del loss
     opt.step()
     opt.zero_grad(set_to_none=True)
 
@@ -346,10 +351,17 @@ def _trace_once(config: dict, plan: TrainingPlan, layers: int | None) -> tuple[d
             opt = build_optimizer(model, plan)
             ids = torch.randint(0, int(vocab), (plan.micro_batch, plan.seq_len))
 
-            step = functools.partial(training_step, model, opt, ids, autocast)
+            trackers: list = []  # MemTracker refuses a second forward unless its module stats are reset
+
+            def between() -> None:
+                for t in trackers:
+                    t.reset_mod_stats()
+
+            step = functools.partial(training_step, model, opt, ids, autocast, plan.grad_accum, between)
 
             if fsdp:
                 tracker = PhaseFSDPMemTracker(model, opt)
+                trackers.append(tracker)
                 tracker.track_inputs((ids,))
                 with tracker:
                     step()
@@ -359,6 +371,7 @@ def _trace_once(config: dict, plan: TrainingPlan, layers: int | None) -> tuple[d
             else:
                 step()  # warm-up: optimizer states now exist
                 tracker = PhaseMemTracker()
+                trackers.append(tracker)
                 tracker.track_external(model, opt, ids)
                 with tracker:
                     step()
@@ -499,7 +512,7 @@ def trace_training_step(
     if plan.optimizer in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT, Optimizer.LION):
         notes.append(f"{plan.optimizer.value}: state layout emulated (see memdoc.probe.emulation)")
     if plan.is_peft:
-        notes.append(f"lora dropout {LORA_DROPOUT}; adapters in fp32 (peft default)")
+        notes.append(f"lora dropout {plan.lora_dropout:g}; adapters in fp32 (peft default)")
     if plan.loss is Loss.FUSED:
         notes.append("loss fused: Liger's Triton kernels cannot run under fake tensors; traced transformers' loss "
                      "instead (the bill models the fused loss), so measured logits exceed billed ones")
@@ -510,7 +523,6 @@ def trace_training_step(
 
 
 __all__ = [
-    "LORA_DROPOUT",
     "build_model",
     "build_optimizer",
     "layer_count",

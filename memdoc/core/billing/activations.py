@@ -30,8 +30,6 @@ from memdoc.core.model.params import Linear
 from memdoc.core.model.plan import ALL_LINEAR, Attention, Checkpointing, Loss, Method, TrainingPlan
 
 FP32 = 4
-LORA_DROPOUT = 0.05
-"""LoRA dropout memdoc assumes (and emits); dropout > 0 keeps an extra fp32 copy of each adapted input."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -206,15 +204,15 @@ def _lora_saved(layer: _Layer, plan: TrainingPlan, linears: list[Linear], target
     peft's `Linear.forward` does `x = self._cast_input_dtype(x, lora_A.weight.dtype)` and then
     `lora_B(lora_A(dropout(x)))`: `lora_A` saves the fp32 x (a new tensor unless x already is
     fp32), `lora_B` saves lora_A's output (T × r, fp32). The frozen base linear saves nothing.
-    With `lora_dropout` > 0 (memdoc assumes 0.05, the value TRL/Axolotl recipes use) dropout also
-    has `lora_A` save the dropped-out fp32 copy while the cast input stays referenced: a census of
-    saved tensors on a real CPU step shows 4 + 4 bytes per input element.
+    With `plan.lora_dropout` > 0 (peft's default is 0: `nn.Identity`) dropout also has `lora_A`
+    save the dropped-out fp32 copy while the cast input stays referenced: a census of saved
+    tensors on a real CPU step shows 4 + 4 bytes per input element (4 with dropout 0).
     Under AMP autocast casts that input back to 16 bit for `lora_A` (saved instead of the fp32
     copy) and `lora_A`'s output is 16-bit too; the dropped-out fp32 copy stays (census: 4 + 2).
     """
     T = plan.micro_batch * plan.seq_len
     matmul_bytes = 2 if plan.precision.is_amp else FP32
-    per_input = matmul_bytes + (FP32 if LORA_DROPOUT else 0)
+    per_input = matmul_bytes + (FP32 if plan.lora_dropout else 0)
     for linear in linears:
         if _saves_input(linear, targets):
             layer.add(f"lora.{linear.name}", per_input * T * linear.in_features + matmul_bytes * T * plan.lora_rank)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from memdoc.core.emit.base import (
     LIGER_NOTE,
-    LORA_DROPOUT,
     DATASET_PLACEHOLDER,
     DS_CONFIG_NAME,
     OUTPUT_DIR_PLACEHOLDER,
@@ -88,7 +87,7 @@ def emit_axolotl(ctx: EmitContext) -> Emitted:
     if plan.is_peft:
         config["lora_r"] = plan.lora_rank
         config["lora_alpha"] = lora_alpha(plan)
-        config["lora_dropout"] = LORA_DROPOUT
+        config["lora_dropout"] = plan.lora_dropout
         if all_linear(plan):
             config["lora_target_linear"] = True
         else:

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from memdoc.core.billing.activations import LORA_DROPOUT  # noqa: F401  (re-exported: the dropout the bill assumes is the one emitted)
 from memdoc.core.model.plan import (
     ALL_LINEAR,
     Checkpointing,
@@ -36,8 +35,8 @@ DS_CONFIG_NAME = "ds_config.json"
 FSDP_CONFIG_NAME = "fsdp.yaml"
 
 HF_OPTIMIZERS = {
-    Optimizer.ADAMW: "adamw_torch",
     Optimizer.ADAMW_FUSED: "adamw_torch_fused",
+    Optimizer.ADAMW_FOREACH: "adamw_torch",
     Optimizer.ADAMW_8BIT: "adamw_bnb_8bit",
     Optimizer.PAGED_ADAMW_8BIT: "paged_adamw_8bit",
     Optimizer.SGD: "sgd",

@@ -7,7 +7,6 @@ quantisation) or for LoRA: those become notes with the exact `from_pretrained` /
 from __future__ import annotations
 
 from memdoc.core.emit.base import (
-    LORA_DROPOUT,
     LIGER_NOTE,
     FSDP_CONFIG_NAME,
     TRAIN_SCRIPT_PLACEHOLDER,
@@ -45,7 +44,7 @@ def emit_hf(ctx: EmitContext) -> Emitted:
         targets = '"all-linear"' if all_linear(plan) else repr(list(plan.lora_targets))
         notes.append(
             f"TrainingArguments has no LoRA keys: wrap the model with peft get_peft_model(model, LoraConfig(r={plan.lora_rank}, "
-            f"lora_alpha={lora_alpha(plan)}, lora_dropout={LORA_DROPOUT}, target_modules={targets}, task_type=\"CAUSAL_LM\"))"
+            f"lora_alpha={lora_alpha(plan)}, lora_dropout={plan.lora_dropout}, target_modules={targets}, task_type=\"CAUSAL_LM\"))"
             + (" after prepare_model_for_kbit_training(model, use_gradient_checkpointing=...)" if plan.method is Method.QLORA else "")
         )
     notes.append(f"sequence length {plan.seq_len}: TrainingArguments has no sequence-length key; truncate/pack your dataset to {plan.seq_len} tokens")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from memdoc.core.emit.base import (
     LIGER_NOTE,
-    LORA_DROPOUT,
     DATASET_PLACEHOLDER,
     FSDP_CONFIG_NAME,
     EmitContext,
@@ -34,7 +33,7 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
         config["lora_rank"] = plan.lora_rank
         config["lora_alpha"] = lora_alpha(plan)
         config["lora_target"] = "all" if all_linear(plan) else ",".join(plan.lora_targets)
-        config["lora_dropout"] = LORA_DROPOUT
+        config["lora_dropout"] = plan.lora_dropout
     if plan.method is Method.QLORA:
         config.update(quantization_bit=4, quantization_method="bnb", quantization_type="nf4", double_quantization=True)
     config["dataset"] = ctx.dataset or DATASET_PLACEHOLDER

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from memdoc.core.emit.base import (
-    LORA_DROPOUT,
     LIGER_NOTE,
     DATASET_PLACEHOLDER,
     FSDP_CONFIG_NAME,
@@ -40,7 +39,7 @@ def emit_trl(ctx: EmitContext) -> Emitted:
         config["lora_r"] = plan.lora_rank
         config["lora_alpha"] = lora_alpha(plan)
         config["lora_target_modules"] = "all-linear" if all_linear(plan) else list(plan.lora_targets)
-        config["lora_dropout"] = LORA_DROPOUT
+        config["lora_dropout"] = plan.lora_dropout
     if plan.method is Method.QLORA:
         config["load_in_4bit"] = True
         config["bnb_4bit_quant_type"] = "nf4"

@@ -71,10 +71,14 @@ class Precision(str, Enum):
 class Optimizer(str, Enum):
     """The optimizer and its state layout."""
 
-    ADAMW = "adamw"
-    """torch AdamW, foreach implementation (CUDA's default): 2 states + one param-sized temporary."""
     ADAMW_FUSED = "adamw-fused"
-    """torch AdamW with fused=True: 2 states, no foreach temporaries."""
+    """torch AdamW with fused=True: 2 states, no foreach temporaries. memdoc's default, because it is
+    the trainers': transformers' `TrainingArguments.optim` defaults to `adamw_torch_fused` with
+    torch ≥ 2.8 (TRL, Axolotl and LLaMA-Factory build on it)."""
+    ADAMW_FOREACH = "adamw-foreach"
+    """torch AdamW, foreach implementation (what `torch.optim.AdamW(params)` picks on CUDA, and HF's
+    `adamw_torch`): 2 states + one state-sized temporary in the step. `adamw` is accepted for it."""
+    ADAMW = "adamw-foreach"  # an alias of ADAMW_FOREACH (same value): the name before fused became the default
     ADAMW_8BIT = "adamw-8bit"
     """bitsandbytes AdamW8bit: 2 uint8 states + fp32 block-wise absmax (block 256)."""
     PAGED_ADAMW_8BIT = "paged-adamw-8bit"
@@ -85,6 +89,11 @@ class Optimizer(str, Enum):
     """Adafactor: factored second moment (row + column vectors) for matrices, no first moment."""
     LION = "lion"
     """Lion: 1 state (momentum)."""
+
+    @classmethod
+    def _missing_(cls, value):
+        """`adamw` (the CLI name before fused AdamW became the default) means foreach AdamW, as HF's `adamw_torch`."""
+        return cls.ADAMW_FOREACH if value == "adamw" else None
 
 
 class Checkpointing(str, Enum):
@@ -170,14 +179,15 @@ class TrainingPlan:
     """What is trained: full, lora or qlora."""
     precision: Precision = Precision.BF16
     """Storage and compute dtypes (see `Precision`)."""
-    optimizer: Optimizer = Optimizer.ADAMW
+    optimizer: Optimizer = Optimizer.ADAMW_FUSED
     """Optimizer (see `Optimizer`)."""
     micro_batch: int = 1
     """Sequences per GPU per forward pass."""
     seq_len: int = 2048
     """Tokens per sequence."""
     grad_accum: int = 1
-    """Micro-batches accumulated per optimizer step (changes time, not peak memory)."""
+    """Micro-batches accumulated per optimizer step. From 2 on, micro-batches 2..N run forward and
+    backward with the accumulated gradients resident (a later micro-batch's peak = the first's + gradients)."""
     checkpointing: Checkpointing = Checkpointing.NONE
     """Activation checkpointing mode."""
     attention: Attention = Attention.SDPA
@@ -190,6 +200,10 @@ class TrainingPlan:
     """LoRA alpha; None means 2 × rank (memory-neutral, used by emit)."""
     lora_targets: tuple[str, ...] = ("q_proj", "v_proj")
     """Module names that get adapters, or ('all-linear',)."""
+    lora_dropout: float = 0.0
+    """LoRA dropout probability. Default 0.0, peft's `LoraConfig` default (and LLaMA-Factory's);
+    TRL's and Axolotl's examples use 0.05. Dropout > 0 keeps an extra fp32 copy of each adapted
+    input per adapter (see `activations._lora_saved`); emit writes this value."""
     shard: Shard = Shard.NONE
     """Sharding of model states over the data-parallel GPUs."""
     gpus_per_node: int = 1
@@ -208,6 +222,8 @@ class TrainingPlan:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise PlanError(f"{_flag(name)} must be a positive integer, got {value!r}")
+        if not isinstance(self.lora_dropout, (int, float)) or isinstance(self.lora_dropout, bool) or not 0 <= self.lora_dropout < 1:
+            raise PlanError(f"--lora-dropout must be a probability in [0, 1), got {self.lora_dropout!r}")
         if self.lora_alpha is not None and self.lora_alpha < 1:
             raise PlanError(f"--lora-alpha must be a positive integer, got {self.lora_alpha!r}")
         if not self.lora_targets or any(not t for t in self.lora_targets):
@@ -314,6 +330,11 @@ def _coerce(name: str, value):
         return bool(value)
     if name == "lora_alpha" and value is None:
         return None
+    if name == "lora_dropout":
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise PlanError(f"--lora-dropout must be a number in [0, 1), got {value!r}") from None
     try:
         return int(value)
     except (TypeError, ValueError):
