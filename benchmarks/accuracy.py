@@ -4,6 +4,7 @@ published measured peaks (../shared/references.md).
     python benchmarks/accuracy.py            # 30+ traced cases (minutes) + published rows
     python benchmarks/accuracy.py --fast     # the subset the tests run
     python benchmarks/accuracy.py --published
+    python benchmarks/h200.py                # the bill against real H200 steps (benchmarks/data/h200.jsonl)
 
 Prints one row per case: traced peak_allocated, billed peak_allocated, relative error, and the
 phase each puts the peak in. The traced step is `memdoc diagnose MODEL` (layers extrapolated).
@@ -70,6 +71,14 @@ CASES = [
     ("google/gemma-2-9b", {"seq": 1024}),
     ("Qwen/Qwen3-30B-A3B", {"method": "lora", "seq": 512}),
     ("mistralai/Mixtral-8x7B-v0.1", {"method": "lora", "seq": 512}),
+    # gradient accumulation: the trace runs N micro-batches, later ones with the gradients resident
+    ("meta-llama/Llama-3.2-1B", {"precision": "amp-bf16", "batch": 2, "seq": 1024, "accum": 2}),
+    ("Qwen/Qwen2.5-0.5B", {"batch": 4, "seq": 1024, "accum": 4}),
+    ("meta-llama/Llama-2-7b-hf", {"accum": 2, "seq": 1024}),
+    ("meta-llama/Llama-2-7b-hf", {"method": "lora", "accum": 4}),
+    ("Qwen/Qwen2.5-1.5B", {"accum": 2, "checkpointing": "full", "optimizer": "adamw-foreach"}),
+    # LoRA dropout > 0 (TRL's / Axolotl's examples): one more fp32 copy of each adapted input
+    ("meta-llama/Llama-2-7b-hf", {"method": "lora", "lora_dropout": 0.05}),
 ]
 
 FAST = [

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.params import Linear
-from memdoc.core.model.plan import ALL_LINEAR, Attention, Checkpointing, Loss, Method, TrainingPlan
+from memdoc.core.model.plan import ALL_LINEAR, Attention, Checkpointing, Loss, Method, Precision, TrainingPlan
 
 FP32 = 4
 
@@ -198,7 +198,7 @@ def _block(linear: Linear) -> str:
     return linear.name.rsplit(".", 1)[0] if "." in linear.name else ""
 
 
-def _lora_saved(layer: _Layer, plan: TrainingPlan, linears: list[Linear], targets) -> None:
+def _lora_saved(layer: _Layer, plan: TrainingPlan, linears: list[Linear], targets, family: str = "") -> None:
     """LoRA adapters (peft `lora.Linear`): fp32 adapters cast their input to fp32 and save that copy.
 
     peft's `Linear.forward` does `x = self._cast_input_dtype(x, lora_A.weight.dtype)` and then
@@ -209,13 +209,38 @@ def _lora_saved(layer: _Layer, plan: TrainingPlan, linears: list[Linear], target
     tensors on a real CPU step shows 4 + 4 bytes per input element (4 with dropout 0).
     Under AMP autocast casts that input back to 16 bit for `lora_A` (saved instead of the fp32
     copy) and `lora_A`'s output is 16-bit too; the dropped-out fp32 copy stays (census: 4 + 2).
+    In fp32 the cast is a no-op: `lora_A` saves the layer's own input, one tensor shared by the
+    adapters that read it (q/k/v read the norm output, gate/up the other), and o_proj's input is
+    the SDPA output SDPA already saves (`_shared_input`); dropout still makes one copy per adapter.
     """
     T = plan.micro_batch * plan.seq_len
     matmul_bytes = 2 if plan.precision.is_amp else FP32
-    per_input = matmul_bytes + (FP32 if plan.lora_dropout else 0)
+    dropout_copy = FP32 if plan.lora_dropout else 0
+    fp32 = plan.precision is Precision.FP32
+    seen: set[str] = set()
     for linear in linears:
-        if _saves_input(linear, targets):
+        if not _saves_input(linear, targets):
+            continue
+        if fp32:
+            shared = _shared_input(linear, family)
+            own = 0 if shared in seen or shared == "sdpa_output" else FP32
+            seen.add(shared)
+            layer.add(f"lora.{linear.name}", (own + dropout_copy) * T * linear.in_features + FP32 * T * plan.lora_rank)
+        else:
+            per_input = matmul_bytes + dropout_copy
             layer.add(f"lora.{linear.name}", per_input * T * linear.in_features + matmul_bytes * T * plan.lora_rank)
+
+
+def _shared_input(linear: Linear, family: str) -> str:
+    """Which tensor a linear reads: the attention input, the MLP input of its block, SDPA's output, or its own."""
+    short = linear.name.split(".")[-1]
+    if linear.group == "attention" and short not in ("o_proj", "dense"):
+        return "attention_input"
+    if short == "o_proj" and family not in LAYERNORM_FAMILIES + ("phi3",):
+        return "sdpa_output"
+    if short in ("gate_proj", "up_proj"):
+        return "mlp_input:" + _block(linear)
+    return linear.name
 
 
 LAYERNORM_FAMILIES = ("gpt2", "gpt_neox", "falcon", "phi", "bert")
@@ -282,7 +307,7 @@ def layer_activations(model: ModelSpec, plan: TrainingPlan, index: int = 0) -> d
         layer = _Layer()
         _layernorm_layer(layer, model, plan, linears, targets, dt=dt, amp=amp)
         if not full:
-            _lora_saved(layer, plan, linears, targets)
+            _lora_saved(layer, plan, linears, targets, model.family)
         return layer.items
     gemma = model.family in ("gemma", "gemma2")
     layer = _Layer()
@@ -295,7 +320,7 @@ def layer_activations(model: ModelSpec, plan: TrainingPlan, index: int = 0) -> d
         _norm(layer, "post_norms", T, h, dt=dt, trainable=full, gemma=True, amp=amp)
     _mlp_saved(layer, model, plan, linears, targets, dt=dt, amp=amp)
     if not full:
-        _lora_saved(layer, plan, linears, targets)
+        _lora_saved(layer, plan, linears, targets, model.family)
     return layer.items
 
 
