@@ -511,6 +511,9 @@ def trace_training_step(
         notes.append("qlora: NF4 storage and dequantised compute emulated (bitsandbytes cannot run on fake tensors)")
     if plan.optimizer in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT, Optimizer.LION):
         notes.append(f"{plan.optimizer.value}: state layout emulated (see memdoc.probe.emulation)")
+    if plan.grad_accum > 1:
+        notes.append(f"accumulation: {plan.grad_accum} micro-batches per step; the peak is a later one's, "
+                     "with the accumulated gradients resident")
     if plan.is_peft:
         notes.append(f"lora dropout {plan.lora_dropout:g}; adapters in fp32 (peft default)")
     if plan.loss is Loss.FUSED:
