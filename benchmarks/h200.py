@@ -27,6 +27,9 @@ DATA = Path(__file__).parent / "data"
 GiB = 1024**3
 MEASURED_OPTIMIZER = "adamw-foreach"
 """The optimizer every H200 case ran (torch AdamW, foreach=True)."""
+LOSS_OF_NOTE = {"Liger fused linear cross-entropy ONLY": "fused-ce"}
+"""Rows whose `note` says which Liger kernels ran: `--loss fused` is use_liger_kernel's full set, `fused-ce`
+the fused cross-entropy alone (the row's memdoc_args predate that distinction)."""
 
 
 def load_rows(path: Path = DATA / "h200.jsonl") -> list[dict]:
@@ -47,6 +50,9 @@ def plan_of(args: list[str]) -> tuple[str, dict]:
 def compare(row: dict) -> dict:
     """The bill of a row's plan next to what the H200 measured (bytes)."""
     model_id, values = plan_of(row["memdoc_args"])
+    for text, loss in LOSS_OF_NOTE.items():
+        if text in row.get("note", ""):
+            values["loss"] = loss
     bill = compute_bill(resolve_model(model_id), parse_plan(**values))
     return {
         "id": row["id"],

@@ -115,3 +115,53 @@ def test_emit_default_optim_is_hf_trainer_default():
     assert emit("trl", ctx).config["optim"] == getattr(default, "value", default) == "adamw_torch_fused"
     foreach = EmitContext(model_id="meta-llama/Llama-2-7b-hf", plan=parse_plan(optimizer="adamw"), peak_allocated=1, process_total=1)
     assert emit("trl", foreach).config["optim"] == "adamw_torch"
+
+
+# ------------------------------------------------------------------------- Liger as trainers apply it
+LIGER_PLAN = dict(method="lora", batch=2, seq=4096, checkpointing="full", lora_targets="q_proj,k_proj,v_proj,o_proj",
+                  optimizer="adamw-foreach")
+
+
+def test_liger_kernels_billed_against_the_h200():
+    """Llama-3.1-8B LoRA q,k,v,o 2 × 4096, checkpointing, on the H200 (shared/gpu-measurements): 19.46 GiB with
+    Liger's fused cross-entropy alone (h200.jsonl), 18.68 GiB with every kernel use_liger_kernel=True applies
+    (RMSNorm saves its bf16 input, not an fp32 copy; SiLU-mul saves gate and up only and writes their
+    gradients in place)."""
+    ce_only = bill("meta-llama/Llama-3.1-8B", loss="fused-ce", **LIGER_PLAN).peak_allocated / GiB
+    every = bill("meta-llama/Llama-3.1-8B", loss="fused", **LIGER_PLAN).peak_allocated / GiB
+    assert ce_only == pytest.approx(19.46, rel=0.03)
+    assert every == pytest.approx(18.68, rel=0.03)
+    assert ce_only - every == pytest.approx(19.46 - 18.68, abs=0.05)
+
+
+def test_liger_layers_only_where_liger_patches_them():
+    # GPT-2 has no Liger RMSNorm/SwiGLU patch: only the loss changes between fused and fused-ce
+    assert bill("openai-community/gpt2", loss="fused", seq=1024).peak_allocated == bill(
+        "openai-community/gpt2", loss="fused-ce", seq=1024).peak_allocated
+
+
+@pytest.mark.parametrize("loss", ["fused", "fused-ce"])
+def test_emit_liger_says_which_kernels(loss):
+    ctx = EmitContext(model_id="meta-llama/Llama-3.1-8B", plan=parse_plan(method="lora", loss=loss), peak_allocated=1, process_total=1)
+    trl, ax = emit("trl", ctx).config, emit("axolotl", ctx).config
+    assert trl["use_liger_kernel"] is True and ax["liger_fused_linear_cross_entropy"] is True
+    if loss == "fused":  # use_liger_kernel's full set
+        assert "liger_kernel_config" not in trl and ax["liger_rms_norm"] and ax["liger_rope"] and ax["liger_glu_activation"]
+    else:
+        assert trl["liger_kernel_config"]["rms_norm"] is False and trl["liger_kernel_config"]["fused_linear_cross_entropy"]
+        assert not any(ax.get(k) for k in ("liger_rms_norm", "liger_rope", "liger_glu_activation"))
+        assert any("fused-ce" in note for note in emit("llamafactory", ctx).notes)
+
+
+def test_emit_fused_ce_parses_with_trl(tmp_path):
+    from trl.scripts.sft import make_parser
+
+    ctx = EmitContext(model_id="meta-llama/Llama-3.1-8B", plan=parse_plan(method="lora", loss="fused-ce"), peak_allocated=1, process_total=1)
+    path = tmp_path / "sft.yaml"
+    config = dict(emit("trl", ctx).config, use_cpu=True, bf16=False, output_dir=str(tmp_path), dataset_name="x")
+    import yaml
+
+    path.write_text(yaml.safe_dump(config))
+    args = make_parser().parse_args_and_config(["--config", str(path)])
+    training = next(a for a in args if hasattr(a, "liger_kernel_config"))
+    assert training.use_liger_kernel and training.liger_kernel_config["rms_norm"] is False

@@ -49,7 +49,7 @@ _PLAN_PARAMS = {
     "accum": Annotated[Optional[int], typer.Option("--accum", help="Gradient accumulation steps. [default: 1]", rich_help_panel=PLAN)],
     "checkpointing": Annotated[Optional[Checkpointing], typer.Option("--checkpointing", help="Activation checkpointing. [default: none]", rich_help_panel=PLAN)],
     "attention": Annotated[Optional[Attention], typer.Option("--attention", help="Attention kernel. [default: sdpa]", rich_help_panel=PLAN)],
-    "loss": Annotated[Optional[Loss], typer.Option("--loss", help="hf = transformers' loss (full fp32 logits); fused = Liger fused linear cross-entropy (logits never stored whole). [default: hf]", rich_help_panel=PLAN)],
+    "loss": Annotated[Optional[Loss], typer.Option("--loss", help="hf = transformers' loss (full fp32 logits); fused = Liger as use_liger_kernel=True applies it: fused linear cross-entropy (logits never stored whole) + RMSNorm, RoPE, SwiGLU kernels; fused-ce = the fused cross-entropy alone. [default: hf]", rich_help_panel=PLAN)],
     "lora_rank": Annotated[Optional[int], typer.Option("--lora-rank", help="LoRA rank. [default: 16]", rich_help_panel=PLAN)],
     "lora_alpha": Annotated[Optional[int], typer.Option("--lora-alpha", help="LoRA alpha. [default: 2 × rank]", rich_help_panel=PLAN)],
     "lora_dropout": Annotated[Optional[float], typer.Option("--lora-dropout", help="LoRA dropout; > 0 keeps an extra fp32 copy of each adapted input. [default: 0.0, peft's default]", rich_help_panel=PLAN)],

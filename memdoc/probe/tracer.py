@@ -516,9 +516,9 @@ def trace_training_step(
                      "with the accumulated gradients resident")
     if plan.is_peft:
         notes.append(f"lora dropout {plan.lora_dropout:g}; adapters in fp32 (peft default)")
-    if plan.loss is Loss.FUSED:
-        notes.append("loss fused: Liger's Triton kernels cannot run under fake tensors; traced transformers' loss "
-                     "instead (the bill models the fused loss), so measured logits exceed billed ones")
+    if plan.loss is not Loss.HF:
+        notes.append(f"loss {plan.loss.value}: Liger's Triton kernels cannot run under fake tensors; traced transformers' "
+                     "loss and layers instead (the bill models Liger's), so measured logits exceed billed ones")
     clean = {p: {k: int(v) for k, v in items.items() if k in LINE_ITEMS} for p, items in phases.items() if p in PHASES}
     report("done", 1.0)
     notes.append(f"trace took {time.perf_counter() - start:.1f} s")

@@ -84,13 +84,36 @@ class _Layer:
         return sum(self.items.values())
 
 
-def _norm(layer: _Layer, name: str, T: int, width: int, *, dt: int, trainable: bool, gemma: bool, amp: bool) -> None:
+LIGER_NORM_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2", "phi3")
+"""Model types whose `apply_liger_kernel_to_*` (liger_kernel/transformers/monkey_patch.py) swaps RMSNorm,
+RoPE and the gated MLP for Liger's kernels, as `use_liger_kernel=True` does (`--loss fused`)."""
+LIGER_GLU_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2")
+"""Of those, the dense gated MLPs with separate gate/up projections: LigerSwiGLUMLP / LigerGEGLUMLP."""
+
+
+def liger_layers(model: ModelSpec, plan: TrainingPlan) -> bool:
+    """Are the decoder layers Liger's (`--loss fused` = `use_liger_kernel=True`, on a family it patches)?"""
+    return plan.loss is Loss.FUSED and model.family in LIGER_NORM_FAMILIES
+
+
+def liger_glu(model: ModelSpec, plan: TrainingPlan) -> bool:
+    """Is the MLP's activation Liger's SiLU/GELU-mul kernel (saves a and b, writes their gradients in place)?"""
+    return liger_layers(model, plan) and model.family in LIGER_GLU_FAMILIES and not model.is_moe
+
+
+def _norm(layer: _Layer, name: str, T: int, width: int, *, dt: int, trainable: bool, gemma: bool, amp: bool,
+          liger: bool = False) -> None:
     """RMSNorm: fp32 copy of the input (pow/mul), rsqrt (T floats), normalised output if the weight trains.
 
     LlamaRMSNorm: `x32 = x.float(); x32 * rsqrt(mean(x32²)); weight * y.to(dtype)`. In fp32 the
     `.float()` is a no-op (no copy, the residual stream is saved instead — same bytes).
     GemmaRMSNorm multiplies in fp32 by (1 + weight), so its saved normalised tensor is fp32.
+    Liger's RMSNorm (`LigerRMSNormFunction`) saves its input X itself and an fp32 RSTD per row; the
+    weight's gradient is rebuilt from them, so nothing more when the weight trains.
     """
+    if liger:
+        layer.add(name, (FP32 if amp else dt) * T * width + FP32 * T)
+        return
     layer.add(name, FP32 * T * width + FP32 * T)
     if trainable:
         out_bytes = FP32 if (gemma or amp) else dt
@@ -124,7 +147,8 @@ def _attention_saved(layer: _Layer, model: ModelSpec, plan: TrainingPlan, linear
     elif savers:
         layer.add("attention.input", dt * T * model.hidden_size)
     if family in ("qwen3", "qwen3_moe"):  # q_norm / k_norm: RMSNorm over each head's q and k
-        _norm(layer, "attention.qk_norm", T, q_dim + kv_dim, dt=dt, trainable=targets is None, gemma=False, amp=amp)
+        _norm(layer, "attention.qk_norm", T, q_dim + kv_dim, dt=dt, trainable=targets is None, gemma=False, amp=amp,
+              liger=liger_layers(model, plan))
     if family == "deepseek_v2":  # MLA: compressed kv (kv_lora_rank) normed, then expanded
         rank = int(model.config["kv_lora_rank"])
         layer.add("attention.kv_compress", FP32 * T * rank + dt * T * rank * 2)
@@ -187,7 +211,8 @@ def _mlp_saved(layer: _Layer, model: ModelSpec, plan: TrainingPlan, linears: lis
             width = max(l.out_features for l in block) // (2 if fused else 1)
             gated = fused or any(l.name.endswith("gate_proj") for l in block)
             # gated: gate output (the activation's input), activation output, up output; plain: fc1 output
-            layer.add("mlp.act", cdt * T * width * (3 if gated else 1))
+            # Liger's SiLU/GELU-mul saves only its inputs a (gate) and b (up)
+            layer.add("mlp.act", cdt * T * width * ((2 if liger_glu(model, plan) else 3) if gated else 1))
             has_down = any(_block(l) == prefix for l in down)
             if has_down and targets is None:
                 layer.add("mlp.down_input", cdt * T * width)
@@ -310,14 +335,15 @@ def layer_activations(model: ModelSpec, plan: TrainingPlan, index: int = 0) -> d
             _lora_saved(layer, plan, linears, targets, model.family)
         return layer.items
     gemma = model.family in ("gemma", "gemma2")
+    liger = liger_layers(model, plan)
     layer = _Layer()
     h = model.hidden_size
-    _norm(layer, "input_layernorm", T, h, dt=dt, trainable=full, gemma=gemma, amp=amp)
+    _norm(layer, "input_layernorm", T, h, dt=dt, trainable=full, gemma=gemma, amp=amp, liger=liger)
     _attention_saved(layer, model, plan, linears, targets, dt=dt, amp=amp)
-    _norm(layer, "post_attention_layernorm", T, h, dt=dt, trainable=full, gemma=gemma, amp=amp)
+    _norm(layer, "post_attention_layernorm", T, h, dt=dt, trainable=full, gemma=gemma, amp=amp, liger=liger)
     if model.family == "gemma2":  # extra post-attention / post-feedforward norms
-        _norm(layer, "post_norms", T, h, dt=dt, trainable=full, gemma=True, amp=amp)
-        _norm(layer, "post_norms", T, h, dt=dt, trainable=full, gemma=True, amp=amp)
+        _norm(layer, "post_norms", T, h, dt=dt, trainable=full, gemma=True, amp=amp, liger=liger)
+        _norm(layer, "post_norms", T, h, dt=dt, trainable=full, gemma=True, amp=amp, liger=liger)
     _mlp_saved(layer, model, plan, linears, targets, dt=dt, amp=amp)
     if not full:
         _lora_saved(layer, plan, linears, targets, model.family)
@@ -344,8 +370,8 @@ def _head(model: ModelSpec, plan: TrainingPlan, *, dt: int, amp: bool) -> tuple[
         if model.config.get("embd_pdrop"):  # GPT-2's embedding dropout mask
             norm.add("embedding_dropout", (2 if amp else dt) * T * h)
     else:
-        _norm(norm, "final_norm", T, h, dt=dt, trainable=full, gemma=gemma, amp=amp)
-    if plan.loss is Loss.FUSED:
+        _norm(norm, "final_norm", T, h, dt=dt, trainable=full, gemma=gemma, amp=amp, liger=liger_layers(model, plan))
+    if plan.loss is not Loss.HF:
         return _fused_head(model, plan, norm.total, dt=dt, amp=amp)
     saved = norm.total + (dt * T * h if full else 0) + FP32 * T * V
     logits_dt = 2 if amp else dt
@@ -406,7 +432,8 @@ def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:
     head_saved, loss_fwd, loss_bwd = _head(model, plan, dt=dt, amp=amp)
     # Backward of one layer holds gradient buffers of its widest intermediates (≈ 3 MLP-wide tensors).
     width = max(model.intermediate_size, model.moe_intermediate_size * max(model.experts_per_token, 1))
-    layer_bwd = recompute + 3 * dt * T * width
+    # Liger's SiLU/GELU-mul backward writes the gate and up gradients into its saved a and b: one buffer
+    layer_bwd = recompute + (1 if liger_glu(model, plan) else 3) * dt * T * width
     weight_copies = 0
     if amp:
         weight_copies = 2 * (model.params.total - model.params.embedding - model.params.norms)
@@ -445,4 +472,4 @@ def _selective(model: ModelSpec, plan: TrainingPlan, index: int) -> int:
     return kept
 
 
-__all__ = ["Activations", "eager_attention", "estimate_activations", "layer_activations"]
+__all__ = ["Activations", "eager_attention", "estimate_activations", "layer_activations", "liger_glu", "liger_layers"]

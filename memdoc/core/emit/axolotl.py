@@ -14,6 +14,7 @@ from memdoc.core.emit.base import (
     SGD_OPTIM_ARGS,
     SideFile,
     all_linear,
+    uses_liger,
     checkpointing_keys,
     default_learning_rate,
     lora_alpha,
@@ -111,8 +112,10 @@ def emit_axolotl(ctx: EmitContext) -> Emitted:
         config["optim_args"] = SGD_OPTIM_ARGS
     config.update(_precision(plan, notes))
     config["attn_implementation"] = plan.attention.value
-    if plan.loss is Loss.FUSED:
+    if uses_liger(plan):
         config["plugins"] = [LIGER_PLUGIN]
+        if plan.loss is Loss.FUSED:  # what use_liger_kernel=True applies: every kernel the model has
+            config.update(liger_rope=True, liger_rms_norm=True, liger_glu_activation=True)
         config["liger_fused_linear_cross_entropy"] = True
         notes.append(LIGER_NOTE)
     config.update(checkpointing_keys(plan, notes))

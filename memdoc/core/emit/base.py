@@ -16,6 +16,7 @@ import yaml
 from memdoc.core.model.plan import (
     ALL_LINEAR,
     Checkpointing,
+    Loss,
     Method,
     Offload,
     Optimizer,
@@ -182,6 +183,15 @@ LIGER_NOTE = (
     "loss fused: Liger's fused linear cross-entropy (pip install liger-kernel; needs a CUDA/ROCm GPU with Triton) "
     "keeps the logits from ever being stored whole"
 )
+LIGER_CE_ONLY_CONFIG = {"rope": False, "rms_norm": False, "swiglu": False, "geglu": False,
+                        "fused_linear_cross_entropy": True}
+"""`liger_kernel_config` for --loss fused-ce: transformers passes it to liger's `_apply_liger_kernel_to_instance`,
+which keeps the keys the model's patch function takes (swiglu for Llama, geglu for Gemma)."""
+
+
+def uses_liger(plan: TrainingPlan) -> bool:
+    """Any Liger kernel: --loss fused (use_liger_kernel's full set) or fused-ce (the fused cross-entropy alone)."""
+    return plan.loss is not Loss.HF
 
 
 def default_learning_rate(plan: TrainingPlan) -> float:

@@ -7,12 +7,14 @@ quantisation) or for LoRA: those become notes with the exact `from_pretrained` /
 from __future__ import annotations
 
 from memdoc.core.emit.base import (
+    LIGER_CE_ONLY_CONFIG,
     LIGER_NOTE,
     FSDP_CONFIG_NAME,
     TRAIN_SCRIPT_PLACEHOLDER,
     EmitContext,
     Emitted,
     all_linear,
+    uses_liger,
     load_dtype,
     lora_alpha,
     precision_note,
@@ -48,8 +50,10 @@ def emit_hf(ctx: EmitContext) -> Emitted:
             + (" after prepare_model_for_kbit_training(model, use_gradient_checkpointing=...)" if plan.method is Method.QLORA else "")
         )
     notes.append(f"sequence length {plan.seq_len}: TrainingArguments has no sequence-length key; truncate/pack your dataset to {plan.seq_len} tokens")
-    if plan.loss is Loss.FUSED:
-        config["use_liger_kernel"] = True
+    if uses_liger(plan):
+        config["use_liger_kernel"] = True  # all of Liger's kernels for the model: RMSNorm, RoPE, SwiGLU/GeGLU, fused loss
+        if plan.loss is Loss.FUSED_CE:
+            config["liger_kernel_config"] = dict(LIGER_CE_ONLY_CONFIG)
         notes.append(LIGER_NOTE)
     multinode_note(ctx, notes)
     side = distributed_side_files(ctx, notes)

@@ -10,6 +10,7 @@ from memdoc.core.emit.base import (
     EmitContext,
     Emitted,
     all_linear,
+    uses_liger,
     lora_alpha,
     uses_deepspeed,
     uses_fsdp,
@@ -57,9 +58,12 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
         notes.append("precision bf16 (pure): pure_bf16: true keeps weights, gradients and optimizer states in bf16")
     elif plan.precision is Precision.AMP_BF16:
         notes.append("precision amp-bf16: bf16: true; LLaMA-Factory upcasts the trainable weights to fp32 (master copy) and autocasts in bf16")
-    if plan.loss is Loss.FUSED:
+    if uses_liger(plan):
         config["enable_liger_kernel"] = True
         notes.append(LIGER_NOTE)
+        if plan.loss is Loss.FUSED_CE:
+            notes.append("loss fused-ce: enable_liger_kernel applies every Liger kernel (RMSNorm, RoPE, SwiGLU too); "
+                         "LLaMA-Factory has no key for the fused cross-entropy alone — bill --loss fused for this config")
     multinode_note(ctx, notes)
     side = distributed_side_files(ctx, notes)
     if uses_fsdp(plan):

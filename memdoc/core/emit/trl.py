@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from memdoc.core.emit.base import (
+    LIGER_CE_ONLY_CONFIG,
     LIGER_NOTE,
     DATASET_PLACEHOLDER,
     FSDP_CONFIG_NAME,
     EmitContext,
     Emitted,
     all_linear,
+    uses_liger,
     load_dtype,
     lora_alpha,
     precision_note,
@@ -46,8 +48,10 @@ def emit_trl(ctx: EmitContext) -> Emitted:
         config["use_bnb_nested_quant"] = True
         if uses_fsdp(plan):
             config["bnb_4bit_quant_storage"] = plan.precision.compute_dtype_name
-    if plan.loss is Loss.FUSED:
-        config["use_liger_kernel"] = True
+    if uses_liger(plan):
+        config["use_liger_kernel"] = True  # all of Liger's kernels for the model: RMSNorm, RoPE, SwiGLU/GeGLU, fused loss
+        if plan.loss is Loss.FUSED_CE:
+            config["liger_kernel_config"] = dict(LIGER_CE_ONLY_CONFIG)
         notes.append(LIGER_NOTE)
     multinode_note(ctx, notes)
     side = distributed_side_files(ctx, notes)

@@ -122,8 +122,11 @@ class Loss(str, Enum):
     HF = "hf"
     """transformers' loss: full logits, upcast to fp32, then log-softmax (saved) — T × vocab × 4 bytes, several times."""
     FUSED = "fused"
-    """Fused linear cross-entropy (Liger `use_liger_kernel`): logits computed chunk by chunk and never
-    stored whole; the gradients of the head's input (and weight) are computed in the forward."""
+    """Liger as `use_liger_kernel=True` applies it (what emit writes): the fused linear cross-entropy —
+    logits computed chunk by chunk and never stored whole, the gradients of the head's input (and
+    weight) computed in the forward — plus Liger's RMSNorm, RoPE and SwiGLU/GeGLU kernels."""
+    FUSED_CE = "fused-ce"
+    """Liger's fused linear cross-entropy alone (RMSNorm, RoPE and the MLP stay transformers')."""
 
 
 class Shard(str, Enum):
