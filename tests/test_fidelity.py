@@ -165,3 +165,4 @@ def test_emit_fused_ce_parses_with_trl(tmp_path):
     args = make_parser().parse_args_and_config(["--config", str(path)])
     training = next(a for a in args if hasattr(a, "liger_kernel_config"))
     assert training.use_liger_kernel and training.liger_kernel_config["rms_norm"] is False
+

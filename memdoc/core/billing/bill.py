@@ -200,7 +200,7 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
                   other=acts.loss_backward_peak + acts.weight_copies + gather),
         PhaseBill(weights=weights, gradients=max(head_grad, resident), optimizer=optim, activations=acts.layers_saved,
                   other=acts.layer_backward_peak + acts.weight_copies + grad_gather + gather),
-        PhaseBill(weights=weights, gradients=grads if resident else grads - embed, optimizer=optim, activations=0,
+        PhaseBill(weights=weights, gradients=grads if resident else max(grads - embed, 0), optimizer=optim, activations=0,
                   other=max(acts.layer_backward_peak + waiting, in_flight) + grad_gather + gather),
     ]
     if resident:
