@@ -77,6 +77,9 @@ CASES = [
     ("meta-llama/Llama-2-7b-hf", {"accum": 2, "seq": 1024}),
     ("meta-llama/Llama-2-7b-hf", {"method": "lora", "accum": 4}),
     ("Qwen/Qwen2.5-1.5B", {"accum": 2, "checkpointing": "full", "optimizer": "adamw-foreach"}),
+    # partial checkpointing (every Nth layer): the last layer checkpointed (Llama 16 layers, N = 5) or not
+    ("meta-llama/Llama-3.2-1B", {"method": "lora", "batch": 2, "seq": 1024, "checkpointing": "full", "checkpoint_every": 5}),
+    ("Qwen/Qwen2.5-0.5B", {"batch": 4, "seq": 1024, "checkpointing": "full", "checkpoint_every": 3}),
     # LoRA dropout > 0 (TRL's / Axolotl's examples): one more fp32 copy of each adapted input
     ("meta-llama/Llama-2-7b-hf", {"method": "lora", "lora_dropout": 0.05}),
 ]

@@ -166,3 +166,35 @@ def test_emit_fused_ce_parses_with_trl(tmp_path):
     training = next(a for a in args if hasattr(a, "liger_kernel_config"))
     assert training.use_liger_kernel and training.liger_kernel_config["rms_norm"] is False
 
+
+
+# ------------------------------------------------------------------------ checkpointing every N layers
+@pytest.mark.slow
+@pytest.mark.parametrize("model,flags", [
+    ("Qwen/Qwen2.5-0.5B", {"batch": 4, "seq": 1024, "checkpoint_every": 3}),  # 24 layers: the last one is not checkpointed
+    ("meta-llama/Llama-3.2-1B", {"method": "lora", "batch": 2, "seq": 1024, "checkpoint_every": 5}),  # layer 15 is
+])
+def test_checkpoint_every_n_layers_matches_the_trace(model, flags):
+    """The fake-tensor trace of the real model with checkpointing switched off on all layers but 0, N, 2N, …"""
+    from accuracy import traced_vs_billed
+
+    row = traced_vs_billed(model, dict(flags, checkpointing="full"))
+    assert abs(row["error"]) <= 0.01, row
+
+
+def test_checkpoint_every_n_sits_between_none_and_full():
+    full, none = (bill("Qwen/Qwen2.5-0.5B", batch=4, seq=1024, checkpointing=c).peak_allocated for c in ("full", "none"))
+    every = [bill("Qwen/Qwen2.5-0.5B", batch=4, seq=1024, checkpointing="full", checkpoint_every=n).peak_allocated for n in (2, 3, 6)]
+    assert full < every[0] < every[1] < every[2] < none
+
+
+def test_checkpoint_every_needs_full_checkpointing_and_is_a_note_when_emitted():
+    from typer.testing import CliRunner
+
+    from memdoc.cli import app
+
+    result = CliRunner().invoke(app, ["bill", "Qwen/Qwen2.5-0.5B", "--gpu", "80", "--checkpoint-every", "2"])
+    assert result.exit_code == 2 and "--checkpointing full" in result.output
+    ctx = EmitContext(model_id="Qwen/Qwen2.5-0.5B", plan=parse_plan(checkpointing="full", checkpoint_every=2),
+                      peak_allocated=1, process_total=1)
+    assert any("checkpoint every 2 layers" in note for note in emit("trl", ctx).notes)

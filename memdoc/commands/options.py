@@ -48,6 +48,7 @@ _PLAN_PARAMS = {
     "seq": Annotated[Optional[int], typer.Option("--seq", help="Sequence length (tokens). [default: 2048]", rich_help_panel=PLAN)],
     "accum": Annotated[Optional[int], typer.Option("--accum", help="Gradient accumulation steps. [default: 1]", rich_help_panel=PLAN)],
     "checkpointing": Annotated[Optional[Checkpointing], typer.Option("--checkpointing", help="Activation checkpointing. [default: none]", rich_help_panel=PLAN)],
+    "checkpoint_every": Annotated[Optional[int], typer.Option("--checkpoint-every", help="With --checkpointing full: checkpoint every Nth decoder layer only (layers 0, N, 2N, …). [default: 1, every layer]", rich_help_panel=PLAN)],
     "attention": Annotated[Optional[Attention], typer.Option("--attention", help="Attention kernel. [default: sdpa]", rich_help_panel=PLAN)],
     "loss": Annotated[Optional[Loss], typer.Option("--loss", help="hf = transformers' loss (full fp32 logits); fused = Liger as use_liger_kernel=True applies it: fused linear cross-entropy (logits never stored whole) + RMSNorm, RoPE, SwiGLU kernels; fused-ce = the fused cross-entropy alone. [default: hf]", rich_help_panel=PLAN)],
     "lora_rank": Annotated[Optional[int], typer.Option("--lora-rank", help="LoRA rank. [default: 16]", rich_help_panel=PLAN)],
@@ -104,6 +105,8 @@ class PlanArgs:
                 continue
             plan_values[_FLAG_TO_FIELD.get(flag, flag)] = value.value if hasattr(value, "value") else value
         plan = parse_plan(**plan_values)
+        if plan.checkpoint_every > 1 and plan.checkpointing.value != "full":
+            raise PlanError("--checkpoint-every N needs --checkpointing full (it checkpoints every Nth decoder layer)")
         model = resolve_model(model_name)
         if plan.is_peft and "lora_targets" not in plan_values:
             plan = plan.replace(lora_targets=model.default_lora_targets)

@@ -20,7 +20,8 @@ How each knob is realised:
 - optimizer: AdamW `foreach=True` (CUDA's default, with its parameter-sized step temporaries,
   forced even on CPU), `fused=True`, bitsandbytes 8-bit / paged 8-bit state layout (emulated),
   SGD momentum 0.9 (foreach), transformers' Adafactor (real), Lion (emulated).
-- checkpointing: full = `gradient_checkpointing_enable(use_reentrant=False)`; selective = the
+- checkpointing: full = `gradient_checkpointing_enable(use_reentrant=False)` (`--checkpoint-every N`:
+  then switched off on every decoder layer but 0, N, 2N, …, traced whole); selective = the
   same with torch's selective-checkpoint API (`create_selective_checkpoint_contexts`), saving
   matmul / attention outputs and recomputing everything else.
 - attention: `attn_implementation` "sdpa" (fake CPU dispatches the flash-style kernel: O(s)
@@ -200,6 +201,12 @@ def build_model(config: dict, plan: TrainingPlan, layers: int | None = None, not
         if plan.checkpointing is Checkpointing.SELECTIVE:
             kwargs["context_fn"] = _selective_context_fn()
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        if plan.checkpoint_every > 1:  # partial checkpointing: layers 0, N, 2N, … only
+            from transformers.modeling_layers import GradientCheckpointingLayer
+
+            decoder = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+            for i, layer in enumerate(decoder):
+                layer.gradient_checkpointing = i % plan.checkpoint_every == 0
     if plan.is_peft:
         from peft import LoraConfig, get_peft_model
 
@@ -482,7 +489,7 @@ def trace_training_step(
     start = time.perf_counter()
     notes: list[str] = []
     n_layers = layer_count(config)
-    ks = None if layers is not None else _plan_layers(config)
+    ks = None if layers is not None or plan.checkpoint_every > 1 else _plan_layers(config)
 
     if ks is None:
         k = layers if layers is not None else n_layers

@@ -50,6 +50,9 @@ class Activations:
     """Extra bytes while one layer runs backward: its recomputed activations (checkpointing) and gradient buffers."""
     weight_copies: int
     """AMP only: the 16-bit weight copies autocast caches and matmuls save."""
+    partial: tuple[int, int, int] | None = None
+    """`--checkpoint-every N` when backward reaches an uncheckpointed layer first: (activations still
+    saved, recompute, decoder layers above) at the highest checkpointed layer; None otherwise."""
 
 
 def _targets(model: ModelSpec, plan: TrainingPlan) -> frozenset[str] | None:
@@ -419,7 +422,10 @@ def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:
     saved = {layout: sum(layer_activations(model, plan, i).values()) for layout, i in first_index.items()}
     largest = max(saved.values())
     residual = (FP32 if amp else dt) * T * h  # a checkpointed layer keeps only its input
-    if plan.checkpointing is Checkpointing.FULL:
+    partial = None
+    if plan.checkpointing is Checkpointing.FULL and plan.checkpoint_every > 1:
+        layers_saved, recompute, partial = _partial_checkpointing(model, plan, saved, residual)
+    elif plan.checkpointing is Checkpointing.FULL:
         layers_saved = residual * model.num_layers
         recompute = largest
     elif plan.checkpointing is Checkpointing.SELECTIVE:
@@ -445,7 +451,25 @@ def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:
         loss_backward_peak=loss_bwd,
         layer_backward_peak=layer_bwd,
         weight_copies=weight_copies,
+        partial=partial,
     )
+
+
+def _partial_checkpointing(model: ModelSpec, plan: TrainingPlan, saved: dict, residual: int):
+    """Layers 0, N, 2N, … checkpointed (they keep their input), the others all their activations.
+
+    Backward reaches the last layer first: if it is checkpointed it is recomputed on top of every
+    layer's kept tensors (the usual peak); if not, nothing is recomputed there, and the highest
+    checkpointed layer j later recomputes on top of the tensors kept by layers 0..j — returned as
+    `partial` with the number of layers above j, whose gradients exist by then.
+    """
+    n, every = model.num_layers, plan.checkpoint_every
+    kept = [residual if i % every == 0 else saved[model.layouts[i]] for i in range(n)]
+    top = n - 1
+    if top % every == 0:
+        return sum(kept), saved[model.layouts[top]], None
+    j = top - top % every
+    return sum(kept), 0, (sum(kept[: j + 1]), saved[model.layouts[j]], top - j)
 
 
 def _selective(model: ModelSpec, plan: TrainingPlan, index: int) -> int:

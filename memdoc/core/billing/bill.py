@@ -203,6 +203,18 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
         PhaseBill(weights=weights, gradients=grads if resident else max(grads - embed, 0), optimizer=optim, activations=0,
                   other=max(acts.layer_backward_peak + waiting, in_flight) + grad_gather + gather),
     ]
+    if acts.partial is not None:
+        # --checkpoint-every N: the highest checkpointed layer recomputes on top of the layers below
+        # it, with the gradients of the layers above it (and of the head) already there
+        below, recompute, above = acts.partial
+        above_grads = 0
+        if plan.method is Method.FULL:
+            above_params = sum(model.layouts[i].params() + model.layouts[i].norm_params
+                               for i in range(model.num_layers - above, model.num_layers))
+            above_grads = _sharded(above_params * param_bytes, shard.shards_gradients, world)
+        buffers = acts.layer_backward_peak  # no recompute at the top: the gradient buffers only
+        candidates.append(PhaseBill(weights=weights, gradients=max(head_grad + above_grads, resident), optimizer=optim,
+                                    activations=below, other=recompute + buffers + acts.weight_copies + grad_gather + gather))
     if resident:
         # accumulating, an untied LM head's new gradient is a tensor of its own until added into
         # the resident one, while every layer's activations are still saved (trace, Llama-2-7B)

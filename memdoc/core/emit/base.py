@@ -169,6 +169,12 @@ def checkpointing_keys(plan: TrainingPlan, notes: list[str]) -> dict:
             "checkpointing selective has no equivalent here (HF-based trainers checkpoint whole decoder layers): "
             "emitted as full checkpointing — at most the billed memory, ~+1 forward of compute"
         )
+    if plan.checkpointing is Checkpointing.FULL and plan.checkpoint_every > 1:
+        notes.append(
+            f"checkpoint every {plan.checkpoint_every} layers: no trainer key for it; gradient_checkpointing checkpoints "
+            f"every layer (less memory, more compute than billed) — for the billed plan, after enabling it set "
+            f"layer.gradient_checkpointing = False on every decoder layer whose index is not a multiple of {plan.checkpoint_every}"
+        )
     return {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": dict(GRADIENT_CHECKPOINTING_KWARGS)}
 
 

@@ -193,6 +193,10 @@ class TrainingPlan:
     backward with the accumulated gradients resident (a later micro-batch's peak = the first's + gradients)."""
     checkpointing: Checkpointing = Checkpointing.NONE
     """Activation checkpointing mode."""
+    checkpoint_every: int = 1
+    """With full checkpointing, checkpoint every Nth decoder layer only (layers 0, N, 2N, …); the others
+    keep all their activations (partial checkpointing: less recompute, more memory). Ignored by the
+    other checkpointing modes (the CLI refuses it without --checkpointing full)."""
     attention: Attention = Attention.SDPA
     """Attention kernel."""
     loss: Loss = Loss.HF
@@ -221,7 +225,7 @@ class TrainingPlan:
     """Allow seq_len beyond the model's max_position_embeddings."""
 
     def __post_init__(self) -> None:
-        for name in ("micro_batch", "seq_len", "grad_accum", "gpus_per_node", "nodes", "lora_rank"):
+        for name in ("micro_batch", "seq_len", "grad_accum", "gpus_per_node", "nodes", "lora_rank", "checkpoint_every"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise PlanError(f"{_flag(name)} must be a positive integer, got {value!r}")
