@@ -23,8 +23,8 @@ from memdoc.core.model.plan import parse_plan
 from memdoc.resolve.models import resolve_model
 
 DATA = Path(__file__).parent / "data"
-IGNORED_FLAGS = {"--lora-dropout"}
-"""Flags of the measured rows that memdoc's plan does not have yet (dropout 0 is memdoc's step)."""
+MEASURED_OPTIMIZER = "adamw-foreach"
+"""Every row ran torch AdamW with foreach=True (memdoc's default is fused AdamW, as the trainers')."""
 HELD_OUT = {
     "l2-7b-full-bf16-s2048-ckpt",
     "l31-8b-lora16qkvo-b2-s4096-ckpt-flce",
@@ -51,10 +51,8 @@ def load_rows() -> list[dict]:
 def setup_of(args: list[str]):
     """(model, plan) of a row's memdoc_args."""
     model_arg, flags = args[0], args[1:]
-    values = {}
+    values = {"optimizer": MEASURED_OPTIMIZER}
     for flag, value in zip(flags[::2], flags[1::2]):
-        if flag in IGNORED_FLAGS:
-            continue
         values[{"batch": "micro_batch", "seq": "seq_len"}.get(flag[2:], flag[2:].replace("-", "_"))] = value
     if model_arg.endswith(".json"):
         model_arg = str(DATA / model_arg)

@@ -22,7 +22,7 @@ CATALOG = Path(__file__).resolve().parents[1] / "memdoc" / "data" / "catalog"
 SEQ = 128
 
 
-def saved_bytes(config: dict, layers: int, *, attention: str, lora_targets: list[str] | None) -> int:
+def saved_bytes(config: dict, layers: int, *, attention: str, lora_targets: list[str] | None, dropout: float = 0.05) -> int:
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.initialization import no_init_weights
 
@@ -33,7 +33,7 @@ def saved_bytes(config: dict, layers: int, *, attention: str, lora_targets: list
     if lora_targets:
         from peft import LoraConfig, get_peft_model
 
-        model = get_peft_model(model, LoraConfig(r=16, target_modules=lora_targets, lora_dropout=0.05))
+        model = get_peft_model(model, LoraConfig(r=16, target_modules=lora_targets, lora_dropout=dropout))
     model.train()
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     seen: dict[int, int] = {}
@@ -95,7 +95,25 @@ def test_layer_activations_equal_autograd_census(name, method, attention, target
         config, 2, attention=attention, lora_targets=targets
     )
     spec = spec_from_config(config, model_id=name)
-    plan = parse_plan(seq=SEQ, method=method, attention=attention, lora_targets=targets or ["q_proj"])
+    plan = parse_plan(seq=SEQ, method=method, attention=attention, lora_targets=targets or ["q_proj"], lora_dropout=0.05)
     billed = sum(layer_activations(spec, plan, 2).values())
     # Exact up to the per-token rsqrt/logsumexp vectors (a few hundred bytes per token).
+    assert billed == pytest.approx(real, rel=0.005, abs=256 * SEQ), (billed, real)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,targets", [
+    ("meta-llama--Llama-3.2-1B", ["q_proj", "v_proj"]),
+    ("Qwen--Qwen2.5-0.5B", ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
+])
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_lora_dropout_census(name, targets, dropout):
+    """`--lora-dropout` is billed as autograd saves it: dropout 0 (peft's nn.Identity) keeps only the
+    fp32 cast input per adapter; any dropout > 0 one more fp32 copy of it."""
+    config = json.loads((CATALOG / f"{name}.json").read_text())
+    real = saved_bytes(config, 3, attention="sdpa", lora_targets=targets, dropout=dropout) - saved_bytes(
+        config, 2, attention="sdpa", lora_targets=targets, dropout=dropout
+    )
+    plan = parse_plan(seq=SEQ, method="lora", lora_targets=targets, lora_dropout=dropout)
+    billed = sum(layer_activations(spec_from_config(config, model_id=name), plan, 2).values())
     assert billed == pytest.approx(real, rel=0.005, abs=256 * SEQ), (billed, real)

@@ -131,6 +131,8 @@ def test_lora_peft_counts_only_adapters_as_trainable():
     det = rep["hf"]["detected_plan"]
     assert det["method"] == "lora" and det["lora_rank"] == 8 and sorted(det["lora_targets"]) == ["q_proj", "v_proj"]
     assert det["micro_batch"] == 4 and det["seq_len"] == 64
+    assert det["lora_dropout"] == 0.0  # the script's LoraConfig(lora_dropout=0.0), billed as such
+    assert rep["hf"]["billed"]["peak_allocated"] == pytest.approx(rep["measured"]["peak_allocated"], rel=0.05)
     assert "ckpt-not-active" not in ids(rep)
 
 

@@ -27,10 +27,10 @@ def test_quantified_startup_oom_on_24gb():
 
 
 def test_checkpointing_saves_nothing_when_adam_dominates():
-    # Full fine-tuning of an 8B model peaks at the optimizer step (weights + grads + AdamW states +
-    # foreach buffer): fewer activations change nothing there, smaller optimizer states do.
+    # Full fine-tuning of an 8B model with foreach AdamW peaks at the optimizer step (weights + grads +
+    # AdamW states + foreach buffer): fewer activations change nothing there, smaller optimizer states do.
     out = json.loads(run("prescribe", "--symptom", "mid-run-oom", "meta-llama/Llama-3.1-8B", "--gpu", "80",
-                         "--json").output)
+                         "--optimizer", "adamw-foreach", "--json").output)
     saves = {p["id"]: p["saves_bytes"] for p in out["prescriptions"]}
     assert saves["midrun-checkpointing"] == 0
     # paged 8-bit AdamW: two bf16 states (4 B/param) become two uint8 states + absmax (≈ 2.03 B/param)

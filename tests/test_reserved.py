@@ -23,7 +23,7 @@ def bill_of(row):
     while args:
         flag, value = args.pop(0)[2:].replace("-", "_"), args.pop(0)
         values[flag] = value
-    values.pop("lora_dropout", None)
+    values.setdefault("optimizer", "adamw-foreach")  # what every H200 row ran (torch AdamW, foreach)
     if row["alloc_conf"]:
         values["allocator"] = "expandable"
     mapping = {"batch": "micro_batch", "seq": "seq_len"}

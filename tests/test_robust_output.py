@@ -116,7 +116,7 @@ def test_settings_print_as_written(value, expected):
 
 # --------------------------------------------------------------------- the "other" row, verdict
 def test_other_row_is_explained():
-    out = run("bill", "meta-llama/Llama-3.1-8B", "--gpu", "80", columns=120).stdout
+    out = run("bill", "meta-llama/Llama-3.1-8B", "--gpu", "80", "--optimizer", "adamw-foreach", columns=120).stdout
     assert "other at the optimizer step" in out and "adamw-fused" in out
     fused = run("bill", "meta-llama/Llama-3.1-8B", "--gpu", "80", "--optimizer", "adamw-fused", "--json").stdout
     assert json.loads(fused)["phases"]["optimizer"]["other"] == 0  # fused AdamW has no step temporaries

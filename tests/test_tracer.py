@@ -162,7 +162,7 @@ def trace(config, **changes) -> Measurement:
 
 @pytest.fixture(scope="module")
 def base(small):
-    return trace(small)
+    return trace(small, optimizer="adamw-foreach")  # foreach: the step's temporaries are visible
 
 
 def param_bytes(config, dtype_bytes: int, layers: int = 2) -> int:
@@ -295,3 +295,23 @@ def test_measurement_json_shape(base):
     assert data["peak_phase"] in data["phases"]
     assert data["modules"] and all(m["activation_bytes"] > 0 for m in data["modules"])
     json.dumps(data)
+
+
+def test_accumulation_runs_n_micro_batches_with_gradients_resident(small):
+    """`--accum 2`: the second micro-batch's forward and backward hold the first one's gradients."""
+    one = trace(small)
+    two = trace(small, accum=2)
+    grads = param_bytes(small, 2)
+    assert two.phases["forward"]["gradients"] == pytest.approx(grads, rel=1e-3)
+    assert one.phases["forward"]["gradients"] == 0
+    assert two.phases["forward"]["peak_allocated"] - one.phases["forward"]["peak_allocated"] == pytest.approx(grads, rel=1e-3)
+    assert two.phases["optimizer"] == one.phases["optimizer"]
+    # the bill of the same 2-layer model rises as the trace does, phase by phase
+    from memdoc.core.billing.bill import compute_bill
+    from memdoc.core.model.model_spec import spec_from_config
+
+    spec = spec_from_config(dict(small, num_hidden_layers=2), model_id=SMALL)
+    b1, b2 = (compute_bill(spec, parse_plan(seq_len=512, grad_accum=n)) for n in (1, 2))
+    for phase in ("forward", "backward"):
+        traced = two.phases[phase]["peak_allocated"] - one.phases[phase]["peak_allocated"]
+        assert b2.phases[phase].total - b1.phases[phase].total == pytest.approx(traced, rel=0.01), phase

@@ -46,15 +46,17 @@ _PLAN_PARAMS = {
     "nodes": Annotated[Optional[int], typer.Option("--nodes", help="Nodes. \\[default: 1]", rich_help_panel=PLAN)],
     "method": Annotated[Optional[Method], typer.Option("--method", help="What is trained. \\[default: full]", rich_help_panel=PLAN)],
     "precision": Annotated[Optional[Precision], typer.Option("--precision", help="bf16/fp16 = pure (weights, grads, states in 16 bit); amp-* = fp32 master weights + autocast. \\[default: bf16]", rich_help_panel=PLAN)],
-    "optimizer": Annotated[Optional[Optimizer], typer.Option("--optimizer", help="Optimizer. \\[default: adamw (foreach, as on CUDA)]", rich_help_panel=PLAN)],
+    "optimizer": Annotated[Optional[str], typer.Option("--optimizer", metavar="[" + "|".join(o.value for o in Optimizer) + "]", help="Optimizer. adamw-fused = torch AdamW fused=True, the trainers' default (HF optim adamw_torch_fused, torch ≥ 2.8); adamw-foreach (or adamw) = torch AdamW's foreach path, one extra state-sized temporary in the step (HF adamw_torch). \\[default: adamw-fused]", rich_help_panel=PLAN)],
     "batch": Annotated[Optional[int], typer.Option("--batch", help="Micro-batch per GPU (sequences). \\[default: 1]", rich_help_panel=PLAN)],
     "seq": Annotated[Optional[int], typer.Option("--seq", help="Sequence length (tokens). \\[default: 2048]", rich_help_panel=PLAN)],
     "accum": Annotated[Optional[int], typer.Option("--accum", help="Gradient accumulation steps. \\[default: 1]", rich_help_panel=PLAN)],
     "checkpointing": Annotated[Optional[Checkpointing], typer.Option("--checkpointing", help="Activation checkpointing. \\[default: none]", rich_help_panel=PLAN)],
+    "checkpoint_every": Annotated[Optional[int], typer.Option("--checkpoint-every", help="With --checkpointing full: checkpoint every Nth decoder layer only (layers 0, N, 2N, …). \\[default: 1, every layer]", rich_help_panel=PLAN)],
     "attention": Annotated[Optional[Attention], typer.Option("--attention", help="Attention kernel. \\[default: sdpa]", rich_help_panel=PLAN)],
-    "loss": Annotated[Optional[Loss], typer.Option("--loss", help="hf = transformers' loss (full fp32 logits); fused = Liger fused linear cross-entropy (logits never stored whole). \\[default: hf]", rich_help_panel=PLAN)],
+    "loss": Annotated[Optional[Loss], typer.Option("--loss", help="hf = transformers' loss (full fp32 logits); fused = Liger as use_liger_kernel=True applies it: fused linear cross-entropy (logits never stored whole) + RMSNorm, RoPE, SwiGLU kernels; fused-ce = the fused cross-entropy alone. \\[default: hf]", rich_help_panel=PLAN)],
     "lora_rank": Annotated[Optional[int], typer.Option("--lora-rank", help="LoRA rank. \\[default: 16]", rich_help_panel=PLAN)],
     "lora_alpha": Annotated[Optional[int], typer.Option("--lora-alpha", help="LoRA alpha. \\[default: 2 × rank]", rich_help_panel=PLAN)],
+    "lora_dropout": Annotated[Optional[float], typer.Option("--lora-dropout", help="LoRA dropout; > 0 keeps an extra fp32 copy of each adapted input. \\[default: 0.0, peft's default]", rich_help_panel=PLAN)],
     "lora_targets": Annotated[Optional[str], typer.Option("--lora-targets", help="Comma-separated module names, or all-linear. \\[default: q_proj,v_proj]", rich_help_panel=PLAN)],
     "shard": Annotated[Optional[Shard], typer.Option("--shard", help="Shard model states over GPUs. \\[default: none]", rich_help_panel=PLAN)],
     "offload": Annotated[Optional[Offload], typer.Option("--offload", help="Move states off the GPU. \\[default: none]", rich_help_panel=PLAN)],
@@ -113,6 +115,8 @@ class PlanArgs:
             plan_values["gpus_per_node"] = gpus_from_count(gpu, plan_values.get("gpus_per_node"), gpu_text)
             gpu = dataclasses.replace(gpu, count=1)
         plan = parse_plan(**plan_values)
+        if plan.checkpoint_every > 1 and plan.checkpointing.value != "full":
+            raise PlanError("--checkpoint-every N needs --checkpointing full (it checkpoints every Nth decoder layer)")
         model = resolve_model(model_name)
         if plan.is_peft and "lora_targets" not in plan_values:
             plan = plan.replace(lora_targets=model.default_lora_targets)

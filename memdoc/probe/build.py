@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from memdoc.core.model.lora import LORA_DROPOUT, lora_alpha, peft_target_modules
+from memdoc.core.model.lora import lora_alpha, peft_target_modules
 from memdoc.core.model.plan import Attention, Checkpointing, Method, Optimizer, TrainingPlan
 from memdoc.errors import ConfigError
 
@@ -109,6 +109,12 @@ def build_model(config: dict, plan: TrainingPlan, layers: int | None = None, not
         if plan.checkpointing is Checkpointing.SELECTIVE:
             kwargs["context_fn"] = _selective_context_fn()
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        if plan.checkpoint_every > 1:  # partial checkpointing: layers 0, N, 2N, … only
+            from transformers.modeling_layers import GradientCheckpointingLayer
+
+            decoder = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+            for i, layer in enumerate(decoder):
+                layer.gradient_checkpointing = i % plan.checkpoint_every == 0
     if plan.is_peft:
         from peft import LoraConfig, get_peft_model
 
@@ -116,7 +122,7 @@ def build_model(config: dict, plan: TrainingPlan, layers: int | None = None, not
             r=plan.lora_rank,
             lora_alpha=lora_alpha(plan),
             target_modules=peft_target_modules(plan),
-            lora_dropout=LORA_DROPOUT,
+            lora_dropout=plan.lora_dropout,
             task_type="CAUSAL_LM",
         )
         with plain_module_to():
@@ -136,7 +142,7 @@ def build_optimizer(model, plan: TrainingPlan):
 
     params = [p for p in model.parameters() if p.requires_grad]
     opt = plan.optimizer
-    if opt is Optimizer.ADAMW:
+    if opt is Optimizer.ADAMW_FOREACH:
         return torch.optim.AdamW(params, lr=1e-4, foreach=True)
     if opt is Optimizer.ADAMW_FUSED:
         return torch.optim.AdamW(params, lr=1e-4, fused=True)

@@ -53,7 +53,7 @@ def run_cuda_step(config: dict, plan: TrainingPlan) -> dict:
         else contextlib.nullcontext
     )
 
-    step = functools.partial(training_step, model, opt, ids, autocast)
+    step = functools.partial(training_step, model, opt, ids, autocast, plan.grad_accum)
     step()
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()

@@ -14,17 +14,20 @@ How each knob is realised:
   forward under `torch.autocast("cpu", dtype)` (CPU autocast casts the same matmul-class ops as
   CUDA's; its weight-cast cache is included). For lora/qlora the frozen base is in the compute
   dtype; peft keeps adapters in fp32 (`autocast_adapter_dtype=True`, its default).
-- method: LoRA via peft (`LoraConfig(r, alpha, target_modules, lora_dropout=LORA_DROPOUT)`,
+- method: LoRA via peft (`LoraConfig(r, alpha, target_modules, lora_dropout=plan.lora_dropout)`,
   'all-linear' supported); QLoRA = LoRA + every decoder `nn.Linear` replaced by the NF4
   emulation in `memdoc.probe.emulation` (storage, double-quant constants, dequantised compute).
 - optimizer: AdamW `foreach=True` (CUDA's default, with its parameter-sized step temporaries,
   forced even on CPU), `fused=True`, bitsandbytes 8-bit / paged 8-bit state layout (emulated),
   SGD momentum 0.9 (foreach), transformers' Adafactor (real), Lion (emulated).
-- checkpointing: full = `gradient_checkpointing_enable(use_reentrant=False)`; selective = the
+- checkpointing: full = `gradient_checkpointing_enable(use_reentrant=False)` (`--checkpoint-every N`:
+  then switched off on every decoder layer but 0, N, 2N, …, traced whole); selective = the
   same with torch's selective-checkpoint API (`create_selective_checkpoint_contexts`), saving
   matmul / attention outputs and recomputing everything else.
 - attention: `attn_implementation` "sdpa" (fake CPU dispatches the flash-style kernel: O(s)
   saved state, like CUDA flash/mem-efficient) or "eager" (s² probabilities saved).
+- accumulation: `--accum N` runs N micro-batches per step (`training_step`), the gradients of the
+  first kept while the others run forward and backward.
 - sharding: fsdp/zero3 trace rank 0 of N with a fake process group, `fully_shard` per decoder
   layer and at the root, and FSDPMemTracker (amp uses FSDP's MixedPrecisionPolicy). zero1/zero2
   are derived from the unsharded trace: zero1 divides optimizer states and optimizer-step
@@ -52,7 +55,6 @@ from typing import Callable
 from memdoc.core.billing.measurement import Measurement
 from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
 from memdoc.core.model.config_keys import config_value
-from memdoc.core.model.lora import LORA_DROPOUT
 from memdoc.core.model.plan import (
     Loss,
     Method,
@@ -159,13 +161,19 @@ def _shard_fsdp(model, plan: TrainingPlan, mesh):
     return model
 
 
-def training_step(model, opt, ids, autocast) -> None:
-    """One step as HF Trainer runs it: forward with labels (HF's loss), backward, optimizer step,
-    gradients freed (`zero_grad(set_to_none=True)`); only the loss outlives the forward."""
-    with autocast():
-        loss = model(input_ids=ids, labels=ids).loss
-    loss.backward()
-    del loss
+def training_step(model, opt, ids, autocast, accum: int = 1, between: Callable[[], None] | None = None) -> None:
+    """One optimizer step as HF Trainer runs it: `accum` micro-batches of forward with labels
+    (HF's loss) and backward of the loss / accum — gradients accumulate in place, so micro-batches
+    2..accum run with the gradients resident — then the optimizer step and
+    `zero_grad(set_to_none=True)`; only the loss outlives each forward. `between()` runs before
+    each micro-batch after the first (the tracer resets its per-module statistics there)."""
+    for i in range(accum):
+        if i and between is not None:
+            between()
+        with autocast():
+            loss = model(input_ids=ids, labels=ids).loss
+        (loss / accum).backward()
+        del loss
     opt.step()
     opt.zero_grad(set_to_none=True)
 
@@ -205,10 +213,17 @@ def _trace_once(config: dict, plan: TrainingPlan, layers: int | None) -> tuple[d
             opt = build_optimizer(model, plan)
             ids = torch.randint(0, int(vocab), (plan.micro_batch, plan.seq_len))
 
-            step = functools.partial(training_step, model, opt, ids, autocast)
+            trackers: list = []  # MemTracker refuses a second forward unless its module stats are reset
+
+            def between() -> None:
+                for t in trackers:
+                    t.reset_mod_stats()
+
+            step = functools.partial(training_step, model, opt, ids, autocast, plan.grad_accum, between)
 
             if fsdp:
                 tracker = PhaseFSDPMemTracker(model, opt)
+                trackers.append(tracker)
                 tracker.track_inputs((ids,))
                 with tracker:
                     step()
@@ -218,6 +233,7 @@ def _trace_once(config: dict, plan: TrainingPlan, layers: int | None) -> tuple[d
             else:
                 step()  # warm-up: optimizer states now exist
                 tracker = PhaseMemTracker()
+                trackers.append(tracker)
                 tracker.track_external(model, opt, ids)
                 with tracker:
                     step()
@@ -328,7 +344,7 @@ def trace_training_step(
     start = time.perf_counter()
     notes: list[str] = []
     n_layers = layer_count(config)
-    ks = None if layers is not None else _plan_layers(config)
+    ks = None if layers is not None or plan.checkpoint_every > 1 else _plan_layers(config)
 
     if ks is None:
         k = layers if layers is not None else n_layers
@@ -359,11 +375,14 @@ def trace_training_step(
         notes.append("qlora: NF4 storage and dequantised compute emulated (bitsandbytes cannot run on fake tensors)")
     if plan.optimizer in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT, Optimizer.LION):
         notes.append(f"{plan.optimizer.value}: state layout emulated (see memdoc.probe.emulation)")
+    if plan.grad_accum > 1:
+        notes.append(f"accumulation: {plan.grad_accum} micro-batches per step; the peak is a later one's, "
+                     "with the accumulated gradients resident")
     if plan.is_peft:
-        notes.append(f"lora dropout {LORA_DROPOUT}; adapters in fp32 (peft default)")
-    if plan.loss is Loss.FUSED:
-        notes.append("loss fused: Liger's Triton kernels cannot run under fake tensors; traced transformers' loss "
-                     "instead (the bill models the fused loss), so measured logits exceed billed ones")
+        notes.append(f"lora dropout {plan.lora_dropout:g}; adapters in fp32 (peft default)")
+    if plan.loss is not Loss.HF:
+        notes.append(f"loss {plan.loss.value}: Liger's Triton kernels cannot run under fake tensors; traced transformers' "
+                     "loss and layers instead (the bill models Liger's), so measured logits exceed billed ones")
     clean = {p: {k: int(v) for k, v in items.items() if k in LINE_ITEMS} for p, items in phases.items() if p in PHASES}
     report("done", 1.0)
     notes.append(f"trace took {time.perf_counter() - start:.1f} s")

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.params import Linear
-from memdoc.core.model.lora import LORA_DROPOUT, adapted_names, is_trained
-from memdoc.core.model.plan import Attention, Checkpointing, Loss, Method, TrainingPlan
+from memdoc.core.model.lora import adapted_names, is_trained
+from memdoc.core.model.plan import Attention, Checkpointing, Loss, Method, Precision, TrainingPlan
 
 FP32 = 4
 
@@ -51,6 +51,9 @@ class Activations:
     """Extra bytes while one layer runs backward: its recomputed activations (checkpointing) and gradient buffers."""
     weight_copies: int
     """AMP only: the 16-bit weight copies autocast caches and matmuls save."""
+    partial: tuple[int, int, int] | None = None
+    """`--checkpoint-every N` when backward reaches an uncheckpointed layer first: (activations still
+    saved, recompute, decoder layers above) at the highest checkpointed layer; None otherwise."""
 
 
 class _Layer:
@@ -67,13 +70,36 @@ class _Layer:
         return sum(self.items.values())
 
 
-def _norm(layer: _Layer, name: str, T: int, width: int, *, dt: int, trainable: bool, gemma: bool, amp: bool) -> None:
+LIGER_NORM_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2", "phi3")
+"""Model types whose `apply_liger_kernel_to_*` (liger_kernel/transformers/monkey_patch.py) swaps RMSNorm,
+RoPE and the gated MLP for Liger's kernels, as `use_liger_kernel=True` does (`--loss fused`)."""
+LIGER_GLU_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2")
+"""Of those, the dense gated MLPs with separate gate/up projections: LigerSwiGLUMLP / LigerGEGLUMLP."""
+
+
+def liger_layers(model: ModelSpec, plan: TrainingPlan) -> bool:
+    """Are the decoder layers Liger's (`--loss fused` = `use_liger_kernel=True`, on a family it patches)?"""
+    return plan.loss is Loss.FUSED and model.family in LIGER_NORM_FAMILIES
+
+
+def liger_glu(model: ModelSpec, plan: TrainingPlan) -> bool:
+    """Is the MLP's activation Liger's SiLU/GELU-mul kernel (saves a and b, writes their gradients in place)?"""
+    return liger_layers(model, plan) and model.family in LIGER_GLU_FAMILIES and not model.is_moe
+
+
+def _norm(layer: _Layer, name: str, T: int, width: int, *, dt: int, trainable: bool, gemma: bool, amp: bool,
+          liger: bool = False) -> None:
     """RMSNorm: fp32 copy of the input (pow/mul), rsqrt (T floats), normalised output if the weight trains.
 
     LlamaRMSNorm: `x32 = x.float(); x32 * rsqrt(mean(x32²)); weight * y.to(dtype)`. In fp32 the
     `.float()` is a no-op (no copy, the residual stream is saved instead — same bytes).
     GemmaRMSNorm multiplies in fp32 by (1 + weight), so its saved normalised tensor is fp32.
+    Liger's RMSNorm (`LigerRMSNormFunction`) saves its input X itself and an fp32 RSTD per row; the
+    weight's gradient is rebuilt from them, so nothing more when the weight trains.
     """
+    if liger:
+        layer.add(name, (FP32 if amp else dt) * T * width + FP32 * T)
+        return
     layer.add(name, FP32 * T * width + FP32 * T)
     if trainable:
         out_bytes = FP32 if (gemma or amp) else dt
@@ -107,7 +133,8 @@ def _attention_saved(layer: _Layer, model: ModelSpec, plan: TrainingPlan, linear
     elif savers:
         layer.add("attention.input", dt * T * model.hidden_size)
     if family in ("qwen3", "qwen3_moe"):  # q_norm / k_norm: RMSNorm over each head's q and k
-        _norm(layer, "attention.qk_norm", T, q_dim + kv_dim, dt=dt, trainable=targets is None, gemma=False, amp=amp)
+        _norm(layer, "attention.qk_norm", T, q_dim + kv_dim, dt=dt, trainable=targets is None, gemma=False, amp=amp,
+              liger=liger_layers(model, plan))
     if family == "deepseek_v2":  # MLA: compressed kv (kv_lora_rank) normed, then expanded
         rank = int(model.config["kv_lora_rank"])
         layer.add("attention.kv_compress", FP32 * T * rank + dt * T * rank * 2)
@@ -170,7 +197,8 @@ def _mlp_saved(layer: _Layer, model: ModelSpec, plan: TrainingPlan, linears: lis
             width = max(l.out_features for l in block) // (2 if fused else 1)
             gated = fused or any(l.name.endswith("gate_proj") for l in block)
             # gated: gate output (the activation's input), activation output, up output; plain: fc1 output
-            layer.add("mlp.act", cdt * T * width * (3 if gated else 1))
+            # Liger's SiLU/GELU-mul saves only its inputs a (gate) and b (up)
+            layer.add("mlp.act", cdt * T * width * ((2 if liger_glu(model, plan) else 3) if gated else 1))
             has_down = any(_block(l) == prefix for l in down)
             if has_down and targets is None:
                 layer.add("mlp.down_input", cdt * T * width)
@@ -181,24 +209,49 @@ def _block(linear: Linear) -> str:
     return linear.name.rsplit(".", 1)[0] if "." in linear.name else ""
 
 
-def _lora_saved(layer: _Layer, plan: TrainingPlan, linears: list[Linear], targets) -> None:
+def _lora_saved(layer: _Layer, plan: TrainingPlan, linears: list[Linear], targets, family: str = "") -> None:
     """LoRA adapters (peft `lora.Linear`): fp32 adapters cast their input to fp32 and save that copy.
 
     peft's `Linear.forward` does `x = self._cast_input_dtype(x, lora_A.weight.dtype)` and then
     `lora_B(lora_A(dropout(x)))`: `lora_A` saves the fp32 x (a new tensor unless x already is
     fp32), `lora_B` saves lora_A's output (T × r, fp32). The frozen base linear saves nothing.
-    With `lora_dropout` > 0 (memdoc assumes `LORA_DROPOUT`, the value TRL/Axolotl recipes use) dropout also
-    has `lora_A` save the dropped-out fp32 copy while the cast input stays referenced: a census of
-    saved tensors on a real CPU step shows 4 + 4 bytes per input element.
+    With `plan.lora_dropout` > 0 (peft's default is 0: `nn.Identity`) dropout also has `lora_A`
+    save the dropped-out fp32 copy while the cast input stays referenced: a census of saved
+    tensors on a real CPU step shows 4 + 4 bytes per input element (4 with dropout 0).
     Under AMP autocast casts that input back to 16 bit for `lora_A` (saved instead of the fp32
     copy) and `lora_A`'s output is 16-bit too; the dropped-out fp32 copy stays (census: 4 + 2).
+    In fp32 the cast is a no-op: `lora_A` saves the layer's own input, one tensor shared by the
+    adapters that read it (q/k/v read the norm output, gate/up the other), and o_proj's input is
+    the SDPA output SDPA already saves (`_shared_input`); dropout still makes one copy per adapter.
     """
     T = plan.micro_batch * plan.seq_len
     matmul_bytes = 2 if plan.precision.is_amp else FP32
-    per_input = matmul_bytes + (FP32 if LORA_DROPOUT else 0)
+    dropout_copy = FP32 if plan.lora_dropout else 0
+    fp32 = plan.precision is Precision.FP32
+    seen: set[str] = set()
     for linear in linears:
-        if is_trained(linear, targets):
+        if not is_trained(linear, targets):
+            continue
+        if fp32:
+            shared = _shared_input(linear, family)
+            own = 0 if shared in seen or shared == "sdpa_output" else FP32
+            seen.add(shared)
+            layer.add(f"lora.{linear.name}", (own + dropout_copy) * T * linear.in_features + FP32 * T * plan.lora_rank)
+        else:
+            per_input = matmul_bytes + dropout_copy
             layer.add(f"lora.{linear.name}", per_input * T * linear.in_features + matmul_bytes * T * plan.lora_rank)
+
+
+def _shared_input(linear: Linear, family: str) -> str:
+    """Which tensor a linear reads: the attention input, the MLP input of its block, SDPA's output, or its own."""
+    short = linear.name.split(".")[-1]
+    if linear.group == "attention" and short not in ("o_proj", "dense"):
+        return "attention_input"
+    if short == "o_proj" and family not in LAYERNORM_FAMILIES + ("phi3",):
+        return "sdpa_output"
+    if short in ("gate_proj", "up_proj"):
+        return "mlp_input:" + _block(linear)
+    return linear.name
 
 
 LAYERNORM_FAMILIES = ("gpt2", "gpt_neox", "falcon", "phi", "bert")
@@ -265,20 +318,21 @@ def layer_activations(model: ModelSpec, plan: TrainingPlan, index: int = 0) -> d
         layer = _Layer()
         _layernorm_layer(layer, model, plan, linears, targets, dt=dt, amp=amp)
         if not full:
-            _lora_saved(layer, plan, linears, targets)
+            _lora_saved(layer, plan, linears, targets, model.family)
         return layer.items
     gemma = model.family in ("gemma", "gemma2")
+    liger = liger_layers(model, plan)
     layer = _Layer()
     h = model.hidden_size
-    _norm(layer, "input_layernorm", T, h, dt=dt, trainable=full, gemma=gemma, amp=amp)
+    _norm(layer, "input_layernorm", T, h, dt=dt, trainable=full, gemma=gemma, amp=amp, liger=liger)
     _attention_saved(layer, model, plan, linears, targets, dt=dt, amp=amp)
-    _norm(layer, "post_attention_layernorm", T, h, dt=dt, trainable=full, gemma=gemma, amp=amp)
+    _norm(layer, "post_attention_layernorm", T, h, dt=dt, trainable=full, gemma=gemma, amp=amp, liger=liger)
     if model.family == "gemma2":  # extra post-attention / post-feedforward norms
-        _norm(layer, "post_norms", T, h, dt=dt, trainable=full, gemma=True, amp=amp)
-        _norm(layer, "post_norms", T, h, dt=dt, trainable=full, gemma=True, amp=amp)
+        _norm(layer, "post_norms", T, h, dt=dt, trainable=full, gemma=True, amp=amp, liger=liger)
+        _norm(layer, "post_norms", T, h, dt=dt, trainable=full, gemma=True, amp=amp, liger=liger)
     _mlp_saved(layer, model, plan, linears, targets, dt=dt, amp=amp)
     if not full:
-        _lora_saved(layer, plan, linears, targets)
+        _lora_saved(layer, plan, linears, targets, model.family)
     return layer.items
 
 
@@ -302,8 +356,8 @@ def _head(model: ModelSpec, plan: TrainingPlan, *, dt: int, amp: bool) -> tuple[
         if model.config.get("embd_pdrop"):  # GPT-2's embedding dropout mask
             norm.add("embedding_dropout", (2 if amp else dt) * T * h)
     else:
-        _norm(norm, "final_norm", T, h, dt=dt, trainable=full, gemma=gemma, amp=amp)
-    if plan.loss is Loss.FUSED:
+        _norm(norm, "final_norm", T, h, dt=dt, trainable=full, gemma=gemma, amp=amp, liger=liger_layers(model, plan))
+    if plan.loss is not Loss.HF:
         return _fused_head(model, plan, norm.total, dt=dt, amp=amp)
     saved = norm.total + (dt * T * h if full else 0) + FP32 * T * V
     logits_dt = 2 if amp else dt
@@ -351,7 +405,10 @@ def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:
     saved = {i: sum(layer_activations(model, plan, i).values()) for i, _, _ in groups}
     largest = max(saved.values())
     residual = (FP32 if amp else dt) * T * h  # a checkpointed layer keeps only its input
-    if plan.checkpointing is Checkpointing.FULL:
+    partial = None
+    if plan.checkpointing is Checkpointing.FULL and plan.checkpoint_every > 1:
+        layers_saved, recompute, partial = _partial_checkpointing(model, plan, saved, residual)
+    elif plan.checkpointing is Checkpointing.FULL:
         layers_saved = residual * model.num_layers
         recompute = largest
     elif plan.checkpointing is Checkpointing.SELECTIVE:
@@ -363,7 +420,8 @@ def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:
     head_saved, loss_fwd, loss_bwd = _head(model, plan, dt=dt, amp=amp)
     # Backward of one layer holds gradient buffers of its widest intermediates (≈ 3 MLP-wide tensors).
     width = max(model.intermediate_size, model.moe_intermediate_size * max(model.experts_per_token, 1))
-    layer_bwd = recompute + 3 * dt * T * width
+    # Liger's SiLU/GELU-mul backward writes the gate and up gradients into its saved a and b: one buffer
+    layer_bwd = recompute + (1 if liger_glu(model, plan) else 3) * dt * T * width
     weight_copies = 0
     if amp:
         weight_copies = 2 * (model.params.total - model.params.embedding - model.params.norms)
@@ -375,7 +433,26 @@ def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:
         loss_backward_peak=loss_bwd,
         layer_backward_peak=layer_bwd,
         weight_copies=weight_copies,
+        partial=partial,
     )
+
+
+def _partial_checkpointing(model: ModelSpec, plan: TrainingPlan, saved: dict, residual: int):
+    """Layers 0, N, 2N, … checkpointed (they keep their input), the others all their activations.
+
+    Backward reaches the last layer first: if it is checkpointed it is recomputed on top of every
+    layer's kept tensors (the usual peak); if not, nothing is recomputed there, and the highest
+    checkpointed layer j later recomputes on top of the tensors kept by layers 0..j — returned as
+    `partial` with the number of layers above j, whose gradients exist by then.
+    """
+    n, every = model.num_layers, plan.checkpoint_every
+    by_layout = {layout: saved[first] for first, layout, _ in model.layer_groups}  # `saved` is keyed by a group's first layer
+    kept = [residual if i % every == 0 else by_layout[model.layouts[i]] for i in range(n)]
+    top = n - 1
+    if top % every == 0:
+        return sum(kept), by_layout[model.layouts[top]], None
+    j = top - top % every
+    return sum(kept), 0, (sum(kept[: j + 1]), by_layout[model.layouts[j]], top - j)
 
 
 def _selective(model: ModelSpec, plan: TrainingPlan, index: int) -> int:
@@ -402,4 +479,4 @@ def _selective(model: ModelSpec, plan: TrainingPlan, index: int) -> int:
     return kept
 
 
-__all__ = ["Activations", "eager_attention", "estimate_activations", "layer_activations"]
+__all__ = ["Activations", "eager_attention", "estimate_activations", "layer_activations", "liger_glu", "liger_layers"]

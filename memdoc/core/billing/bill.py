@@ -210,9 +210,14 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
         else 0
     )
     saved = acts.layers_saved + acts.head_saved
+    # Gradient accumulation: micro-batches 2..N run forward and backward with the gradients of the
+    # earlier ones resident (AccumulateGrad adds into `.grad` in place). The step's peak is that of
+    # a later micro-batch: the first one's phases plus every gradient (fake-tensor traces of
+    # `diagnose --accum N`: Llama-3.2-1B AMP 2 × 1024 +4.60 GiB, its fp32 gradients).
+    resident = grads if plan.grad_accum > 1 else 0
     forward = PhaseBill(
         weights=weights,
-        gradients=0,
+        gradients=resident,
         optimizer=optim,
         activations=saved,
         other=acts.loss_forward_peak + acts.weight_copies + gather,
@@ -221,23 +226,43 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
     # * its start: every saved activation plus the fp32 gradients of the logits;
     # * the first decoder layer it reaches: the layers' saved tensors, that layer's recompute
     #   (checkpointing) and gradient buffers, and the LM head's gradient (full fine-tuning);
-    # * its end: every gradient, plus the embedding's dense vocab × hidden gradient, built before it
-    #   is accumulated — with tied embeddings the head's gradient is already there and the trace
-    #   shows two such tensors in flight (fake-tensor trace of Llama-3.2-1B, fp32).
+    # * its end: every gradient but the embedding's, which arrives last: its dense vocab × hidden
+    #   gradient is built, then stored (or, accumulating, added into the resident one). A tied
+    #   embedding is one leaf used twice: autograd holds the head's gradient in the leaf's input
+    #   buffer from the head's backward on, and sums the two before storing them — three such
+    #   tensors in flight at the end (fake-tensor traces of Llama-3.2-1B, tied, and Llama-2-7B, untied).
     param_bytes = plan.precision.param_bits // 8
-    head_grad = embed_grad = 0
+    head_grad = embed = 0
     if plan.method is Method.FULL:
         head_grad = _sharded(model.params.head * param_bytes, shard.shards_gradients, world)
-        embed_grad = model.params.embedding * param_bytes * (2 if model.tie_embeddings else 1)
-        embed_grad = _sharded(embed_grad, shard.shards_gradients, world)
+        embed = _sharded(model.params.embedding * param_bytes, shard.shards_gradients, world)
+    waiting = embed if model.tie_embeddings else 0  # the head's share of a tied leaf's gradient, in the buffer
+    in_flight = 3 * embed if model.tie_embeddings else embed
     candidates = [
-        PhaseBill(weights=weights, gradients=0, optimizer=optim, activations=saved,
+        PhaseBill(weights=weights, gradients=resident, optimizer=optim, activations=saved,
                   other=acts.loss_backward_peak + acts.weight_copies + gather),
-        PhaseBill(weights=weights, gradients=head_grad, optimizer=optim, activations=acts.layers_saved,
+        PhaseBill(weights=weights, gradients=max(head_grad, resident), optimizer=optim, activations=acts.layers_saved,
                   other=acts.layer_backward_peak + acts.weight_copies + grad_gather + gather),
-        PhaseBill(weights=weights, gradients=grads, optimizer=optim, activations=0,
-                  other=max(acts.layer_backward_peak, embed_grad) + grad_gather + gather),
+        PhaseBill(weights=weights, gradients=grads if resident else max(grads - embed, 0), optimizer=optim, activations=0,
+                  other=max(acts.layer_backward_peak + waiting, in_flight) + grad_gather + gather),
     ]
+    if acts.partial is not None:
+        # --checkpoint-every N: the highest checkpointed layer recomputes on top of the layers below
+        # it, with the gradients of the layers above it (and of the head) already there
+        below, recompute, above = acts.partial
+        above_grads = 0
+        if plan.method is Method.FULL:
+            above_params = sum(model.layouts[i].params() + model.layouts[i].norm_params
+                               for i in range(model.num_layers - above, model.num_layers))
+            above_grads = _sharded(above_params * param_bytes, shard.shards_gradients, world)
+        buffers = acts.layer_backward_peak  # no recompute at the top: the gradient buffers only
+        candidates.append(PhaseBill(weights=weights, gradients=max(head_grad + above_grads, resident), optimizer=optim,
+                                    activations=below, other=recompute + buffers + acts.weight_copies + grad_gather + gather))
+    if resident:
+        # accumulating, an untied LM head's new gradient is a tensor of its own until added into
+        # the resident one, while every layer's activations are still saved (trace, Llama-2-7B)
+        candidates.append(PhaseBill(weights=weights, gradients=resident, optimizer=optim, activations=acts.layers_saved,
+                                    other=head_grad + acts.weight_copies + grad_gather + gather))
     backward = max(candidates, key=lambda phase: phase.total)
     optimizer = PhaseBill(weights=weights, gradients=grads, optimizer=optim, activations=0, other=step_temp)
     return Bill(

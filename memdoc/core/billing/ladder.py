@@ -108,7 +108,7 @@ def _offload_params(p: TrainingPlan) -> TrainingPlan | None:
 
 
 RUNGS: tuple[Rung, ...] = (
-    Rung("expandable", "expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): less fragmentation", _expandable),
+    Rung("expandable", "expandable segments in the CUDA allocator (--allocator expandable): less fragmentation", _expandable),
     Rung("accumulate", "gradient accumulation: micro-batch 1, same effective batch", _accumulate),
     Rung("fused-loss", "fused linear cross-entropy (Liger): the logits are never stored whole", _fused_loss),
     Rung("fused-adamw", "fused AdamW: one kernel, no foreach temporaries", _fused_adamw),

@@ -55,7 +55,7 @@ def other_explained(bill) -> str | None:
     if phase == "optimizer":
         temp = bill.states.optimizer_step_temp
         what = {
-            "adamw": "foreach AdamW builds one buffer the size of its states' group (sqrt of exp_avg_sq) "
+            "adamw-foreach": "foreach AdamW builds one buffer the size of its states' group (sqrt of exp_avg_sq) "
                      "during the step; --optimizer adamw-fused does not",
             "lion": "Lion's foreach step builds one update buffer the size of the parameters",
             "adafactor": "Adafactor's step builds one buffer the size of the largest parameter",

@@ -16,6 +16,7 @@ from memdoc.core.emit.base import (
     SGD_OPTIM_ARGS,
     SideFile,
     all_linear,
+    uses_liger,
     checkpointing_keys,
     default_learning_rate,
     precision_note,
@@ -23,7 +24,7 @@ from memdoc.core.emit.base import (
     uses_fsdp,
 )
 from memdoc.core.emit.common import multinode_note
-from memdoc.core.model.lora import LORA_DROPOUT, lora_alpha
+from memdoc.core.model.lora import lora_alpha
 from memdoc.core.emit.deepspeed import deepspeed_config
 from memdoc.core.emit.templates import chat_template
 from memdoc.core.model.plan import Loss, Method, Offload, OffloadTarget, Optimizer, Precision
@@ -92,7 +93,7 @@ def emit_axolotl(ctx: EmitContext) -> Emitted:
     if plan.is_peft:
         config["lora_r"] = plan.lora_rank
         config["lora_alpha"] = lora_alpha(plan)
-        config["lora_dropout"] = LORA_DROPOUT
+        config["lora_dropout"] = plan.lora_dropout
         if all_linear(plan):
             config["lora_target_linear"] = True
         else:
@@ -123,8 +124,10 @@ def emit_axolotl(ctx: EmitContext) -> Emitted:
         config["optim_args"] = SGD_OPTIM_ARGS
     config.update(_precision(plan, notes))
     config["attn_implementation"] = plan.attention.value
-    if plan.loss is Loss.FUSED:
+    if uses_liger(plan):
         config["plugins"] = [LIGER_PLUGIN]
+        if plan.loss is Loss.FUSED:  # what use_liger_kernel=True applies: every kernel the model has
+            config.update(liger_rope=True, liger_rms_norm=True, liger_glu_activation=True)
         config["liger_fused_linear_cross_entropy"] = True
         notes.append(LIGER_NOTE)
     config.update(checkpointing_keys(plan, notes))

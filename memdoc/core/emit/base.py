@@ -16,6 +16,7 @@ import yaml
 from memdoc.core.model.lora import ALL_LINEAR
 from memdoc.core.model.plan import (
     Checkpointing,
+    Loss,
     Method,
     Offload,
     Optimizer,
@@ -41,8 +42,8 @@ SIDE_NAME_IF_TAKEN = {DS_CONFIG_NAME: "deepspeed_zero.json", FSDP_CONFIG_NAME: "
 """Side-file names used when the main config itself is named ds_config.json / fsdp.yaml."""
 
 HF_OPTIMIZERS = {
-    Optimizer.ADAMW: "adamw_torch",
     Optimizer.ADAMW_FUSED: "adamw_torch_fused",
+    Optimizer.ADAMW_FOREACH: "adamw_torch",
     Optimizer.ADAMW_8BIT: "adamw_bnb_8bit",
     Optimizer.PAGED_ADAMW_8BIT: "paged_adamw_8bit",
     Optimizer.SGD: "sgd",
@@ -179,6 +180,12 @@ def checkpointing_keys(plan: TrainingPlan, notes: list[str]) -> dict:
             "checkpointing selective has no equivalent here (HF-based trainers checkpoint whole decoder layers): "
             "emitted as full checkpointing — at most the billed memory, ~+1 forward of compute"
         )
+    if plan.checkpointing is Checkpointing.FULL and plan.checkpoint_every > 1:
+        notes.append(
+            f"checkpoint every {plan.checkpoint_every} layers: no trainer key for it; gradient_checkpointing checkpoints "
+            f"every layer (less memory, more compute than billed) — for the billed plan, after enabling it set "
+            f"layer.gradient_checkpointing = False on every decoder layer whose index is not a multiple of {plan.checkpoint_every}"
+        )
     return {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": dict(GRADIENT_CHECKPOINTING_KWARGS)}
 
 
@@ -193,6 +200,15 @@ LIGER_NOTE = (
     "loss fused: Liger's fused linear cross-entropy (pip install liger-kernel; needs a CUDA/ROCm GPU with Triton) "
     "keeps the logits from ever being stored whole"
 )
+LIGER_CE_ONLY_CONFIG = {"rope": False, "rms_norm": False, "swiglu": False, "geglu": False,
+                        "fused_linear_cross_entropy": True}
+"""`liger_kernel_config` for --loss fused-ce: transformers passes it to liger's `_apply_liger_kernel_to_instance`,
+which keeps the keys the model's patch function takes (swiglu for Llama, geglu for Gemma)."""
+
+
+def uses_liger(plan: TrainingPlan) -> bool:
+    """Any Liger kernel: --loss fused (use_liger_kernel's full set) or fused-ce (the fused cross-entropy alone)."""
+    return plan.loss is not Loss.HF
 
 
 WARMUP_RATIO = 0.1

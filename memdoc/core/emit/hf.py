@@ -7,19 +7,21 @@ quantisation) or for LoRA: those become notes with the exact `from_pretrained` /
 from __future__ import annotations
 
 from memdoc.core.emit.base import (
+    LIGER_CE_ONLY_CONFIG,
     LIGER_NOTE,
     FSDP_CONFIG_NAME,
     TRAIN_SCRIPT_PLACEHOLDER,
     EmitContext,
     Emitted,
     all_linear,
+    uses_liger,
     load_dtype,
     precision_note,
     uses_deepspeed,
     uses_fsdp,
 )
 from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
-from memdoc.core.model.lora import LORA_DROPOUT, lora_alpha
+from memdoc.core.model.lora import lora_alpha
 from memdoc.core.model.plan import Loss, Method
 
 
@@ -44,15 +46,17 @@ def emit_hf(ctx: EmitContext) -> Emitted:
         targets = '"all-linear"' if all_linear(plan) else repr(list(plan.lora_targets))
         notes.append(
             f"TrainingArguments has no LoRA keys: wrap the model with peft get_peft_model(model, LoraConfig(r={plan.lora_rank}, "
-            f"lora_alpha={lora_alpha(plan)}, lora_dropout={LORA_DROPOUT}, target_modules={targets}, task_type=\"CAUSAL_LM\"))"
+            f"lora_alpha={lora_alpha(plan)}, lora_dropout={plan.lora_dropout}, target_modules={targets}, task_type=\"CAUSAL_LM\"))"
             + (" after prepare_model_for_kbit_training(model, use_gradient_checkpointing=...)" if plan.method is Method.QLORA else "")
         )
     notes.append(
         f"sequence length {plan.seq_len}: TrainingArguments has no dataset or sequence-length key; tokenize your dataset "
         f"to input_ids (+ labels) truncated/packed to {plan.seq_len} tokens and pass it as Trainer(train_dataset=...)"
     )
-    if plan.loss is Loss.FUSED:
-        config["use_liger_kernel"] = True
+    if uses_liger(plan):
+        config["use_liger_kernel"] = True  # all of Liger's kernels for the model: RMSNorm, RoPE, SwiGLU/GeGLU, fused loss
+        if plan.loss is Loss.FUSED_CE:
+            config["liger_kernel_config"] = dict(LIGER_CE_ONLY_CONFIG)
         notes.append(LIGER_NOTE)
     multinode_note(ctx, notes)
     side = distributed_side_files(ctx, notes)

@@ -11,12 +11,13 @@ from memdoc.core.emit.base import (
     Emitted,
     all_linear,
     precision_note,
+    uses_liger,
     uses_deepspeed,
     uses_fsdp,
 )
 from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
 from memdoc.core.emit.templates import chat_template
-from memdoc.core.model.lora import LORA_DROPOUT, lora_alpha
+from memdoc.core.model.lora import lora_alpha
 from memdoc.core.model.plan import Loss, Method, Precision, Shard
 
 
@@ -64,7 +65,7 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
         config["lora_rank"] = plan.lora_rank
         config["lora_alpha"] = lora_alpha(plan)
         config["lora_target"] = "all" if all_linear(plan) else ",".join(plan.lora_targets)
-        config["lora_dropout"] = LORA_DROPOUT
+        config["lora_dropout"] = plan.lora_dropout
     if plan.method is Method.QLORA:
         config.update(quantization_bit=4, quantization_method="bnb", quantization_type="nf4", double_quantization=True)
     config["dataset"] = ctx.dataset or DATASET_PLACEHOLDER
@@ -88,9 +89,12 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
         config["use_reentrant_gc"] = False
     config.update(args)
     config.update(_precision(plan, notes))
-    if plan.loss is Loss.FUSED:
+    if uses_liger(plan):
         config["enable_liger_kernel"] = True
         notes.append(LIGER_NOTE)
+        if plan.loss is Loss.FUSED_CE:
+            notes.append("loss fused-ce: enable_liger_kernel applies every Liger kernel (RMSNorm, RoPE, SwiGLU too); "
+                         "LLaMA-Factory has no key for the fused cross-entropy alone — bill --loss fused for this config")
     multinode_note(ctx, notes)
     side = distributed_side_files(ctx, notes)
     if uses_fsdp(plan):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memdoc.core.emit.base import (
+    LIGER_CE_ONLY_CONFIG,
     LIGER_NOTE,
     DATASET_PLACEHOLDER,
     FSDP_CONFIG_NAME,
@@ -10,13 +11,14 @@ from memdoc.core.emit.base import (
     EmitContext,
     Emitted,
     all_linear,
+    uses_liger,
     load_dtype,
     precision_note,
     uses_deepspeed,
     uses_fsdp,
 )
 from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
-from memdoc.core.model.lora import LORA_DROPOUT, lora_alpha
+from memdoc.core.model.lora import lora_alpha
 from memdoc.core.model.plan import Loss, Method
 
 
@@ -41,15 +43,17 @@ def emit_trl(ctx: EmitContext) -> Emitted:
         config["lora_r"] = plan.lora_rank
         config["lora_alpha"] = lora_alpha(plan)
         config["lora_target_modules"] = "all-linear" if all_linear(plan) else list(plan.lora_targets)
-        config["lora_dropout"] = LORA_DROPOUT
+        config["lora_dropout"] = plan.lora_dropout
     if plan.method is Method.QLORA:
         config["load_in_4bit"] = True
         config["bnb_4bit_quant_type"] = "nf4"
         config["use_bnb_nested_quant"] = True
         if uses_fsdp(plan):
             config["bnb_4bit_quant_storage"] = plan.precision.compute_dtype_name
-    if plan.loss is Loss.FUSED:
-        config["use_liger_kernel"] = True
+    if uses_liger(plan):
+        config["use_liger_kernel"] = True  # all of Liger's kernels for the model: RMSNorm, RoPE, SwiGLU/GeGLU, fused loss
+        if plan.loss is Loss.FUSED_CE:
+            config["liger_kernel_config"] = dict(LIGER_CE_ONLY_CONFIG)
         notes.append(LIGER_NOTE)
     multinode_note(ctx, notes)
     side = distributed_side_files(ctx, notes)

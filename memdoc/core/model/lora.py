@@ -36,10 +36,6 @@ FAMILY_DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {
 """peft's defaults for the families whose attention has no q_proj/v_proj (DeepSeek-V2's MLA: the
 query and the key/value up-projection)."""
 
-LORA_DROPOUT = 0.05
-"""LoRA dropout memdoc assumes in the bill, traces with and emits (TRL/Axolotl recipes' usual value).
-Dropout > 0 keeps a mask and an extra fp32 copy of each adapted input."""
-
 _EVERYTHING = "*"
 _NOT_ADAPTED_GROUPS = ("experts", "router")
 
@@ -102,7 +98,6 @@ __all__ = [
     "ALL_LINEAR",
     "DEFAULT_TARGETS",
     "FAMILY_DEFAULT_TARGETS",
-    "LORA_DROPOUT",
     "adapted_names",
     "default_targets",
     "fit_lora_targets",

@@ -72,10 +72,14 @@ class Precision(str, Enum):
 class Optimizer(str, Enum):
     """The optimizer and its state layout."""
 
-    ADAMW = "adamw"
-    """torch AdamW, foreach implementation (CUDA's default): 2 states + one param-sized temporary."""
     ADAMW_FUSED = "adamw-fused"
-    """torch AdamW with fused=True: 2 states, no foreach temporaries."""
+    """torch AdamW with fused=True: 2 states, no foreach temporaries. memdoc's default, because it is
+    the trainers': transformers' `TrainingArguments.optim` defaults to `adamw_torch_fused` with
+    torch ≥ 2.8 (TRL, Axolotl and LLaMA-Factory build on it)."""
+    ADAMW_FOREACH = "adamw-foreach"
+    """torch AdamW, foreach implementation (what `torch.optim.AdamW(params)` picks on CUDA, and HF's
+    `adamw_torch`): 2 states + one state-sized temporary in the step. `adamw` is accepted for it."""
+    ADAMW = "adamw-foreach"  # an alias of ADAMW_FOREACH (same value): the name before fused became the default
     ADAMW_8BIT = "adamw-8bit"
     """bitsandbytes AdamW8bit: 2 uint8 states + fp32 block-wise absmax (block 256)."""
     PAGED_ADAMW_8BIT = "paged-adamw-8bit"
@@ -86,6 +90,11 @@ class Optimizer(str, Enum):
     """Adafactor: factored second moment (row + column vectors) for matrices, no first moment."""
     LION = "lion"
     """Lion: 1 state (momentum)."""
+
+    @classmethod
+    def _missing_(cls, value):
+        """`adamw` (the CLI name before fused AdamW became the default) means foreach AdamW, as HF's `adamw_torch`."""
+        return cls.ADAMW_FOREACH if value == "adamw" else None
 
 
 class Checkpointing(str, Enum):
@@ -114,8 +123,11 @@ class Loss(str, Enum):
     HF = "hf"
     """transformers' loss: full logits, upcast to fp32, then log-softmax (saved) — T × vocab × 4 bytes, several times."""
     FUSED = "fused"
-    """Fused linear cross-entropy (Liger `use_liger_kernel`): logits computed chunk by chunk and never
-    stored whole; the gradients of the head's input (and weight) are computed in the forward."""
+    """Liger as `use_liger_kernel=True` applies it (what emit writes): the fused linear cross-entropy —
+    logits computed chunk by chunk and never stored whole, the gradients of the head's input (and
+    weight) computed in the forward — plus Liger's RMSNorm, RoPE and SwiGLU/GeGLU kernels."""
+    FUSED_CE = "fused-ce"
+    """Liger's fused linear cross-entropy alone (RMSNorm, RoPE and the MLP stay transformers')."""
 
 
 class Shard(str, Enum):
@@ -186,16 +198,21 @@ class TrainingPlan:
     """What is trained: full, lora or qlora."""
     precision: Precision = Precision.BF16
     """Storage and compute dtypes (see `Precision`)."""
-    optimizer: Optimizer = Optimizer.ADAMW
+    optimizer: Optimizer = Optimizer.ADAMW_FUSED
     """Optimizer (see `Optimizer`)."""
     micro_batch: int = 1
     """Sequences per GPU per forward pass."""
     seq_len: int = 2048
     """Tokens per sequence."""
     grad_accum: int = 1
-    """Micro-batches accumulated per optimizer step (changes time, not peak memory)."""
+    """Micro-batches accumulated per optimizer step. From 2 on, micro-batches 2..N run forward and
+    backward with the accumulated gradients resident (a later micro-batch's peak = the first's + gradients)."""
     checkpointing: Checkpointing = Checkpointing.NONE
     """Activation checkpointing mode."""
+    checkpoint_every: int = 1
+    """With full checkpointing, checkpoint every Nth decoder layer only (layers 0, N, 2N, …); the others
+    keep all their activations (partial checkpointing: less recompute, more memory). Ignored by the
+    other checkpointing modes (the CLI refuses it without --checkpointing full)."""
     attention: Attention = Attention.SDPA
     """Attention kernel."""
     loss: Loss = Loss.HF
@@ -206,6 +223,10 @@ class TrainingPlan:
     """LoRA alpha; None means 2 × rank (memory-neutral, used by emit)."""
     lora_targets: tuple[str, ...] = DEFAULT_TARGETS
     """Module names that get adapters, or ('all-linear',)."""
+    lora_dropout: float = 0.0
+    """LoRA dropout probability. Default 0.0, peft's `LoraConfig` default (and LLaMA-Factory's);
+    TRL's and Axolotl's examples use 0.05. Dropout > 0 keeps an extra fp32 copy of each adapted
+    input per adapter (see `activations._lora_saved`); emit writes this value."""
     shard: Shard = Shard.NONE
     """Sharding of model states over the data-parallel GPUs."""
     gpus_per_node: int = 1
@@ -222,7 +243,7 @@ class TrainingPlan:
     """CUDA caching-allocator mode (reserved memory and fragmentation)."""
 
     def __post_init__(self) -> None:
-        for name in ("micro_batch", "seq_len", "grad_accum", "gpus_per_node", "nodes", "lora_rank", "lora_alpha"):
+        for name in ("micro_batch", "seq_len", "grad_accum", "gpus_per_node", "nodes", "lora_rank", "lora_alpha", "checkpoint_every"):
             value = getattr(self, name)
             if value is None and name == "lora_alpha":
                 continue
@@ -230,6 +251,8 @@ class TrainingPlan:
                 raise PlanError(f"{flag_for(name)} must be a positive integer, got {value!r}")
             if value > MAX_PLAN_VALUE:
                 raise PlanError(f"{flag_for(name)} {value} is beyond any real run ({MAX_PLAN_VALUE:,} at most)")
+        if not isinstance(self.lora_dropout, (int, float)) or isinstance(self.lora_dropout, bool) or not 0 <= self.lora_dropout < 1:
+            raise PlanError(f"--lora-dropout must be a probability in [0, 1), got {self.lora_dropout!r}")
         if self.lora_alpha is not None and self.lora_alpha < 1:
             raise PlanError(f"--lora-alpha must be a positive integer, got {self.lora_alpha!r}")
         if not self.lora_targets or any(not t for t in self.lora_targets):
@@ -365,6 +388,13 @@ def _coerce(name: str, value):
         return value
     if name == "lora_alpha" and value is None:
         return None
+    if name == "lora_dropout":
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise PlanError(f"--lora-dropout must be a number in [0, 1), got {quoted(value)}")
+        try:
+            return float(value)
+        except ValueError:
+            raise PlanError(f"--lora-dropout must be a number in [0, 1), got {quoted(value)}") from None
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, str) and value.strip().isdigit() and value.strip().isascii():  # "4", as typed on a command line

@@ -90,6 +90,8 @@ def detect_plan(hf, peft_model, *, autocast: str | None, checkpointing: bool, op
             cfg = next(iter(peft_model.peft_config.values()))
         if cfg is not None:
             kwargs["lora_rank"] = int(cfg.r)
+            # billed as the script runs it: dropout > 0 keeps one more fp32 copy per adapted input
+            kwargs["lora_dropout"] = float(getattr(cfg, "lora_dropout", 0.0) or 0.0)
             targets = cfg.target_modules
             if isinstance(targets, str):
                 targets = [targets]
