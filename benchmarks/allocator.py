@@ -3,10 +3,10 @@
     python benchmarks/allocator.py
 
 Per row: peak_allocated, peak_reserved and process_total errors (bill − measured) / measured, and
-the reserved/allocated ratio of both. LoRA rows ran with --lora-dropout 0, which the bill does not
-take yet (it assumes 0.05, an extra fp32 copy of each adapted input): their absolute errors carry
-that, so the summary also gives the ratio error, which does not. Rows with
-PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True are billed with --allocator expandable.
+the reserved/allocated ratio of both. Every row ran torch's foreach AdamW, so the plan pins
+`--optimizer adamw-foreach` (memdoc's default is the trainers' fused AdamW); LoRA rows carry their
+`--lora-dropout 0`. Rows with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True are billed with
+--allocator expandable.
 """
 
 from __future__ import annotations
@@ -29,13 +29,14 @@ FLAGS = {"batch": "micro_batch", "seq": "seq_len"}
 def bill_row(row: dict):
     args = list(row["memdoc_args"])
     model = args.pop(0)
-    values = {}
+    values = {"optimizer": "adamw-foreach"}
     while args:
         flag, value = args.pop(0), args.pop(0)
         values[flag[2:].replace("-", "_")] = value
-    values.pop("lora_dropout", None)
     if row["alloc_conf"]:
         values["allocator"] = "expandable"
+    if "fused linear cross-entropy ONLY" in row.get("note", ""):
+        values["loss"] = "fused-ce"  # Liger's fused loss alone (`--loss fused` is use_liger_kernel's full set)
     plan = parse_plan(**{FLAGS.get(k, k): v for k, v in values.items()})
     spec = resolve_model(str(DATA / model) if model.endswith(".json") else model)
     return compute_bill(spec, plan, resolve_gpu("h200"))
@@ -67,7 +68,7 @@ def main() -> None:
             exp.append(e["reserved"])
         print(f"{row['id'][:38]:38} {'exp' if row['alloc_conf'] else '':4} {e['alloc']:+7.1%} {e['reserved']:+9.1%} "
               f"{e['total']:+7.1%}  {row['peak_reserved'] / row['peak_allocated']:.3f}/{bill.peak_reserved / bill.peak_allocated:.3f}"
-              f"  {seconds:5.2f} s{'  (LoRA: dropout 0 measured, 0.05 billed)' if lora else ''}")
+              f"  {seconds:5.2f} s{'  (LoRA)' if lora else ''}")
 
     def summary(label: str, values: list[float]) -> None:
         a = [abs(v) for v in values]
