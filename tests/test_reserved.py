@@ -74,3 +74,19 @@ def test_event_stream_frees_everything_it_allocates_but_the_persistent_state():
     tensors = sum(size for tid, size in zip(events.ids, events.sizes) if tid in live and size)
     # what stays: weights + adapters' optimizer states (no gradients: zero_grad(set_to_none=True))
     assert tensors == pytest.approx(bill.phases["optimizer"].weights + bill.phases["optimizer"].optimizer, rel=1e-6)
+
+
+def test_verdict_agrees_with_the_simulated_fit():
+    # Llama-3.1-8B full, foreach AdamW, on exactly 80 GiB: the unconstrained run reserves a little more than
+    # the card, yet the run completes at that capacity (release and retry) — one answer in every output
+    from typer.testing import CliRunner
+
+    from memdoc.cli import app
+
+    args = ["bill", "meta-llama/Llama-3.1-8B", "--gpu", "80", "--optimizer", "adamw-foreach"]
+    data = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
+    assert data["headroom_bytes"] < 0 and data["fits"] is True
+    assert data["verdict"]["fits"] is True and data["verdict"]["margin_bytes"] == data["headroom_bytes"]
+    assert data["per_gpu"]["peak_allocated"] < data["per_gpu"]["min_memory_bytes"] <= 80 * 1024**3
+    text = CliRunner().invoke(app, args, env={"COLUMNS": "200"}).stdout
+    assert "✔ fits" in text and "only because the allocator releases its cache" in text and "✘" not in text

@@ -151,28 +151,30 @@ def render_bill(bill, ladder, command_line=None, time=None) -> None:
         paragraph(f"note: {line}")
     if gpu is None:
         return
-    gpus = f"{plan.world_size} × " if plan.world_size > 1 else ""
-    if bill.fits and bill.headroom_bytes < 0:
-        stdout.print(f"[bold yellow]✔ fits[/] {gpus}{gpu.name} ({gib(gpu.memory_bytes)}) only because the allocator releases "
-                     f"its cache and retries (the unconstrained run reserves {gib(-bill.headroom_bytes)} more); "
-                     f"smallest GPU that runs it: {gib(bill.min_memory_bytes)}")
-    else:
-        render_verdict(bill.process_total, gpu, plan.world_size, peak_phase=bill.peak_phase)
-        # the smallest GPU (a bisection of simulations) is worth its time when fragmentation decides the verdict
-        if not bill.fits and bill.peak_allocated + bill.overhead_bytes <= gpu.memory_bytes:
-            stdout.print(f"  smallest GPU that runs it: {gib(bill.min_memory_bytes)}")
+    # the smallest GPU (a bisection of simulations) is worth its time only when fragmentation decides
+    near = bill.peak_allocated + bill.overhead_bytes <= gpu.memory_bytes and bill.headroom_bytes < 0
+    render_verdict(bill.process_total, gpu, plan.world_size, peak_phase=bill.peak_phase, fits=bill.fits,
+                   min_memory=bill.min_memory_bytes if near else None)
     if ladder:
         render_ladder(ladder)
 
 
-def render_verdict(process_total: int, gpu, world_size: int = 1, *, peak_phase: str | None = None) -> None:
-    """✔ fits / ✘ does not fit, with the margin against the bill's benchmarked error (close call inside it)."""
+def render_verdict(process_total: int, gpu, world_size: int = 1, *, peak_phase: str | None = None,
+                   fits: bool | None = None, min_memory: int | None = None) -> None:
+    """✔ fits / ✘ does not fit, with the margin against the bill's benchmarked error (close call inside it).
+
+    `fits` is the bill's simulated answer where it has one: a run that fits with a negative margin
+    completes only because the allocator frees its cache and retries. `min_memory`: the smallest
+    GPU that runs the step, printed when given."""
     from memdoc.core.billing.verdict import VERDICT_ERROR, verdict
 
-    v = verdict(process_total, gpu.memory_bytes)
+    v = verdict(process_total, gpu.memory_bytes, fits=fits)
     gpus = f"{world_size} × " if world_size > 1 else ""
     where = f"{gpus}{gpu.name} ({gib(gpu.memory_bytes)})"
-    if v.fits:
+    if v.fits and v.margin_bytes < 0:
+        head = (f"[bold yellow]✔ fits[/] {where} only because the allocator releases its cache and retries "
+                f"(the unconstrained run reserves {gib(-v.margin_bytes)} more)")
+    elif v.fits:
         head = f"[bold green]✔ fits[/] {where} with {gib(v.margin_bytes)} headroom per GPU"
     else:
         head = (f"[bold red]✘ does not fit[/] {where}: {gib(-v.margin_bytes)} over per GPU"
@@ -182,7 +184,8 @@ def render_verdict(process_total: int, gpu, world_size: int = 1, *, peak_phase: 
                 f"(±{gib(v.error_bytes)}, measured on real H200 steps)")
     else:
         tail = f"margin beyond the bill's ±{VERDICT_ERROR:.0%} benchmarked error (±{gib(v.error_bytes)})"
-    parts_line(head, tail, indent="")
+    parts = [head, tail] + ([f"smallest GPU that runs it: {gib(min_memory)}"] if min_memory is not None else [])
+    parts_line(*parts, indent="")
 
 
 def render_ladder(ladder) -> None:

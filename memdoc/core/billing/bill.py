@@ -304,6 +304,6 @@ def bill_json(bill: Bill) -> dict:
         "peak_phase": bill.peak_phase,
         "fits": bill.fits,
         "headroom_bytes": bill.headroom_bytes,
-        "verdict": None if bill.gpu is None else verdict(bill.process_total, bill.gpu.memory_bytes).to_json(),
+        "verdict": None if bill.gpu is None else verdict(bill.process_total, bill.gpu.memory_bytes, fits=bill.fits).to_json(),
         "notes": list(bill.notes),
     }

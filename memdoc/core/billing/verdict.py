@@ -42,10 +42,15 @@ class Verdict:
                 "close_call": self.close_call, "error_source": VERDICT_ERROR_SOURCE}
 
 
-def verdict(process_total: int, gpu_memory: int) -> Verdict:
-    """The verdict of a per-GPU process total on a GPU with `gpu_memory` bytes."""
+def verdict(process_total: int, gpu_memory: int, *, fits: bool | None = None) -> Verdict:
+    """The verdict of a per-GPU process total on a GPU with `gpu_memory` bytes.
+
+    `fits` is the bill's own answer when it has one (the allocator simulated at the card's capacity:
+    a run can complete with a negative margin because the allocator frees its cache and retries);
+    without it, the process total must fit."""
     margin = gpu_memory - process_total
-    return Verdict(fits=margin >= 0, margin_bytes=margin, error_bytes=round(VERDICT_ERROR * process_total))
+    return Verdict(fits=margin >= 0 if fits is None else fits, margin_bytes=margin,
+                   error_bytes=round(VERDICT_ERROR * process_total))
 
 
 def other_explained(bill) -> str | None:
