@@ -64,3 +64,11 @@ def quoted(value, limit: int = 40) -> str:
     """A user's value as an error message shows it: its repr, cut to `limit` characters."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def did_you_mean(value: str, choices, *, cutoff: float = 0.6) -> str:
+    """" (did you mean X?)" with the closest of `choices` to `value`, or "" when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(value, list(choices), n=1, cutoff=cutoff)
+    return f" (did you mean {close[0]}?)" if close else ""

@@ -15,8 +15,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "memdoc"
 MAX_LINES = 500
-LINE_ALLOWLIST = {
-}
 
 
 def _module_name(path: Path) -> str:
@@ -183,11 +181,6 @@ def test_no_module_over_500_lines():
     long = {
         module: n
         for module, path in MODULES.items()
-        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES and module not in LINE_ALLOWLIST
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert long == {}
-
-
-def test_line_allowlist_is_still_needed():
-    for module in LINE_ALLOWLIST:
-        assert len(MODULES[module].read_text(encoding="utf-8").splitlines()) > MAX_LINES, f"drop {module} from the allowlist"

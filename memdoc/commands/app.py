@@ -3,7 +3,6 @@ error-to-exit-code mapping shared by every command. Imported by each command mod
 
 from __future__ import annotations
 
-import difflib
 import functools
 import inspect
 import os
@@ -17,7 +16,7 @@ from typer.core import TyperGroup
 # Typer ≥ 0.23 vendors Click (typer._click); take its exception classes from the public BadParameter.
 _click_exceptions = sys.modules[typer.BadParameter.__module__]
 
-from memdoc.errors import MemdocError
+from memdoc.errors import MemdocError, did_you_mean
 
 class MemdocGroup(TyperGroup):
     """Typer's group with usage errors as one line, `Error: … (did you mean lora?)`, exit 2.
@@ -52,8 +51,7 @@ def usage_error_line(exc) -> str:
     bad_choice = re.search(r"'([^']*)' is not one of ((?:'[^']*'(?:, )?)+)", message)
     if bad_choice:
         choices = re.findall(r"'([^']*)'", bad_choice.group(2))
-        close = difflib.get_close_matches(bad_choice.group(1).lower(), choices, n=1, cutoff=0.5)
-        hint = f" (did you mean {close[0]}?)" if close else ""
+        hint = did_you_mean(bad_choice.group(1).lower(), choices, cutoff=0.5)
     ctx = getattr(exc, "ctx", None)
     if not hint and ctx is not None and ctx.command_path:
         hint = f" (see {ctx.command_path} --help)"

@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from enum import Enum
 
-from memdoc.errors import PlanError, quoted
+from memdoc.errors import PlanError, did_you_mean, quoted
 from memdoc.core.model.lora import ALL_LINEAR, DEFAULT_TARGETS
 
 
@@ -372,8 +372,8 @@ def _coerce(name: str, value):
         try:
             return enum(value.lower())
         except ValueError:
-            choices = ", ".join(m.value for m in enum)
-            raise PlanError(f"{flag_for(name)} {quoted(value)} is not one of: {choices}{_closest(value, enum)}") from None
+            hint = did_you_mean(value.lower(), [m.value for m in enum])
+            raise PlanError(f"{flag_for(name)} {quoted(value)} is not one of: {choices}{hint}") from None
     if name == "lora_targets":
         if isinstance(value, str):
             value = [t.strip() for t in value.split(",")]
@@ -405,13 +405,6 @@ def _coerce(name: str, value):
 
 
 
-def _closest(value: str, enum) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(value.lower(), [m.value for m in enum], n=1, cutoff=0.6)
-    return f" (did you mean {close[0]}?)" if close else ""
-
-
 def parse_plan(**values) -> TrainingPlan:
     """Build a plan from loosely typed values (CLI strings, recipe YAML); None values are skipped."""
     return TrainingPlan.from_dict({k: v for k, v in values.items() if v is not None})
@@ -435,10 +428,7 @@ def check_plan_against_model(
     if plan.is_peft and linear_names and ALL_LINEAR not in plan.lora_targets:
         bad = [t for t in plan.lora_targets if t.split(".")[-1] not in linear_names]
         if bad:
-            import difflib
-
-            close = difflib.get_close_matches(bad[0].split(".")[-1], sorted(linear_names), n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]}?)" if close else ""
+            hint = did_you_mean(bad[0].split(".")[-1], sorted(linear_names))
             raise PlanError(
                 f"--lora-targets {bad[0]} matches no linear module of {model_id}{hint}; "
                 f"its modules: {', '.join(sorted(linear_names))}, or all-linear"
