@@ -136,3 +136,6 @@ def test_replay_reproduces_the_real_final_segments_and_peaks(snapshot):
     stats = json.loads((FIX / "hf-step-stats.json").read_text())
     assert alloc.stats.peak_reserved == stats["max_memory_reserved"]
     assert alloc.stats.peak_allocated == stats["max_memory_allocated"]
+    real = stats["memory_stats"]
+    assert (alloc.stats.num_device_alloc, alloc.stats.num_device_free, alloc.stats.num_alloc_retries) == (
+        real["num_device_alloc"], real["num_device_free"], real["num_alloc_retries"])

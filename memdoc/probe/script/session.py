@@ -217,13 +217,12 @@ class Session:
     def breakdown(self) -> dict:
         weights, grads, opt = self.state_bytes()
         known = set(weights) | set(grads) | set(opt)
-        tracked_known = 0
         activations = 0
         rest = 0
         for k, (n, _ref, bucket, step) in self.live.items():
             if k in known:
-                tracked_known += n
-            elif bucket == "forward" and step == self.step_index and self.phase != "setup":
+                continue
+            if bucket == "forward" and step == self.step_index and self.phase != "setup":
                 activations += n
             else:
                 rest += n
