@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from memdoc.commands.app import command
-from memdoc.commands.options import JsonOpt, PlanArgs, plan_options
+from memdoc.commands.options import JsonOpt, KvCacheOpt, PlanArgs, PrefillChunkOpt, WeightsOpt, plan_options
 
 DATA = "Dataset lengths"
 
@@ -26,6 +26,8 @@ Examples:
 
   memdoc bill --recipe recipes/llama2-7b-lora-24gb.yaml --check
 
+  memdoc bill meta-llama/Llama-3.1-8B --gpu 24 --inference --batch 8 --seq 8192 --kv-cache fp8
+
 Exit status: 0 computed (fits or not), 2 bad input, 3 with --check when the plan does not fit.
 """
 
@@ -40,7 +42,10 @@ def bill(
     check: Annotated[bool, typer.Option("--check", help="Exit 3 when the plan does not fit the GPU.")] = False,
     no_ladder: Annotated[bool, typer.Option("--no-ladder", help="Do not search the ladder when it does not fit.")] = False,
     max_of: Annotated[Optional[str], typer.Option("--max", help="Find the largest 'batch' or 'seq' that fits.")] = None,
-    inference: Annotated[bool, typer.Option("--inference", help="Bill inference instead: weights + KV cache + one forward.")] = False,
+    inference: Annotated[bool, typer.Option("--inference", help="Bill inference instead (batch = sequences at once, seq = their context): weights + KV cache + the prefill's peak, its own ladder, and what vLLM would make of the card.")] = False,
+    kv_cache: KvCacheOpt = "auto",
+    weights: WeightsOpt = "auto",
+    prefill_chunk: PrefillChunkOpt = None,
     dataset: Annotated[Optional[Path], typer.Option("--dataset", help="JSONL/JSON/Parquet/CSV training data: tokenize it and fit its lengths to the plan.", rich_help_panel=DATA)] = None,
     tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="Tokenizer directory or HF id for --dataset. [default: MODEL]", rich_help_panel=DATA)] = None,
     text_field: Annotated[Optional[str], typer.Option("--text-field", help="The dataset field with the text or chat messages. [default: messages, text, prompt+completion, … whichever exists]", rich_help_panel=DATA)] = None,
@@ -71,24 +76,18 @@ def bill(
                                        seq_cap=setup.plan.seq_len if plan.values.get("seq") else None, quiet=json_out)
     if setup.gpu_note and not json_out:
         render.note(f"note: {setup.gpu_note}")
+    if max_of is not None and max_of not in ("batch", "seq"):
+        raise PlanError(f"--max {max_of!r} must be 'batch' or 'seq'")
     if inference:
-        from memdoc.core.billing.inference import inference_bill
-
-        result = inference_bill(setup.model, setup.plan, setup.gpu)
-        if json_out:
-            render.print_json(result.to_json())
-        else:
-            render.render_inference(result)
-        if check and result.fits is False:
-            raise typer.Exit(3)
+        _bill_inference(setup, kv_cache, weights, prefill_chunk, max_of=max_of, json_out=json_out, check=check, no_ladder=no_ladder)
         return
+    if kv_cache != "auto" or weights != "auto" or prefill_chunk is not None:
+        raise PlanError("--kv-cache, --weights and --prefill-chunk describe inference: add --inference")
     the_bill = compute_bill(setup.model, setup.plan, setup.gpu)
     time = step_time(setup.model, setup.plan, setup.gpu)
     ladder = [] if (no_ladder or the_bill.fits) else climb(setup.model, setup.plan, setup.gpu)
     maximum = None
     if max_of is not None:
-        if max_of not in ("batch", "seq"):
-            raise PlanError(f"--max {max_of!r} must be 'batch' or 'seq'")
         maximum = max_fitting(setup.model, setup.plan, setup.gpu, max_of)
     if json_out:
         data = bill_json(the_bill)
@@ -106,4 +105,32 @@ def bill(
         if data_section is not None:
             render.render_dataset(data_section)
     if check and the_bill.fits is False:
+        raise typer.Exit(3)
+
+
+def _bill_inference(setup, kv_cache, weights, prefill_chunk, *, max_of, json_out: bool, check: bool, no_ladder: bool) -> None:
+    """`bill --inference`: the inference bill, its ladder, --max, and vLLM's budget on the card."""
+    from memdoc import render
+    from memdoc.core.billing.inference import InferencePlan, KvCache, Weights, inference_bill
+    from memdoc.core.billing.inference_ladder import climb_inference, max_inference, vllm_fit
+    from memdoc.render.inference import render_inference
+
+    plan = InferencePlan(plan=setup.plan, kv_cache=KvCache(kv_cache), weights=Weights(weights), prefill_chunk=prefill_chunk)
+    result = inference_bill(setup.model, plan, setup.gpu)
+    gpu = setup.gpu
+    ladder = [] if (no_ladder or gpu is None) else climb_inference(setup.model, plan, gpu)
+    maximum = None if max_of is None or gpu is None else max_inference(setup.model, plan, gpu, max_of)
+    vllm = None if gpu is None else vllm_fit(setup.model, plan, gpu)
+    if json_out:
+        data = result.to_json()
+        data["ladder"] = [step.to_json() for step in ladder]
+        data["vllm"] = None if vllm is None else vllm.to_json()
+        if max_of is not None:
+            data["max"] = {"knob": max_of, "value": maximum}
+        render.print_json(data)
+    else:
+        render_inference(result, ladder, vllm)
+        if max_of is not None:
+            render.render_max(max_of, maximum, result, inference=True)
+    if check and result.fits is False:
         raise typer.Exit(3)

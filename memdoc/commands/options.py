@@ -15,6 +15,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from memdoc.core.billing.inference import KvCache, Weights
 from memdoc.core.model.gpu import GpuSpec, choice_note, resolve_gpu
 from memdoc.resolve.gpus import detect_local_gpu
 from memdoc.core.model.model_spec import ModelSpec
@@ -39,6 +40,11 @@ from memdoc.errors import NoGpuDetectedError, PlanError
 PLAN = "Training plan"
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON (bytes) instead of tables.")]
+
+INFERENCE = "Inference (with --inference, or prescribe --symptom inference-oom)"
+KvCacheOpt = Annotated[KvCache, typer.Option("--kv-cache", help="KV-cache storage: auto = the compute dtype; fp8 = vLLM/SGLang kv_cache_dtype fp8; int4 = transformers' quantized cache.", rich_help_panel=INFERENCE)]
+PrefillChunkOpt = Annotated[Optional[int], typer.Option("--prefill-chunk", help="Prefill the prompt N tokens at a time (generate's prefill_chunk_size). \\[default: all at once]", rich_help_panel=INFERENCE)]
+WeightsOpt = Annotated[Weights, typer.Option("--weights", help="Weights for inference: auto = the compute dtype (NF4 for QLoRA plans); int8 / nf4 = bitsandbytes load_in_8bit / load_in_4bit.", rich_help_panel=INFERENCE)]
 
 _PLAN_PARAMS = {
     "gpu": Annotated[Optional[str], typer.Option("--gpu", help="GPU name (rtx-4090, a100-80, h100-sxm, …) or memory in GiB (24, 80); N×GPU (8xh100) also sets --gpus N. \\[default: the local GPU]", rich_help_panel=PLAN)],

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from memdoc.commands.app import command
-from memdoc.commands.options import JsonOpt, PlanArgs, plan_options
+from memdoc.commands.options import JsonOpt, KvCacheOpt, PlanArgs, PrefillChunkOpt, WeightsOpt, plan_options
 
 EXAMPLES = """
 Examples:
@@ -21,6 +21,8 @@ Examples:
   memdoc prescribe --log train.log          (or --log - to read stdin)
 
   memdoc prescribe --log oom.txt meta-llama/Llama-3.1-8B --method lora --seq 4096
+
+  memdoc prescribe --symptom inference-oom meta-llama/Llama-3.1-8B --gpu 24 --batch 8 --seq 16384
 """
 
 
@@ -34,6 +36,9 @@ def prescribe(
     log: Annotated[Optional[str], typer.Option("--log", help="Training log with an OOM traceback; '-' reads stdin.")] = None,
     list_all: Annotated[bool, typer.Option("--list", help="List the symptoms.")] = False,
     json_out: JsonOpt = False,
+    kv_cache: KvCacheOpt = "auto",
+    weights: WeightsOpt = "auto",
+    prefill_chunk: PrefillChunkOpt = None,
 ) -> None:
     """Map a symptom, or the OOM message in a training log, to its causes and prescriptions.
 
@@ -42,7 +47,8 @@ def prescribe(
     symptom's ladder. A log without a traceback is still diagnosed (the assumption is printed);
     --symptom overrides the guess. Given a model and plan, "Tried to allocate X" is matched to
     the plan's tensor of that size (oom.culprit), prescriptions that shrink it come first, and
-    each prescription is quantified with the bill (the card from the log when --gpu is absent).
+    each prescription is quantified with the bill (the card from the log when --gpu is absent);
+    for inference-oom, with the inference bill (--batch sequences of --seq tokens).
     """
     from memdoc import render
     from memdoc.core.doctor.oom import first_oom
@@ -94,9 +100,17 @@ def prescribe(
                 gpu = card_from_capacity(oom.allowed if oom.allowed and oom.allowed < oom.total else oom.total)[0]
         if setup.gpu_note and not json_out:
             render.note(f"note: {setup.gpu_note}")
-        from memdoc.core.doctor.quantify import quantify
+        if chosen.id == "inference-oom":
+            from memdoc.core.billing.inference import InferencePlan, KvCache, Weights
+            from memdoc.core.doctor.quantify import quantify_inference
 
-        base, quantified = quantify(chosen.prescriptions, setup.model, setup.plan, gpu)
+            inference = InferencePlan(plan=setup.plan, kv_cache=KvCache(kv_cache), weights=Weights(weights),
+                                      prefill_chunk=prefill_chunk)
+            base, quantified = quantify_inference(chosen.prescriptions, setup.model, inference, gpu)
+        else:
+            from memdoc.core.doctor.quantify import quantify
+
+            base, quantified = quantify(chosen.prescriptions, setup.model, setup.plan, gpu)
     from memdoc.core.doctor.culprit import culprit_first, shrinks
 
     order = culprit_first(chosen.prescriptions, culprit)

@@ -160,12 +160,13 @@ def render_bill(bill, ladder, command_line=None, time=None) -> None:
 
 
 def render_verdict(process_total: int, gpu, world_size: int = 1, *, peak_phase: str | None = None,
-                   fits: bool | None = None, min_memory: int | None = None) -> None:
+                   fits: bool | None = None, min_memory: int | None = None, basis: str | None = None) -> None:
     """✔ fits / ✘ does not fit, with the margin against the bill's benchmarked error (close call inside it).
 
     `fits` is the bill's simulated answer where it has one: a run that fits with a negative margin
     completes only because the allocator frees its cache and retries. `min_memory`: the smallest
-    GPU that runs the step, printed when given."""
+    GPU that runs the step, printed when given. `basis`: what the error band rests on, when it is not
+    the training benchmark."""
     from memdoc.core.billing.verdict import VERDICT_ERROR, verdict
 
     v = verdict(process_total, gpu.memory_bytes, fits=fits)
@@ -182,6 +183,10 @@ def render_verdict(process_total: int, gpu, world_size: int = 1, *, peak_phase: 
     if v.close_call:
         tail = (f"[yellow]close call[/]: within the bill's ±{VERDICT_ERROR:.0%} benchmarked error "
                 f"(±{gib(v.error_bytes)}, measured on real H200 steps)")
+        if basis:
+            tail = f"[yellow]close call[/]: within ±{VERDICT_ERROR:.0%} (±{gib(v.error_bytes)}); {basis}"
+    elif basis:
+        tail = f"margin beyond ±{VERDICT_ERROR:.0%} (±{gib(v.error_bytes)}); {basis}"
     else:
         tail = f"margin beyond the bill's ±{VERDICT_ERROR:.0%} benchmarked error (±{gib(v.error_bytes)})"
     parts = [head, tail] + ([f"smallest GPU that runs it: {gib(min_memory)}"] if min_memory is not None else [])
@@ -240,8 +245,9 @@ def render_plans(setup, candidates, headroom: float) -> None:
         stdout.print("  times use A100 rates: name the GPU (--gpu rtx-4090, h100-sxm, …) for its own")
 
 
-def render_max(knob: str, value, bill) -> None:
-    name = "micro-batch" if knob == "batch" else "sequence length"
+def render_max(knob: str, value, bill, *, inference: bool = False) -> None:
+    name = {("batch", False): "micro-batch", ("seq", False): "sequence length", ("batch", True): "batch",
+            ("seq", True): "context"}[(knob, inference)]
     if value is None:
         stdout.print(f"No {name} fits: even 1 is over.")
     else:
@@ -263,14 +269,6 @@ def render_dataset(data: dict) -> None:
         stdout.print(f"• [b]{p['id']}[/b]: {p['action']}")
         for key, value in p["how"].items():
             stdout.print(f"    {key}: {', '.join(f'{k}: {v}' for k, v in value.items())}")
-
-
-def render_inference(result) -> None:
-    rows = [["weights", gib(result.weights)], ["KV cache", gib(result.kv_cache)], ["activations (prefill)", gib(result.activations)],
-            ["[b]peak allocated[/b]", gib(result.peak_allocated)], ["process total", gib(result.process_total)]]
-    table(f"{result.model.id} inference · batch {result.plan.micro_batch} × context {result.plan.seq_len}", [("item", "left"), ("per GPU", "right")], rows)
-    if result.gpu is not None:
-        render_verdict(result.process_total, result.gpu, result.plan.world_size)
 
 
 # ------------------------------------------------------------------------------------ diagnose

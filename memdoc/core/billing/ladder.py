@@ -281,9 +281,16 @@ def max_fitting(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec, knob: str) -
     def fits(value: int) -> bool:
         return bool(compute_bill(model, plan.replace(**{field: value * step}), gpu).fits)
 
-    if not fits(1):
-        return None
     limit = (context or 1 << 20) // step if knob == "seq" and not plan.allow_long else 1 << 20
+    found = largest_fitting(fits, limit)
+    return None if found is None else found * step
+
+
+def largest_fitting(fits: Callable[[int], bool], limit: int) -> int | None:
+    """The largest n in 1..limit with fits(n), for a `fits` true up to a boundary (doubling, then
+    bisection); None when fits(1) is false."""
+    if limit < 1 or not fits(1):
+        return None
     low, high = 1, 2
     while high <= limit and fits(high):
         low, high = high, high * 2
@@ -291,4 +298,4 @@ def max_fitting(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec, knob: str) -
     while high - low > 1:
         mid = (low + high) // 2
         low, high = (mid, high) if fits(mid) else (low, mid)
-    return low * step
+    return low

@@ -5,6 +5,9 @@ the user's plan, the bill gives the bytes it saves (process total before − aft
 it alone makes the run fit; "ladder up to it" applies every cheaper ladder rung first, as
 `memdoc bill` would. Levers that are not plan fields (chunked loss, activation offload,
 optimizer-in-backward) are not modelled: `saves_bytes` is None and the text says so.
+
+Inference symptoms are quantified against the inference bill instead (`quantify_inference`):
+batch, context, KV-cache storage, weight format and chunked prefill are its levers.
 """
 
 from __future__ import annotations
@@ -12,11 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, compute_bill
+from memdoc.core.billing.inference import InferenceBill, InferencePlan, KvCache, Weights, inference_bill
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan, parse_plan
-from memdoc.core.doctor.symptoms import PLAN_LEVERS, Prescription
+from memdoc.core.doctor.symptoms import INFERENCE_LEVERS, PLAN_LEVERS, Prescription
 from memdoc.errors import PlanError
 
 
@@ -78,4 +82,47 @@ def quantify(prescriptions, model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec |
             saved = min(saved, base.peak_allocated - after.peak_allocated)  # the simulated fragmentation it shifts
         note = "saves nothing on this plan" if saved <= 0 else ""
         out.append(Quantified(p, saved, after.fits, note))
+    return base, out
+
+
+def apply_inference_lever(inference: InferencePlan, lever: dict) -> InferencePlan | None:
+    """The inference plan with the lever applied; None when it is not an inference lever or changes nothing."""
+    known = {"micro_batch", "seq_len", *INFERENCE_LEVERS}
+    if not lever or any(key not in known for key in lever):
+        return None
+    changed = inference
+    for key, value in lever.items():
+        if key == "micro_batch":
+            if str(value) != "half" or inference.batch == 1:
+                return None
+            changed = changed.replace(batch=max(1, inference.batch // 2))
+        elif key == "seq_len":
+            if str(value) != "half":
+                return None
+            changed = changed.replace(context=max(1, inference.context // 2))
+        elif key == "kv_cache":
+            changed = changed.replace(kv_cache=KvCache(value))
+        elif key == "weights":
+            changed = changed.replace(weights=Weights(value))
+        elif key == "prefill_chunk":
+            if inference.chunk <= value:
+                return None
+            changed = changed.replace(prefill_chunk=value)
+    return None if changed == inference else changed
+
+
+def quantify_inference(prescriptions, model: ModelSpec, inference: InferencePlan,
+                       gpu: GpuSpec | None) -> tuple[InferenceBill, list[Quantified]]:
+    """Bill the inference plan, then each prescription's lever alone on top of it."""
+    base = inference_bill(model, inference, gpu)
+    out = []
+    for p in prescriptions:
+        changed = apply_inference_lever(inference, p.lever or {})
+        if changed is None:
+            note = "already in this plan or not applicable to it" if p.lever else "not a plan change the bill models"
+            out.append(Quantified(p, None, None, note))
+            continue
+        after = inference_bill(model, changed, gpu)
+        saved = base.process_total - after.process_total
+        out.append(Quantified(p, saved, after.fits, "saves nothing on this plan" if saved <= 0 else ""))
     return base, out

@@ -29,6 +29,7 @@ __all__ = [
     "HOW_KEYS",
     "LADDER_RANK",
     "LEVERS",
+    "INFERENCE_LEVERS",
     "PLAN_LEVERS",
     "Prescription",
     "Symptom",
@@ -74,8 +75,17 @@ PLAN_LEVERS: dict[str, tuple[Any, ...]] = {
 """Levers that are `TrainingPlan` fields. micro_batch 'half' keeps the effective batch (accumulation
 doubles); seq_len 'cap' means "to the data's p99 length" (the caller supplies the number)."""
 
+INFERENCE_LEVERS: dict[str, tuple[Any, ...]] = {
+    "kv_cache": ("fp8", "int4"),
+    "weights": ("int8", "nf4"),
+    "prefill_chunk": (2048,),
+}
+"""Levers of the inference plan (`core/billing/inference.py`), next to micro_batch and seq_len
+(batch and context there); prescribe quantifies them against the inference bill."""
+
 LEVERS: dict[str, tuple[Any, ...]] = {
     **PLAN_LEVERS,
+    **INFERENCE_LEVERS,
     "activation_offload": (True,),
     "optimizer_in_backward": (True,),
 }
