@@ -121,37 +121,19 @@ def test_prescribe_inference_oom_is_quantified_on_the_inference_bill():
 # ------------------------------------------------------------------ fake-tensor traces (slow)
 
 
-def _trace_peak(model_id: str, batch: int, seq: int, chunk: int | None) -> int:
-    """Peak bytes of a real transformers prefill (bf16, SDPA, DynamicCache) traced on fake tensors."""
-    import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from transformers import DynamicCache
-
-    from memdoc.probe.build import build_model
-    from memdoc.probe.memtrack import PhaseMemTracker, masks_as_in_eager_execution
-
-    spec = resolve_model(model_id)
-    with FakeTensorMode(), masks_as_in_eager_execution():
-        model = build_model(spec.config, parse_plan(precision="bf16", batch=batch, seq=seq)).eval()
-        ids = torch.randint(0, spec.vocab_size, (batch, seq))
-        tracker = PhaseMemTracker()
-        tracker.track_external(model, ids)
-        with tracker, torch.inference_mode():
-            cache = DynamicCache(config=model.config)
-            for piece in torch.split(ids, chunk or seq, dim=-1):
-                model(piece, cache=cache, use_cache=True, logits_to_keep=1)
-                tracker.reset_mod_stats()
-        return max(tracker._peak_mem.values())
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("model_id,batch,seq,chunk", [
     ("Qwen/Qwen2.5-0.5B", 2, 1024, None),
     ("meta-llama/Llama-3.2-1B", 4, 2048, None),
     ("meta-llama/Llama-3.2-1B", 2, 4096, 1024),
     ("meta-llama/Llama-3.2-1B", 2, 4096, 512),
+    ("google/gemma-2-2b", 1, 4096, None),  # eager attention: b·heads·s² scores, two masks
 ])
 def test_peak_matches_a_trace_of_the_real_forward(model_id, batch, seq, chunk):
+    from memdoc.probe.inference_trace import trace_prefill
+
     model, p = plan(model=model_id, batch=batch, seq=seq, prefill_chunk=chunk)
-    traced = _trace_peak(model_id, batch, seq, chunk)
-    assert inference_bill(model, p, None).peak_allocated == pytest.approx(traced, rel=0.01)
+    traced = trace_prefill(model.config, p.plan, chunk=chunk, vocab_size=model.vocab_size)
+    billed = inference_bill(model, p, None)
+    assert (billed.weights, billed.kv_cache) == (traced.weights, traced.kv_cache)
+    assert billed.peak_allocated == pytest.approx(traced.peak, rel=0.01)

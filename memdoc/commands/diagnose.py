@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from memdoc.commands.app import command
-from memdoc.commands.options import JsonOpt, PlanArgs, plan_options
+from memdoc.commands.options import JsonOpt, PlanArgs, PrefillChunkOpt, plan_options
 
 EXAMPLES = """
 Examples:
@@ -15,6 +15,8 @@ Examples:
   memdoc diagnose meta-llama/Llama-3.2-1B --batch 4 --seq 2048
 
   memdoc diagnose Qwen/Qwen2.5-7B --method lora --checkpointing full --json
+
+  memdoc diagnose meta-llama/Llama-3.1-8B --inference --batch 4 --seq 8192 --prefill-chunk 2048
 
   memdoc diagnose train.py -- --lr 1e-4 --batch-size 8
 
@@ -45,6 +47,8 @@ def diagnose(
     snapshot: Annotated[Optional[Path], typer.Option("--snapshot", help="Write the CUDA memory snapshot pickle here (for pytorch.org/memory_viz) and an offline HTML timeline next to it (FILE.html).", rich_help_panel=RUN)] = None,
     summary: Annotated[bool, typer.Option("--summary", help="Print torch.cuda.memory_summary() (CUDA scripts).", rich_help_panel=RUN)] = False,
     device: Annotated[str, typer.Option("--device", help="Dry run: 'cpu' traces under fake tensors (no GPU needed); 'cuda' also runs the step for real on the local GPU.")] = "cpu",
+    inference: Annotated[bool, typer.Option("--inference", help="Dry run: trace a generation prefill (--batch sequences of --seq tokens into the KV cache) instead of a training step.")] = False,
+    prefill_chunk: PrefillChunkOpt = None,
 ) -> None:
     """Measure the memory of a training step and explain it.
 
@@ -70,7 +74,41 @@ def diagnose(
     if script_args:
         raise PlanError(f"arguments after the model are for scripts only: {' '.join(script_args)}",
                         hint="a script must end with .py or be an existing file")
+    if inference:
+        if device != "cpu":
+            raise PlanError("--inference traces on fake tensors only (--device cpu)")
+        _diagnose_inference(target, plan=plan, json_out=json_out, prefill_chunk=prefill_chunk)
+        return
+    if prefill_chunk is not None:
+        raise PlanError("--prefill-chunk goes with --inference")
     _diagnose_model(target, plan=plan, json_out=json_out, device=device)
+
+
+def _diagnose_inference(target: str, *, plan: PlanArgs, json_out: bool, prefill_chunk: int | None) -> None:
+    """Trace a prefill of the real model on fake tensors and print it next to the inference bill."""
+    from memdoc import render
+    from memdoc.core.billing.inference import InferencePlan, inference_bill
+    from memdoc.probe.inference_trace import trace_prefill
+    from memdoc.probe.quiet import quiet_libraries
+    from memdoc.render.inference import render_inference_trace
+    from memdoc.resolve.models import load_config
+
+    setup = plan.resolve(target, need_gpu=False)
+    inference = InferencePlan(plan=setup.plan, prefill_chunk=prefill_chunk)
+    _, config, _ = load_config(setup.model.id if setup.model.source == "catalog" else target)
+    with quiet_libraries():
+        if json_out:
+            traced = trace_prefill(config, setup.plan, chunk=prefill_chunk, vocab_size=setup.model.vocab_size)
+        else:
+            with render.progress_reporter(f"tracing a prefill of {setup.model.id}"):
+                traced = trace_prefill(config, setup.plan, chunk=prefill_chunk, vocab_size=setup.model.vocab_size)
+    billed = inference_bill(setup.model, inference, setup.gpu)
+    if json_out:
+        render.print_json({"mode": "inference-traced", "model": {"id": setup.model.id, "params": setup.model.params.total},
+                           "plan": inference.to_dict(), "traced": traced.to_json(),
+                           "billed": {k: v for k, v in billed.to_json()["per_gpu"].items() if k != "process_total"}})
+    else:
+        render_inference_trace(traced, billed)
 
 
 def _diagnose_model(target: str, *, plan: PlanArgs, json_out: bool, device: str) -> None:

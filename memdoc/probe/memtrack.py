@@ -32,6 +32,11 @@ except Exception:  # pragma: no cover
 class _PhaseMixin:
     """Per-phase peak snapshots and the frozen-parameter fix, shared by both trackers."""
 
+    @property
+    def peak_bytes(self) -> int:
+        """The highest total of live tensor bytes seen on any device."""
+        return max(self._peak_mem.values(), default=0)
+
     def reset_peaks(self) -> None:
         """Forget peaks so far (after a warm-up iteration run under the tracker)."""
         self._peak_mem = {}

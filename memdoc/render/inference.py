@@ -74,3 +74,16 @@ def _render_vllm(vllm, result) -> None:
         fp8 = "" if result.inference.kv_cache.value == "fp8" else ", or kv_cache_dtype fp8"
         parts_line(f"[red]{wanted} does not fit vLLM's cache on this card[/] (it would need {need:.2f} of it): "
                    f"lower max_num_seqs / max_model_len{fp8}", indent="")
+
+
+def render_inference_trace(traced, billed) -> None:
+    """`diagnose MODEL --inference`: the traced prefill next to the inference bill."""
+    rows = []
+    for label, measured, bill in (("weights", traced.weights, billed.weights), ("KV cache", traced.kv_cache, billed.kv_cache),
+                                  ("activations (prefill)", traced.activations, billed.activations),
+                                  ("[b]peak allocated[/b]", traced.peak, billed.peak_allocated)):
+        delta = "" if not measured else f"{(bill - measured) / measured:+.1%}"
+        rows.append([label, gib(measured), gib(bill), delta])
+    table(f"{billed.model.id} prefill traced on fake tensors · {_setting(billed.inference)}",
+          [("item", "left"), ("traced", "right"), ("billed", "right"), ("Δ", "right")], rows,
+          caption="traced: transformers' own forward into a DynamicCache, logits of the last position only")

@@ -12,9 +12,15 @@ billed at full length.
   LM head, routers and fused experts stay in the compute dtype. `--method qlora` means NF4.
 - KV cache: 2 (K and V) × layers × KV heads × head_dim × context × batch × bytes per element
   (`kv_bytes_per_element`).
-- Transients: the MLP of one layer during prefill (`prefill_activation_bytes`), or the last
-  position's logits, whichever is larger. Checked against a fake-tensor trace of the real
-  transformers forward (tests/test_inference.py).
+- Transients: the larger of the prefill's MLP and attention transients (`prefill_transient_bytes`;
+  eager attention's scores are quadratic in the context), a decode step's cache update, and the
+  last position's logits. Checked against fake-tensor traces of transformers' own forward
+  (`python benchmarks/inference.py`; tests/test_inference.py).
+
+Not modelled: padding masks of ragged batches (the batch is billed unpadded), sliding-window
+layers' shorter cache after a chunked prefill (billed at the full context: an over-estimate),
+`generate`'s sampling buffers beyond the last logits, and tensor parallelism (every GPU is billed
+the whole model).
 """
 
 from __future__ import annotations
@@ -22,13 +28,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from memdoc.core.billing.activations import eager_attention
 from memdoc.core.billing.allocator import CachingAllocator
 from memdoc.core.billing.bill import PROCESS_OVERHEAD_BYTES
 from memdoc.core.billing.states import qlora_weight_bytes
 from memdoc.core.billing.verdict import verdict
 from memdoc.core.model.gpu import GpuSpec, gpu_json
 from memdoc.core.model.model_spec import ModelSpec
-from memdoc.core.model.plan import Attention, Method, TrainingPlan
+from memdoc.core.model.plan import Method, TrainingPlan
 from memdoc.errors import PlanError
 
 
@@ -61,7 +68,7 @@ QUANTO_RESIDUAL = 128
 """QuantizedCache keeps up to `residual_length` = 128 newest tokens in full precision."""
 
 
-INFERENCE_ERROR_SOURCE = ("fake-tensor traces of transformers' forward (tests/test_inference.py); "
+INFERENCE_ERROR_SOURCE = ("fake-tensor traces of transformers' forward (benchmarks/inference.py, 14 cases); "
                           "no GPU measurement of inference yet")
 """What the inference bill's accuracy rests on (the verdict's band is the training bill's)."""
 
@@ -210,12 +217,14 @@ def prefill_activation_bytes(model: ModelSpec, tokens: int, compute_bytes: int) 
     """The transient peak of one prefill forward of `tokens` tokens, inside a decoder layer's MLP.
 
     `down_proj(act(gate_proj(x)) * up_proj(x))` holds act(gate), up and their product (3 × T ×
-    intermediate) while four hidden-sized tensors are alive: the embedding output (held by the
-    model's forward), the layer's input (held by the caller's loop), the residual after attention
-    and the normed MLP input (4 × T × hidden). A fake-tensor trace of Qwen2.5-0.5B (2 × 1024) and
-    Llama-3.2-1B (4 × 2048) agrees within 0.2% (the rest is rotary cos/sin)."""
+    intermediate); a fused `gate_up_proj` (Phi-3) keeps its whole 2 × intermediate output alive
+    under the chunks, so 4 × T × intermediate. Meanwhile four hidden-sized tensors are alive: the
+    embedding output (held by the model's forward), the layer's input (held by the caller's loop),
+    the residual after attention and the normed MLP input (4 × T × hidden). Checked against
+    fake-tensor traces of transformers' forward (benchmarks/inference.py)."""
     width = max(model.intermediate_size, model.moe_intermediate_size * max(model.experts_per_token, 1))
-    return compute_bytes * tokens * (3 * width + 4 * model.hidden_size)
+    fused = any(linear.name == "gate_up_proj" for _, layout, _ in model.layer_groups for linear in layout.linears)
+    return compute_bytes * tokens * ((4 if fused else 3) * width + 4 * model.hidden_size)
 
 
 def chunk_attention_bytes(model: ModelSpec, batch: int, chunk: int, context: int, compute_bytes: int) -> int:
@@ -230,10 +239,16 @@ def chunk_attention_bytes(model: ModelSpec, batch: int, chunk: int, context: int
 
 
 def eager_attention_bytes(model: ModelSpec, batch: int, chunk: int, context: int, compute_bytes: int) -> int:
-    """Eager attention's scores during prefill: the q·kᵀ scores (compute dtype), their fp32 softmax
-    and its cast back (`eager_attention_forward`: `softmax(..., dtype=float32).to(query.dtype)`),
-    batch × heads × chunk × context at once."""
-    return batch * model.num_heads * chunk * context * (2 * compute_bytes + 4)
+    """Eager attention during prefill (`eager_attention_forward`; asked for, or Gemma-2's only kernel
+    in transformers, whose softcap rebinds the scores one tensor at a time): the q·kᵀ scores (compute dtype),
+    their fp32 softmax and its cast back (`softmax(..., dtype=float32).to(query.dtype)`), all
+    batch × heads × chunk × context at once; plus the additive mask in the compute dtype and what
+    `chunk_attention_bytes` counts (eager always repeats K and V to every head)."""
+    scores = batch * model.num_heads * chunk * context * (2 * compute_bytes + 4)
+    masks = 2 if model.family == "gemma2" else 1  # Gemma-2 alternates sliding and full layers: both masks exist
+    mask = masks * batch * chunk * context * compute_bytes
+    repeated = 2 * batch * model.num_heads * context * model.head_dim * compute_bytes if model.num_kv_heads < model.num_heads else 0
+    return scores + mask + repeated + compute_bytes * batch * chunk * (model.q_dim + 2 * model.kv_dim + 3 * model.hidden_size)
 
 
 def prefill_transient_bytes(model: ModelSpec, inference: InferencePlan) -> int:
@@ -247,7 +262,7 @@ def prefill_transient_bytes(model: ModelSpec, inference: InferencePlan) -> int:
     dt = inference.plan.precision.compute_bits // 8
     batch, chunk, context = inference.batch, inference.chunk, inference.context
     mlp = prefill_activation_bytes(model, batch * chunk, dt)
-    if inference.plan.attention is Attention.EAGER:
+    if eager_attention(model, inference.plan):
         return max(mlp, eager_attention_bytes(model, batch, chunk, context, dt))
     if chunk >= context:
         return mlp

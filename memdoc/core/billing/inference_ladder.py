@@ -3,8 +3,8 @@
 The ladder applies remedies cumulatively, cheapest first, and stops at the first that fits:
 a chunked prefill (nearly free), fewer sequences at once (throughput only), an 8-bit then a 4-bit KV cache (a little accuracy),
 8-bit then 4-bit weights (accuracy and some speed), and last a shorter context (it changes what
-can be generated). After each remedy the batch is raised back to the largest (up to the one asked
-for) that fits, so a remedy is credited with the sequences it buys back.
+can be generated). Once the batch has been lowered, each later remedy raises it back to the largest
+(up to the one asked for) that fits, so a remedy is credited with the sequences it buys back.
 """
 
 from __future__ import annotations
@@ -115,11 +115,12 @@ def climb_inference(model: ModelSpec, inference: InferencePlan, gpu: GpuSpec) ->
         return inference_bill(model, plan.replace(batch=best or 1), gpu)
 
     current = inference
+    lowered = False  # once the batch rung has run, each later rung raises the batch back as far as it fits
     for rung in RUNGS:
         if rung.id == "batch":
             if wanted == 1:
                 continue
-            bill = with_best_batch(current)
+            bill, lowered = with_best_batch(current), True
         elif rung.id == "context":
             single = current.replace(batch=1)
             longest = max_inference(model, single, gpu, "seq")
@@ -130,7 +131,7 @@ def climb_inference(model: ModelSpec, inference: InferencePlan, gpu: GpuSpec) ->
             changed = _changed(rung.id, current)
             if changed is None:
                 continue
-            bill = with_best_batch(changed)
+            bill = with_best_batch(changed) if lowered else inference_bill(model, changed, gpu)
             if bill.process_total >= previous.process_total and not bill.fits:
                 continue  # saves nothing here
         record(rung, bill)
