@@ -137,3 +137,19 @@ def test_peak_matches_a_trace_of_the_real_forward(model_id, batch, seq, chunk):
     billed = inference_bill(model, p, None)
     assert (billed.weights, billed.kv_cache) == (traced.weights, traced.kv_cache)
     assert billed.peak_allocated == pytest.approx(traced.peak, rel=0.01)
+
+
+@pytest.mark.parametrize("argv", [
+    ["bill", LLAMA31_8B, "--gpu", "24", "--inference", "--seq", "32768", "--json"],
+    ["prescribe", "--symptom", "inference-oom", LLAMA31_8B, "--gpu", "24", "--json"],
+])
+def test_inference_paths_do_not_import_torch(argv):
+    import subprocess
+    import sys
+
+    code = (f"import sys, runpy; sys.argv={['memdoc', *argv]!r}\n"
+            "try:\n    runpy.run_module('memdoc', run_name='__main__')\nexcept SystemExit: pass\n"
+            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'torch was imported'")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)
