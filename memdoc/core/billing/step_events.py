@@ -149,7 +149,7 @@ def training_events(bill) -> Events:
     states_made = False
     residual = acts.layers_saved // L if plan.checkpointing is not Checkpointing.NONE else 0
     copies = acts.weight_copies // L
-    fused = plan.loss is Loss.FUSED
+    fused = plan.loss is not Loss.HF  # fused and fused-ce both run the fused linear cross-entropy
     logits_dt = 2 if plan.precision.is_amp and full else compute_bytes
     logsoftmax = 0 if fused else FP32 * T * V
     # Gemma-2's final logit soft-capping: logits / cap → tanh (saved, part of head_saved) → × cap

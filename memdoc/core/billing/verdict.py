@@ -4,9 +4,8 @@ The bill's verdict compares the process total (≈ nvidia-smi) with the GPU's me
 is an estimate whose error is measured: against the 20 real training steps on an H200 in
 `benchmarks/data/h200.jsonl` (process total = peak reserved + CUDA context, as measured), the
 billed process total (with the simulated caching allocator, `python benchmarks/allocator.py`) is
-off by a median 1.1%; every underestimate is within −5.6%, and 19 of 20 rows are within ±10% (the
-Liger fused-cross-entropy-only row is overestimated by +12.8%: the bill is cautious there). The
-band is kept at ±10%, wider than this small sample's worst underestimate, because other GPUs,
+off by a median 1.1%, and every row is within ±5.6% (the worst an underestimate, the cut-down
+Qwen3-MoE). The band is kept at ±10%, wider than this small sample's worst error, because other GPUs,
 drivers and torch versions are measured beyond it (published runs P7–P14 of `benchmarks/RESULTS.md`:
 |error| ≤ 9.7% but for P12). So a plan whose headroom (or overshoot) is within
 `VERDICT_ERROR` of its process total is a close call: the bill cannot tell fit from OOM there,
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 
 VERDICT_ERROR = 0.10
 """Relative error band of the billed process total: real H200 steps (benchmarks/data/h200.jsonl) are
-underestimated by at most 5.6%, and 19 of 20 are within ±10% (see the module docstring)."""
+within ±5.6%; the band is wider for what this sample does not cover (see the module docstring)."""
 VERDICT_ERROR_SOURCE = "benchmarks/data/h200.jsonl (20 real H200 steps) and benchmarks/RESULTS.md P7–P14"
 
 
