@@ -64,6 +64,7 @@ _PLAN_PARAMS = {
     "lora_alpha": Annotated[Optional[int], typer.Option("--lora-alpha", help="LoRA alpha. \\[default: 2 × rank]", rich_help_panel=PLAN)],
     "lora_dropout": Annotated[Optional[float], typer.Option("--lora-dropout", help="LoRA dropout; > 0 keeps an extra fp32 copy of each adapted input. \\[default: 0.0, peft's default]", rich_help_panel=PLAN)],
     "lora_targets": Annotated[Optional[str], typer.Option("--lora-targets", help="Comma-separated module names, or all-linear. \\[default: q_proj,v_proj]", rich_help_panel=PLAN)],
+    "kbit_upcast": Annotated[Optional[bool], typer.Option("--kbit-upcast/--no-kbit-upcast", help="QLoRA: upcast embeddings, LM head and norms to fp32 as peft's prepare_model_for_kbit_training does (+2 bytes per non-quantised parameter; fp32 tensors between the 4-bit matmuls). \\[default: no, as TRL's SFTTrainer, Axolotl and LLaMA-Factory run QLoRA]", rich_help_panel=PLAN)],
     "shard": Annotated[Optional[Shard], typer.Option("--shard", help="Shard model states over GPUs. \\[default: none]", rich_help_panel=PLAN)],
     "offload": Annotated[Optional[Offload], typer.Option("--offload", help="Move states off the GPU. \\[default: none]", rich_help_panel=PLAN)],
     "offload_to": Annotated[Optional[OffloadTarget], typer.Option("--offload-to", help="Where offloaded states live. \\[default: cpu]", rich_help_panel=PLAN)],
@@ -123,6 +124,8 @@ class PlanArgs:
         plan = parse_plan(**plan_values)
         if plan.checkpoint_every > 1 and plan.checkpointing.value != "full":
             raise PlanError("--checkpoint-every N needs --checkpointing full (it checkpoints every Nth decoder layer)")
+        if plan.kbit_upcast and plan.method.value != "qlora":
+            raise PlanError("--kbit-upcast upcasts what a 4-bit model keeps in 16 bit: it needs --method qlora")
         model = resolve_model(model_name)
         if plan.is_peft and "lora_targets" not in plan_values:
             plan = plan.replace(lora_targets=model.default_lora_targets)

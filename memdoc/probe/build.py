@@ -80,7 +80,7 @@ def build_model(config: dict, plan: TrainingPlan, layers: int | None = None, not
     from transformers import AutoModelForCausalLM
     from transformers.initialization import no_init_weights
 
-    from memdoc.probe.emulation import quantize_linears_nf4
+    from memdoc.probe.emulation import quantize_linears_nf4, upcast_non_quantised
     from memdoc.probe.memtrack import plain_module_to
 
     conf = _hf_config(config, plan, layers)
@@ -132,6 +132,8 @@ def build_model(config: dict, plan: TrainingPlan, layers: int | None = None, not
                 raise ConfigError(f"LoRA targets {plan.lora_targets}: {exc}") from None
         if plan.method is Method.QLORA:
             quantize_linears_nf4(model, torch_dtype(plan.precision.compute_dtype_name))
+            if plan.kbit_upcast:
+                upcast_non_quantised(model)
     return model
 
 

@@ -13,8 +13,13 @@ does), per weight of n = out × in elements:
 - compute (bnb `MatMul4Bit`): forward dequantises the absmax to a temporary fp32 vector, then the
   whole weight to a temporary compute-dtype (out, in) matrix, runs `F.linear` and frees it; saves no
   activation (the base weight gets no gradient); backward dequantises again for grad_input.
-- embeddings, norms and `lm_head` stay in the compute dtype (no `prepare_model_for_kbit_training`
-  fp32 upcast).
+- bnb `Linear4bit.forward` casts its input to the compute dtype and its output back to the
+  input's dtype (`bnb.matmul_4bit(x.to(compute_dtype), …).to(inp_dtype)`), bias cast to the compute
+  dtype for the matmul: with fp32 inputs (`prepare_model_for_kbit_training`'s upcast, `kbit_upcast`)
+  the 16-bit copy of the input and the 16-bit output are transient and the output is fp32;
+- embeddings, norms and `lm_head` stay in the compute dtype, unless the plan's `kbit_upcast` has
+  `upcast_non_quantised` cast them (and every other 16-bit parameter that is not a packed NF4
+  weight) to fp32, as peft's `prepare_model_for_kbit_training` does.
 
 8-bit AdamW (`Adam8bitStates`, bitsandbytes `AdamW8bit` / `PagedAdamW8bit`, block-wise): for a
 parameter with at least 4096 elements two uint8 states of the parameter's shape plus two fp32
@@ -50,7 +55,8 @@ class _Dequant4bitLinear(torch.autograd.Function):
     def forward(ctx, x, module):  # type: ignore[override]
         ctx.module = module
         weight = module.dequantize(x.dtype)
-        out = torch.nn.functional.linear(x, weight, module.bias)
+        bias = None if module.bias is None else module.bias.to(x.dtype)
+        out = torch.nn.functional.linear(x, weight, bias)
         del weight
         return out
 
@@ -90,9 +96,10 @@ class NF4Linear(nn.Module):
         return weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        inp_dtype = x.dtype
         if x.dtype != self.compute_dtype:
             x = x.to(self.compute_dtype)
-        return _Dequant4bitLinear.apply(x, self)
+        return _Dequant4bitLinear.apply(x, self).to(inp_dtype)
 
 
 def quantize_linears_nf4(model: nn.Module, compute_dtype: torch.dtype, *, skip: tuple[str, ...] = ("lm_head",)) -> int:
@@ -103,6 +110,19 @@ def quantize_linears_nf4(model: nn.Module, compute_dtype: torch.dtype, *, skip: 
             if type(child) is nn.Linear and child_name not in skip and not _is_adapter(name, child_name):
                 setattr(module, child_name, NF4Linear(child, compute_dtype))
                 count += 1
+    return count
+
+
+def upcast_non_quantised(model: nn.Module) -> int:
+    """peft `prepare_model_for_kbit_training` (src/peft/utils/other.py): every fp16/bf16 parameter that
+    is not a packed 4-bit weight (`Params4bit`; here `NF4Linear.weight`, uint8) becomes fp32 —
+    `if ((dtype == float16) or (dtype == bfloat16)) and class name != "Params4bit"`. Returns the
+    number of parameters cast. LoRA adapters are fp32 already (peft's `autocast_adapter_dtype`)."""
+    count = 0
+    for param in model.parameters():
+        if param.dtype in (torch.float16, torch.bfloat16):
+            param.data = param.data.to(torch.float32)
+            count += param.numel()
     return count
 
 
@@ -178,4 +198,5 @@ __all__ = [
     "adam8bit_state_bytes",
     "nf4_storage_bytes",
     "quantize_linears_nf4",
+    "upcast_non_quantised",
 ]

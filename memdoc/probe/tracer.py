@@ -373,6 +373,8 @@ def trace_training_step(
     phases = _derive_sharding_and_offload(phases, plan, notes)
     if plan.method is Method.QLORA:
         notes.append("qlora: NF4 storage and dequantised compute emulated (bitsandbytes cannot run on fake tensors)")
+        if plan.kbit_upcast:
+            notes.append("qlora: non-quantised parameters upcast to fp32 (peft's prepare_model_for_kbit_training)")
     if plan.optimizer in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT, Optimizer.LION):
         notes.append(f"{plan.optimizer.value}: state layout emulated (see memdoc.probe.emulation)")
     if plan.grad_accum > 1:

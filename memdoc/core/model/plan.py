@@ -227,6 +227,13 @@ class TrainingPlan:
     """LoRA dropout probability. Default 0.0, peft's `LoraConfig` default (and LLaMA-Factory's);
     TRL's and Axolotl's examples use 0.05. Dropout > 0 keeps an extra fp32 copy of each adapted
     input per adapter (see `activations._lora_saved`); emit writes this value."""
+    kbit_upcast: bool = False
+    """QLoRA only: the non-quantised parameters (embeddings, LM head, norms, biases, anything
+    bitsandbytes left 16-bit) are upcast to fp32, as peft's `prepare_model_for_kbit_training` does
+    (`kbit.py` bills the fp32 copies and the fp32 tensors they make between the 4-bit matmuls).
+    Default False: what TRL's SFTTrainer (≥ 0.26), Axolotl (casts back to the compute dtype) and
+    LLaMA-Factory (`upcast_layernorm: false`) run; True is peft's QLoRA recipe (the HF-format note).
+    Ignored by the other methods (the CLI refuses it without --method qlora)."""
     shard: Shard = Shard.NONE
     """Sharding of model states over the data-parallel GPUs."""
     gpus_per_node: int = 1
@@ -257,6 +264,8 @@ class TrainingPlan:
             raise PlanError(f"--lora-alpha must be a positive integer, got {self.lora_alpha!r}")
         if not self.lora_targets or any(not t for t in self.lora_targets):
             raise PlanError("--lora-targets must name at least one module (e.g. q_proj,v_proj or all-linear)")
+        if not isinstance(self.kbit_upcast, bool):
+            raise PlanError(f"--kbit-upcast must be true or false, got {self.kbit_upcast!r}")
         if self.method is Method.QLORA and self.precision is Precision.FP32:
             raise PlanError("--precision fp32 with --method qlora: QLoRA computes in bf16/fp16; use bf16 or amp-bf16")
         single_gpu_offload = self.shard is Shard.ZERO3 and self.offload is Offload.OPTIMIZER_PARAMS
@@ -380,7 +389,7 @@ def _coerce(name: str, value):
         if not isinstance(value, (list, tuple)) or not all(isinstance(t, str) for t in value):
             raise PlanError(f"{flag_for(name)} must be module names (a comma-separated string or a list), got {quoted(value)}")
         return tuple(value)
-    if name == "allow_long":
+    if name in ("allow_long", "kbit_upcast"):
         if isinstance(value, str) and value.strip().lower() in ("true", "false"):  # as typed on a command line
             return value.strip().lower() == "true"
         if not isinstance(value, bool):
