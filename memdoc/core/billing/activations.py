@@ -15,6 +15,9 @@ The rules behind every entry are autograd's:
 Under AMP autocast every linear casts its (fp32) input to a 16-bit copy that it saves, and the
 16-bit copies of the weights stay cached (and saved) until backward reaches them.
 
+QLoRA with `kbit_upcast` (peft's fp32 upcast of the non-quantised parameters) makes the tensors
+between the 4-bit matmuls fp32: see `kbit.py` (`activation_plan`, `stream_bytes`, `head_weight_copy`).
+
 The structure was written from the modelling code and is checked against autograd itself — the
 census of tensors a real CPU forward saves, per layer (`tests/test_activations_census.py`) — and
 against fake-tensor traces of whole steps (`memdoc diagnose`, `benchmarks/accuracy.py`).
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memdoc.core.billing.kbit import activation_plan, head_weight_copy, stream_bytes
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.params import Linear
 from memdoc.core.model.lora import adapted_names, is_trained
@@ -261,7 +265,8 @@ LAYERNORM_FAMILIES = ("gpt2", "gpt_neox", "falcon", "phi", "bert")
 _PYTHON_GELUS = ("gelu_new", "gelu_fast", "gelu_python", "quick_gelu")
 
 
-def _layernorm_layer(layer: _Layer, model: ModelSpec, plan: TrainingPlan, linears: list[Linear], targets, *, dt: int, amp: bool) -> None:
+def _layernorm_layer(layer: _Layer, model: ModelSpec, plan: TrainingPlan, linears: list[Linear], targets, *, dt: int, amp: bool,
+                     act_dt: int) -> None:
     """GPT-2, GPT-NeoX, Falcon, Phi-2 (and BERT) decoder layers, from autograd's saved tensors.
 
     LayerNorm saves its input and per-token mean/rstd; parallel-residual layers (NeoX, Falcon,
@@ -272,7 +277,8 @@ def _layernorm_layer(layer: _Layer, model: ModelSpec, plan: TrainingPlan, linear
     probabilities (heads × s²) and an fp32 copy of q instead. Residual dropout keeps one mask per
     dropout (GPT-2, Phi-2: `resid_pdrop`); GPT-2's attention dropout runs inside the flash kernel
     on CUDA (it keeps the RNG state, not a mask). The MLP keeps the activation's input (four
-    intermediates for GELUs written in Python) and the down projection's input.
+    intermediates for GELUs written in Python) and the down projection's input; `act_dt` is the
+    activation's width when it can differ (`kbit.stream_bytes`: fp32 after the QLoRA upcast).
     """
     cfg, family = model.config, model.family
     T, h = plan.micro_batch * plan.seq_len, model.hidden_size
@@ -300,7 +306,7 @@ def _layernorm_layer(layer: _Layer, model: ModelSpec, plan: TrainingPlan, linear
         layer.add("dropout", 2 * cdt * T * h)
     up = next(l for l in linears if l.group == "mlp")
     act = cfg.get("activation_function") or cfg.get("hidden_act") or "gelu"
-    layer.add("mlp.act", (4 if act in _PYTHON_GELUS else 1) * cdt * T * up.out_features)
+    layer.add("mlp.act", (4 if act in _PYTHON_GELUS else 1) * max(cdt, act_dt) * T * up.out_features)
     if full:
         layer.add("mlp.down_input", cdt * T * up.out_features)
 
@@ -316,7 +322,7 @@ def layer_activations(model: ModelSpec, plan: TrainingPlan, index: int = 0) -> d
     linears = list(model.layouts[index].linears)
     if model.family in LAYERNORM_FAMILIES:
         layer = _Layer()
-        _layernorm_layer(layer, model, plan, linears, targets, dt=dt, amp=amp)
+        _layernorm_layer(layer, model, plan, linears, targets, dt=dt, amp=amp, act_dt=stream_bytes(plan, dt))
         if not full:
             _lora_saved(layer, plan, linears, targets, model.family)
         return layer.items
@@ -330,7 +336,7 @@ def layer_activations(model: ModelSpec, plan: TrainingPlan, index: int = 0) -> d
     if model.family == "gemma2":  # extra post-attention / post-feedforward norms
         _norm(layer, "post_norms", T, h, dt=dt, trainable=full, gemma=True, amp=amp, liger=liger)
         _norm(layer, "post_norms", T, h, dt=dt, trainable=full, gemma=True, amp=amp, liger=liger)
-    _mlp_saved(layer, model, plan, linears, targets, dt=dt, amp=amp)
+    _mlp_saved(layer, model, plan, linears, targets, dt=stream_bytes(plan, dt), amp=amp)
     if not full:
         _lora_saved(layer, plan, linears, targets, model.family)
     return layer.items
@@ -396,7 +402,9 @@ def _fused_head(model: ModelSpec, plan: TrainingPlan, norm_saved: int, *, dt: in
 
 def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:
     """Activation memory for the plan: saved tensors per layer × layers, with checkpointing, plus the head."""
+    plan = activation_plan(plan)  # QLoRA's fp32 upcast without autocast saves what fp32 LoRA saves
     dt = plan.precision.compute_bits // 8
+    stream = stream_bytes(plan, dt)
     amp = plan.precision.is_amp and plan.method is Method.FULL and not plan.sharded_mixed_precision
     T = plan.micro_batch * plan.seq_len
     h = model.hidden_size
@@ -404,7 +412,7 @@ def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:
     groups = model.layer_groups
     saved = {i: sum(layer_activations(model, plan, i).values()) for i, _, _ in groups}
     largest = max(saved.values())
-    residual = (FP32 if amp else dt) * T * h  # a checkpointed layer keeps only its input
+    residual = (FP32 if amp else stream) * T * h  # a checkpointed layer keeps only its input
     partial = None
     if plan.checkpointing is Checkpointing.FULL and plan.checkpoint_every > 1:
         layers_saved, recompute, partial = _partial_checkpointing(model, plan, saved, residual)
@@ -418,10 +426,11 @@ def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:
         layers_saved = sum(saved[i] * layers for i, _, layers in groups)
         recompute = 0
     head_saved, loss_fwd, loss_bwd = _head(model, plan, dt=dt, amp=amp)
+    head_saved += head_weight_copy(model, plan)
     # Backward of one layer holds gradient buffers of its widest intermediates (≈ 3 MLP-wide tensors).
     width = max(model.intermediate_size, model.moe_intermediate_size * max(model.experts_per_token, 1))
     # Liger's SiLU/GELU-mul backward writes the gate and up gradients into its saved a and b: one buffer
-    layer_bwd = recompute + (1 if liger_glu(model, plan) else 3) * dt * T * width
+    layer_bwd = recompute + (1 if liger_glu(model, plan) else 3) * stream * T * width
     weight_copies = 0
     if amp:
         weight_copies = 2 * (model.params.total - model.params.embedding - model.params.norms)

@@ -12,8 +12,9 @@ Dtype rules (what HF Trainer / peft / bitsandbytes actually allocate):
   `autocast_adapter_dtype=True` upcasts 16-bit adapters), so their grads and states are fp32;
 * QLoRA: every base `nn.Linear` of the decoder in NF4 — 4 bits per weight, one 8-bit absmax per
   64-weight block, and one fp32 absmax per 256 of those (bitsandbytes double quantisation:
-  0.5 + 1/64 + 4/16384 bytes per weight); embeddings, norms, the LM head and (transformers 5)
-  fused MoE experts stay 16-bit (`qlora_weight_bytes`).
+  0.5 + 1/64 + 4/16384 bytes per weight); embeddings, norms, the LM head, biases and (transformers 5)
+  fused MoE experts stay 16-bit (`qlora_weight_bytes`), or become fp32 with `kbit_upcast`
+  (peft's `prepare_model_for_kbit_training`, `kbit.upcast_weight_bytes`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
+from memdoc.core.billing.kbit import quantised_params, upcast_weight_bytes
 from memdoc.core.model.lora import adapted_names, is_trained
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Attention, Checkpointing, Loss, Method, Optimizer, TrainingPlan
@@ -71,14 +73,9 @@ def qlora_weight_bytes(model: ModelSpec, base_bytes: int) -> int:
     transformers replaces `nn.Linear` (and GPT-2's Conv1D) modules only
     (`integrations/bitsandbytes.py: replace_with_bnb_linear`); since transformers 5 the routed
     experts of MoE models are fused 3-D parameters, not `nn.Linear`, so they stay 16-bit — as do
-    routers, embeddings, norms and the LM head.
+    the linears' biases, routers, embeddings, norms and the LM head (`kbit.quantised_params`).
     """
-    quantised = sum(
-        layers * linear.params
-        for _, layout, layers in model.layer_groups
-        for linear in layout.linears
-        if linear.group not in ("experts", "router")
-    )
+    quantised = quantised_params(model)
     return int(quantised * NF4_BYTES_PER_WEIGHT) + (model.params.total - quantised) * base_bytes
 
 
@@ -226,7 +223,7 @@ def _model_states(model: ModelSpec, plan: TrainingPlan) -> ModelStates:
         adapter_shapes[(b, plan.lora_rank)] += k
     base_bytes = compute_bytes
     if plan.method is Method.QLORA:
-        weights = qlora_weight_bytes(model, base_bytes)
+        weights = qlora_weight_bytes(model, base_bytes) + upcast_weight_bytes(model, plan)
     else:
         weights = model.params.total * base_bytes
     states, temp = _optimizer_bytes(plan, adapter_shapes, 4)
