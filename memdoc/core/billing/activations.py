@@ -402,6 +402,7 @@ def _fused_head(model: ModelSpec, plan: TrainingPlan, norm_saved: int, *, dt: in
 
 def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:
     """Activation memory for the plan: saved tensors per layer × layers, with checkpointing, plus the head."""
+    mm_dt = plan.precision.compute_bits // 8  # a 4-bit matmul's output, before bnb casts it to its input's dtype
     plan = activation_plan(plan)  # QLoRA's fp32 upcast without autocast saves what fp32 LoRA saves
     dt = plan.precision.compute_bits // 8
     stream = stream_bytes(plan, dt)
@@ -420,7 +421,7 @@ def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:
         layers_saved = residual * model.num_layers
         recompute = largest
     elif plan.checkpointing is Checkpointing.SELECTIVE:
-        layers_saved = sum(_selective(model, plan, i) * layers for i, _, layers in groups)
+        layers_saved = sum(_selective(model, plan, i, mm_dt=mm_dt) * layers for i, _, layers in groups)
         recompute = largest  # the layer's full activations, rebuilt in backward
     else:
         layers_saved = sum(saved[i] * layers for i, _, layers in groups)
@@ -464,24 +465,25 @@ def _partial_checkpointing(model: ModelSpec, plan: TrainingPlan, saved: dict, re
     return sum(kept), 0, (sum(kept[: j + 1]), by_layout[model.layouts[j]], top - j)
 
 
-def _selective(model: ModelSpec, plan: TrainingPlan, index: int) -> int:
+def _selective(model: ModelSpec, plan: TrainingPlan, index: int, *, mm_dt: int) -> int:
     """Bytes a layer keeps under selective checkpointing: its input and every matmul/SDPA output.
 
     memdoc's policy (the one `diagnose` traces with torch's `create_selective_checkpoint_contexts`):
     MUST_SAVE the outputs of mm/addmm/bmm and of SDPA, recompute everything else (norms,
     activations, rotary). The saved outputs are those of every projection — frozen or not — and of
     LoRA's fp32 `lora_A` (rank-wide) and `lora_B` (output-wide) matmuls, plus SDPA's output and
-    logsumexp; the checkpoint itself keeps the layer's input.
+    logsumexp; the checkpoint itself keeps the layer's input. `mm_dt`: the projections' output dtype
+    (a 4-bit matmul's is the compute dtype even when bnb then casts it to fp32, `kbit.py`).
     """
     dt = plan.precision.compute_bits // 8
     T = plan.micro_batch * plan.seq_len
     targets = adapted_names(plan)
-    kept = dt * T * model.hidden_size  # the checkpointed layer's input
+    kept = stream_bytes(plan, dt) * T * model.hidden_size  # the checkpointed layer's input
     for linear in model.layouts[index].linears:
         if linear.group == "experts":  # routed tokens only: top-k of them per expert matrix
-            kept += dt * T * model.experts_per_token * linear.out_features
+            kept += mm_dt * T * model.experts_per_token * linear.out_features
         else:
-            kept += dt * T * linear.out_features
+            kept += mm_dt * T * linear.out_features
         if targets is not None and is_trained(linear, targets):
             kept += (2 if plan.precision.is_amp else FP32) * T * (plan.lora_rank + linear.out_features)
     kept += dt * T * model.q_dim + FP32 * plan.micro_batch * model.num_heads * plan.seq_len  # SDPA out + lse
