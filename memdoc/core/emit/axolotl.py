@@ -23,6 +23,7 @@ from memdoc.core.emit.base import (
     uses_deepspeed,
     uses_fsdp,
 )
+from memdoc.core.emit.kbit import kbit_notes
 from memdoc.core.emit.common import multinode_note
 from memdoc.core.model.lora import lora_alpha
 from memdoc.core.emit.deepspeed import deepspeed_config
@@ -138,6 +139,7 @@ def emit_axolotl(ctx: EmitContext) -> Emitted:
     elif uses_fsdp(plan):
         config.update(_fsdp(plan, notes))
     config["logging_steps"] = 10
+    notes.extend(kbit_notes("axolotl", plan))
     multinode_note(ctx, notes)
     launch = f"axolotl train {ctx.config_path}"
     if ctx.multi_gpu:

@@ -21,6 +21,7 @@ from memdoc.core.emit.base import (
     uses_fsdp,
 )
 from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
+from memdoc.core.emit.kbit import kbit_prepare_clause
 from memdoc.core.model.lora import lora_alpha
 from memdoc.core.model.plan import Loss, Method
 
@@ -47,7 +48,7 @@ def emit_hf(ctx: EmitContext) -> Emitted:
         notes.append(
             f"TrainingArguments has no LoRA keys: wrap the model with peft get_peft_model(model, LoraConfig(r={plan.lora_rank}, "
             f"lora_alpha={lora_alpha(plan)}, lora_dropout={plan.lora_dropout}, target_modules={targets}, task_type=\"CAUSAL_LM\"))"
-            + (" after prepare_model_for_kbit_training(model, use_gradient_checkpointing=...)" if plan.method is Method.QLORA else "")
+            + kbit_prepare_clause(plan)
         )
     notes.append(
         f"sequence length {plan.seq_len}: TrainingArguments has no dataset or sequence-length key; tokenize your dataset "

@@ -15,6 +15,7 @@ from memdoc.core.emit.base import (
     uses_deepspeed,
     uses_fsdp,
 )
+from memdoc.core.emit.kbit import kbit_notes
 from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
 from memdoc.core.emit.templates import chat_template
 from memdoc.core.model.lora import lora_alpha
@@ -95,6 +96,7 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
         if plan.loss is Loss.FUSED_CE:
             notes.append("loss fused-ce: enable_liger_kernel applies every Liger kernel (RMSNorm, RoPE, SwiGLU too); "
                          "LLaMA-Factory has no key for the fused cross-entropy alone — bill --loss fused for this config")
+    notes.extend(kbit_notes("llamafactory", plan))
     multinode_note(ctx, notes)
     side = distributed_side_files(ctx, notes)
     if uses_fsdp(plan):

@@ -17,6 +17,7 @@ from memdoc.core.emit.base import (
     uses_deepspeed,
     uses_fsdp,
 )
+from memdoc.core.emit.kbit import kbit_notes
 from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
 from memdoc.core.model.lora import lora_alpha
 from memdoc.core.model.plan import Loss, Method
@@ -55,6 +56,7 @@ def emit_trl(ctx: EmitContext) -> Emitted:
         if plan.loss is Loss.FUSED_CE:
             config["liger_kernel_config"] = dict(LIGER_CE_ONLY_CONFIG)
         notes.append(LIGER_NOTE)
+    notes.extend(kbit_notes("trl", plan))
     multinode_note(ctx, notes)
     side = distributed_side_files(ctx, notes)
     if uses_fsdp(plan):

@@ -85,6 +85,9 @@ def detect_plan(hf, peft_model, *, autocast: str | None, checkpointing: bool, op
     kwargs: dict = {"precision": precision}
     if lora:
         kwargs["method"] = Method.QLORA if four_bit else Method.LORA
+        if four_bit:  # peft's prepare_model_for_kbit_training leaves the embedding (and the norms, the head) fp32
+            embedding = getattr(hf.get_input_embeddings(), "weight", None) if hasattr(hf, "get_input_embeddings") else None
+            kwargs["kbit_upcast"] = embedding is not None and str(embedding.dtype) == "torch.float32"
         cfg = None
         with contextlib.suppress(Exception):
             cfg = next(iter(peft_model.peft_config.values()))
