@@ -7,7 +7,8 @@ parameter-sized temporaries), bf16 before checkpointing when fp32 was asked (it 
 and time, where checkpointing costs a third of the step), and the 8-bit optimizer between QLoRA
 and offload):
 ⓪ expandable segments (free; taken only when removing the allocator's fragmentation makes it
-fit) → ① gradient accumulation (micro-batch 1, same effective batch) → ①b fused cross-entropy → ①c fused
+fit) → ① gradient accumulation (micro-batch 1, same effective batch) → ①a QLoRA without the fp32 upcast
+of `--kbit-upcast` (free) → ①b fused cross-entropy → ①c fused
 AdamW → ①d bf16 from fp32 → ② activation checkpointing → ③ bf16 from AMP → ④ LoRA → ④b QLoRA →
 ⑤ 8-bit paged AdamW → ⑥ optimizer offload → ⑦ ZeRO-3 over the GPUs given → ⑧ weight offload
 (ZeRO-3 offload, on one GPU too). A rung that does not apply to the plan (already on, or needs
@@ -47,6 +48,10 @@ def _accumulate(p: TrainingPlan) -> TrainingPlan | None:
     if p.micro_batch == 1:
         return None
     return p.replace(micro_batch=1, grad_accum=p.grad_accum * p.micro_batch)
+
+
+def _no_kbit_upcast(p: TrainingPlan) -> TrainingPlan | None:
+    return p.replace(kbit_upcast=False) if p.method is Method.QLORA and p.kbit_upcast else None
 
 
 def _fused_loss(p: TrainingPlan) -> TrainingPlan | None:
@@ -110,6 +115,8 @@ def _offload_params(p: TrainingPlan) -> TrainingPlan | None:
 RUNGS: tuple[Rung, ...] = (
     Rung("expandable", "expandable segments in the CUDA allocator (--allocator expandable): less fragmentation", _expandable),
     Rung("accumulate", "gradient accumulation: micro-batch 1, same effective batch", _accumulate),
+    Rung("no-kbit-upcast", "QLoRA without prepare_model_for_kbit_training's fp32 upcast: embeddings, LM head and norms "
+         "stay 16-bit (as TRL, Axolotl and LLaMA-Factory run it)", _no_kbit_upcast),
     Rung("fused-loss", "fused linear cross-entropy (Liger): the logits are never stored whole", _fused_loss),
     Rung("fused-adamw", "fused AdamW: one kernel, no foreach temporaries", _fused_adamw),
     Rung("bf16", "bf16 weights, gradients and states", _bf16_from_fp32),
