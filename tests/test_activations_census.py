@@ -22,14 +22,15 @@ CATALOG = Path(__file__).resolve().parents[1] / "memdoc" / "data" / "catalog"
 SEQ = 128
 
 
-def saved_bytes(config: dict, layers: int, *, attention: str, lora_targets: list[str] | None, dropout: float = 0.05) -> int:
+def saved_bytes(config: dict, layers: int, *, attention: str, lora_targets: list[str] | None, dropout: float = 0.05,
+                dtype: str = "bfloat16") -> int:
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.initialization import no_init_weights
 
     hf_config = AutoConfig.for_model(**dict(config, num_hidden_layers=layers))
     hf_config._attn_implementation = attention
     with no_init_weights():
-        model = AutoModelForCausalLM.from_config(hf_config).to(torch.bfloat16)
+        model = AutoModelForCausalLM.from_config(hf_config).to(getattr(torch, dtype))
     if lora_targets:
         from peft import LoraConfig, get_peft_model
 
@@ -107,13 +108,16 @@ def test_layer_activations_equal_autograd_census(name, method, attention, target
     ("Qwen--Qwen2.5-0.5B", ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
 ])
 @pytest.mark.parametrize("dropout", [0.0, 0.1])
-def test_lora_dropout_census(name, targets, dropout):
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_lora_dropout_census(name, targets, dropout, precision):
     """`--lora-dropout` is billed as autograd saves it: dropout 0 (peft's nn.Identity) keeps only the
-    fp32 cast input per adapter; any dropout > 0 one more fp32 copy of it."""
+    fp32 cast input per adapter (in fp32: the layer's input, shared); any dropout > 0 its noise and
+    the dropped-out copy per adapter."""
     config = json.loads((CATALOG / f"{name}.json").read_text())
-    real = saved_bytes(config, 3, attention="sdpa", lora_targets=targets, dropout=dropout) - saved_bytes(
-        config, 2, attention="sdpa", lora_targets=targets, dropout=dropout
+    dtype = {"bf16": "bfloat16", "fp32": "float32"}[precision]
+    real = saved_bytes(config, 3, attention="sdpa", lora_targets=targets, dropout=dropout, dtype=dtype) - saved_bytes(
+        config, 2, attention="sdpa", lora_targets=targets, dropout=dropout, dtype=dtype
     )
-    plan = parse_plan(seq=SEQ, method="lora", lora_targets=targets, lora_dropout=dropout)
+    plan = parse_plan(seq=SEQ, method="lora", lora_targets=targets, lora_dropout=dropout, precision=precision)
     billed = sum(layer_activations(spec_from_config(config, model_id=name), plan, 2).values())
     assert billed == pytest.approx(real, rel=0.005, abs=256 * SEQ), (billed, real)

@@ -107,6 +107,46 @@ def test_upcast_bill_matches_the_trace(model, flags):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("flags", [
+    {},
+    {"lora_targets": "all-linear"},
+    {"lora_dropout": 0.1},
+    {"lora_targets": "all-linear", "kbit_upcast": True},
+])
+def test_qlora_under_autocast_saves_each_adapter_input_once(flags):
+    """peft's 4-bit LoRA layer skips its fp32 cast under autocast (`lora.bnb.Linear4bit.forward`):
+    the adapters reading one 16-bit tensor save it once, not one copy each as `lora.Linear` does."""
+    from accuracy import traced_vs_billed
+
+    row = traced_vs_billed("meta-llama/Llama-3.2-1B", dict(flags, method="qlora", precision="amp-bf16", seq=1024))
+    assert abs(row["error"]) <= 0.01, row
+
+
+def test_qlora_lora_layers_run_peft_bnb_forward():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from memdoc.probe.emulation import bnb4_lora_forward, quantize_linears_nf4
+
+    config = dict(catalog_config("meta-llama/Llama-3.2-1B"), hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                  num_attention_heads=4, num_key_value_heads=2, vocab_size=256, head_dim=16)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config), dtype=torch.bfloat16)
+    model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    quantize_linears_nf4(model, torch.bfloat16)
+    q = model.base_model.model.model.layers[0].self_attn.q_proj
+    assert q.forward.__func__ is bnb4_lora_forward
+    saved = []
+    x = torch.randn(1, 8, 64, dtype=torch.bfloat16, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            q(x)
+    assert any(t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr() for t in saved)  # x itself, no copy
+    assert not any(t.dtype == torch.float32 and t.shape == x.shape for t in saved)
+
+
+@pytest.mark.slow
 def test_upcast_weights_in_the_trace_are_the_fp32_copies():
     pytest.importorskip("torch")
     from memdoc.probe.tracer import trace_training_step

@@ -34,6 +34,7 @@ update temporary at a time (lion-pytorch's reference loop).
 from __future__ import annotations
 
 import math
+import types
 
 import torch
 from torch import nn
@@ -103,14 +104,43 @@ class NF4Linear(nn.Module):
 
 
 def quantize_linears_nf4(model: nn.Module, compute_dtype: torch.dtype, *, skip: tuple[str, ...] = ("lm_head",)) -> int:
-    """Replace every plain `nn.Linear` (including a peft LoRA layer's base layer) by `NF4Linear`."""
+    """Replace every plain `nn.Linear` (including a peft LoRA layer's base layer) by `NF4Linear`; a
+    LoRA layer over it then runs peft's 4-bit forward (`bnb4_lora_forward`), as peft dispatches
+    `lora.bnb.Linear4bit` for a bitsandbytes base."""
     count = 0
     for name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
             if type(child) is nn.Linear and child_name not in skip and not _is_adapter(name, child_name):
                 setattr(module, child_name, NF4Linear(child, compute_dtype))
+                if child_name == "base_layer" and hasattr(module, "lora_A"):
+                    module.forward = types.MethodType(bnb4_lora_forward, module)
                 count += 1
     return count
+
+
+def bnb4_lora_forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    """peft `lora.bnb.Linear4bit.forward` (src/peft/tuners/lora/bnb.py), vanilla LoRA path.
+
+    Unlike the generic `lora.Linear`, which always casts x to the adapters' (fp32) dtype, it casts
+    only without autocast (`requires_conversion = not torch.is_autocast_enabled()`); under autocast a
+    16-bit x goes to `lora_A` as is, so the adapters reading one tensor save it once. It clones the
+    base output ("defensively", for 4-bit). `torch.is_autocast_enabled()` reads CUDA's autocast; the
+    trace runs CPU autocast for it, so both are read here.
+    """
+    result = self.base_layer(x, *args, **kwargs).clone()
+    autocast = torch.is_autocast_enabled() or torch.is_autocast_enabled("cpu")
+    for active in self.active_adapters:
+        if active not in self.lora_A.keys():
+            continue
+        lora_A, lora_B = self.lora_A[active], self.lora_B[active]
+        if not autocast:
+            expected_dtype = result.dtype
+            x = self._cast_input_dtype(x, lora_A.weight.dtype)
+        output = lora_B(lora_A(self.lora_dropout[active](x))) * self.scaling[active]
+        if not autocast:
+            output = output.to(expected_dtype)
+        result = result + output
+    return result
 
 
 def upcast_non_quantised(model: nn.Module) -> int:
@@ -197,6 +227,7 @@ __all__ = [
     "NF4Linear",
     "adam8bit_state_bytes",
     "nf4_storage_bytes",
+    "bnb4_lora_forward",
     "quantize_linears_nf4",
     "upcast_non_quantised",
 ]
