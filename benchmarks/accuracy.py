@@ -85,6 +85,8 @@ CASES = [
     # QLoRA after peft's prepare_model_for_kbit_training: fp32 embeddings, head, norms and the tensors between 4-bit matmuls
     ("meta-llama/Llama-3.1-8B", {"method": "qlora", "kbit_upcast": True, "seq": 1024}),
     ("meta-llama/Llama-3.2-1B", {"method": "qlora", "kbit_upcast": True, "precision": "amp-bf16", "batch": 2, "seq": 1024}),
+    # QLoRA under autocast: peft's 4-bit LoRA layer does not cast its input, adapters share it
+    ("meta-llama/Llama-3.2-1B", {"method": "qlora", "precision": "amp-bf16", "lora_targets": "all-linear", "seq": 1024}),
 ]
 
 FAST = [

@@ -16,7 +16,9 @@ How each knob is realised:
   dtype; peft keeps adapters in fp32 (`autocast_adapter_dtype=True`, its default).
 - method: LoRA via peft (`LoraConfig(r, alpha, target_modules, lora_dropout=plan.lora_dropout)`,
   'all-linear' supported); QLoRA = LoRA + every decoder `nn.Linear` replaced by the NF4
-  emulation in `memdoc.probe.emulation` (storage, double-quant constants, dequantised compute).
+  emulation in `memdoc.probe.emulation` (storage, double-quant constants, dequantised compute),
+  its LoRA layers running peft's 4-bit forward (`lora.bnb.Linear4bit`); `kbit_upcast` then casts
+  the non-quantised parameters to fp32 as peft's `prepare_model_for_kbit_training` does.
 - optimizer: AdamW `foreach=True` (CUDA's default, with its parameter-sized step temporaries,
   forced even on CPU), `fused=True`, bitsandbytes 8-bit / paged 8-bit state layout (emulated),
   SGD momentum 0.9 (foreach), transformers' Adafactor (real), Lion (emulated).
