@@ -230,7 +230,7 @@ class TrainingPlan:
     kbit_upcast: bool = False
     """QLoRA only: the non-quantised parameters (embeddings, LM head, norms, biases, anything
     bitsandbytes left 16-bit) are upcast to fp32, as peft's `prepare_model_for_kbit_training` does
-    (`kbit.py` bills the fp32 copies and the fp32 tensors they make between the 4-bit matmuls).
+    (`core/billing/kbit.py` bills the fp32 copies and the fp32 tensors they make between the 4-bit matmuls).
     Default False: what TRL's SFTTrainer (≥ 0.26), Axolotl (casts back to the compute dtype) and
     LLaMA-Factory (`upcast_layernorm: false`) run; True is peft's QLoRA recipe (the HF-format note).
     Ignored by the other methods (the CLI refuses it without --method qlora)."""
