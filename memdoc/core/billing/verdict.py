@@ -7,7 +7,7 @@ billed process total (with the simulated caching allocator, `python benchmarks/a
 off by a median 1.1%, and every row is within ±5.6% (the worst an underestimate, the cut-down
 Qwen3-MoE). The band is kept at ±10%, wider than this small sample's worst error, because other GPUs,
 drivers and torch versions are measured beyond it (published runs P7–P14 of `benchmarks/RESULTS.md`:
-|error| ≤ 9.7% but for P12). So a plan whose headroom (or overshoot) is within
+|error| ≤ 11.3% but for P12). So a plan whose headroom (or overshoot) is within
 `VERDICT_ERROR` of its process total is a close call: the bill cannot tell fit from OOM there,
 and says so (`tests/test_robust_output.py` recomputes these errors from the H200 rows).
 """
