@@ -399,3 +399,16 @@ def test_bad_input_exits_2(args):
 def test_output_is_a_directory(tmp_path):
     result = run("emit", "--recipe", RECIPES[0], "-o", tmp_path)
     assert result.exit_code == 2 and "directory" in result.output
+
+
+def test_lora_under_amp_loads_the_frozen_base_in_the_compute_dtype():
+    # the bill (and the tracer) hold a LoRA base in bf16 under amp-bf16: no fp32 copy of frozen weights
+    trl = emit("trl", _ctx(method="lora", precision="amp-bf16"))
+    assert trl.config["dtype"] == "bfloat16" and trl.config["bf16"] is True
+    hf = emit("hf", _ctx(method="lora", precision="amp-bf16"))
+    assert "torch.bfloat16" in " ".join(hf.notes) + str(hf.config)
+
+
+def test_pure_bf16_lora_says_the_trainer_autocasts():
+    notes = " ".join(emit("trl", _ctx(method="lora", precision="bf16")).notes)
+    assert "autocast" in notes and "--precision amp-bf16" in notes

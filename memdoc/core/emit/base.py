@@ -127,8 +127,9 @@ def all_linear(plan: TrainingPlan) -> bool:
 
 
 def load_dtype(plan: TrainingPlan) -> str:
-    """dtype the weights are loaded in: the storage dtype; QLoRA loads non-quantised parts in the compute dtype."""
-    if plan.method is Method.QLORA:
+    """dtype the weights are loaded in: the storage dtype; a LoRA/QLoRA base (frozen: no fp32 master
+    copy, as the bill and the tracer hold it) in the compute dtype, also under AMP."""
+    if plan.is_peft:
         return plan.precision.compute_dtype_name
     return plan.precision.torch_dtype_name
 
@@ -156,10 +157,16 @@ def precision_note(plan: TrainingPlan) -> str:
     """One sentence on how the plan's precision is realised by HF-based trainers."""
     p = plan.precision
     if plan.is_peft and p in (Precision.BF16, Precision.FP16):
+        amp = {Precision.BF16: "amp-bf16", Precision.FP16: "amp-fp16"}[p]
         return (
             f"precision {p.value}: frozen base weights loaded in {p.torch_dtype_name} ({'4-bit NF4 with ' + p.compute_dtype_name + ' compute' if plan.method is Method.QLORA else 'no fp32 copy'}); "
-            "peft keeps the small trainable adapters in fp32"
+            f"peft keeps the small trainable adapters in fp32. `{p.value}: true` "
+            f"also turns on autocast, which the trainer runs as memdoc's --precision {amp} (the adapters' matmuls in "
+            f"{p.compute_dtype_name}): less activation memory than this bill; bill --precision {amp} for the exact figure"
         )
+    if plan.is_peft and p.is_amp:
+        return (f"precision {p.value}: frozen base weights loaded in {p.compute_dtype_name} (no fp32 copy of a frozen base), "
+                f"adapters fp32 (peft), `{'bf16' if p is Precision.AMP_BF16 else 'fp16'}: true` = autocast")
     if p is Precision.BF16:
         return "precision bf16 (pure): weights loaded in bfloat16, so gradients and optimizer states are bf16 too; `bf16: true` only turns on autocast"
     if p is Precision.AMP_BF16:
