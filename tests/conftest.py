@@ -19,6 +19,16 @@ def invoke(*args, **kwargs):
     return _RUNNER.invoke(app, [str(a) for a in args], **kwargs)
 
 
+def bill_plan(model: str, gpu: str | None = None, **flags):
+    """`compute_bill` of a catalog model under `parse_plan(**flags)`, on `gpu` (a name) or none."""
+    from memdoc.core.billing.bill import compute_bill
+    from memdoc.core.model.gpu import resolve_gpu
+    from memdoc.core.model.plan import parse_plan
+    from memdoc.resolve.models import resolve_model
+
+    return compute_bill(resolve_model(model), parse_plan(**flags), resolve_gpu(gpu) if gpu else None)
+
+
 def invoke_diagnose(*args):
     """`memdoc diagnose ARGS…`, letting exceptions through (a traceback is a test failure)."""
     return invoke("diagnose", *args, catch_exceptions=False)

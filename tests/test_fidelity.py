@@ -6,20 +6,18 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import bill_plan
 
-from memdoc.core.billing.bill import compute_bill
 from memdoc.core.emit import EmitContext, emit
 from memdoc.core.model.plan import parse_plan
 from memdoc.errors import PlanError
-from memdoc.resolve.models import resolve_model
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 GiB = 1024**3
 
 
-def bill(model, **flags):
-    return compute_bill(resolve_model(model), parse_plan(**flags))
+bill = bill_plan
 
 
 # ------------------------------------------------------------------- real H200 training steps

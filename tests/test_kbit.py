@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import bill_plan
 
-from memdoc.core.billing.bill import compute_bill
 from memdoc.core.billing.kbit import non_quantised_params
 from memdoc.core.emit import EmitContext, emit
 from memdoc.core.model.plan import parse_plan
@@ -18,8 +18,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 GiB = 1024**3
 
 
-def bill(model, **flags):
-    return compute_bill(resolve_model(model), parse_plan(**flags))
+bill = bill_plan
 
 
 # ------------------------------------------------------------------- which parameters are upcast

@@ -180,15 +180,12 @@ def render_verdict(process_total: int, gpu, world_size: int = 1, *, peak_phase: 
     else:
         head = (f"[bold red]✘ does not fit[/] {where}: {gib(-v.margin_bytes)} over per GPU"
                 + (f", peak in {peak_phase}" if peak_phase else ""))
+    band = f"±{VERDICT_ERROR:.0%} (±{gib(v.error_bytes)}); {basis}" if basis else None
     if v.close_call:
-        tail = (f"[yellow]close call[/]: within the bill's ±{VERDICT_ERROR:.0%} benchmarked error "
-                f"(±{gib(v.error_bytes)}, measured on real H200 steps)")
-        if basis:
-            tail = f"[yellow]close call[/]: within ±{VERDICT_ERROR:.0%} (±{gib(v.error_bytes)}); {basis}"
-    elif basis:
-        tail = f"margin beyond ±{VERDICT_ERROR:.0%} (±{gib(v.error_bytes)}); {basis}"
+        tail = "[yellow]close call[/]: within " + (band or f"the bill's ±{VERDICT_ERROR:.0%} benchmarked error "
+                                                   f"(±{gib(v.error_bytes)}, measured on real H200 steps)")
     else:
-        tail = f"margin beyond the bill's ±{VERDICT_ERROR:.0%} benchmarked error (±{gib(v.error_bytes)})"
+        tail = "margin beyond " + (band or f"the bill's ±{VERDICT_ERROR:.0%} benchmarked error (±{gib(v.error_bytes)})")
     parts = [head, tail] + ([f"smallest GPU that runs it: {gib(min_memory)}"] if min_memory is not None else [])
     parts_line(*parts, indent="")
 

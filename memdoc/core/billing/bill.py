@@ -46,6 +46,12 @@ on an H200 (torch 2.11, CUDA 13; gpu-measurements/h200.jsonl) was 766.8 MiB in 1
 750.8 MiB in the other three (fp32 and eager-attention runs); the CUDA context alone 620.8 MiB."""
 
 
+def process_overhead_bytes(gpu: GpuSpec | None) -> int:
+    """The process's device memory outside the allocator: the GPU's measured figure, else PROCESS_OVERHEAD_BYTES."""
+    measured = None if gpu is None else gpu.process_overhead_bytes
+    return PROCESS_OVERHEAD_BYTES if measured is None else measured
+
+
 @dataclass(frozen=True, kw_only=True)
 class PhaseBill:
     """Per-GPU bytes at the peak of one phase."""
@@ -116,8 +122,7 @@ class Bill:
     @property
     def overhead_bytes(self) -> int:
         """Device memory of the process outside the allocator (see PROCESS_OVERHEAD_BYTES)."""
-        measured = None if self.gpu is None else self.gpu.process_overhead_bytes
-        return PROCESS_OVERHEAD_BYTES if measured is None else measured
+        return process_overhead_bytes(self.gpu)
 
     @property
     def process_total(self) -> int:

@@ -30,7 +30,8 @@ from enum import Enum
 
 from memdoc.core.billing.activations import eager_attention
 from memdoc.core.billing.allocator import CachingAllocator
-from memdoc.core.billing.bill import PROCESS_OVERHEAD_BYTES
+from memdoc.core.billing.bill import process_overhead_bytes
+from memdoc.core.billing.kbit import quantised_params, quantised_rows
 from memdoc.core.billing.states import qlora_weight_bytes
 from memdoc.core.billing.verdict import verdict
 from memdoc.core.model.gpu import GpuSpec, gpu_json
@@ -147,8 +148,7 @@ class InferenceBill:
                 alloc.malloc(self.kv_cache // layers)
         if self.activations:
             alloc.malloc(self.activations)
-        overhead = None if self.gpu is None else self.gpu.process_overhead_bytes
-        return alloc.stats.peak_reserved + (PROCESS_OVERHEAD_BYTES if overhead is None else overhead)
+        return alloc.stats.peak_reserved + process_overhead_bytes(self.gpu)
 
     @property
     def fits(self) -> bool | None:
@@ -201,15 +201,9 @@ def inference_weight_bytes(model: ModelSpec, weights: Weights, compute_bytes: in
     if weights is Weights.NF4:
         return qlora_weight_bytes(model, compute_bytes)
     if weights is Weights.INT8:
-        saved = 0
-        for _, layout, layers in model.layer_groups:
-            for linear in layout.linears:
-                if linear.group in ("experts", "router"):
-                    continue
-                matrix = linear.copies * linear.in_features * linear.out_features
-                # int8 codes (1 byte) + an fp32 scale per output row (`Int8Params.SCB`) instead of 16-bit
-                saved += layers * (matrix * compute_bytes - matrix - 4 * linear.copies * linear.out_features)
-        return model.params.total * compute_bytes - saved
+        # int8 codes (1 byte) + an fp32 scale per output row (`Int8Params.SCB`) instead of 16-bit
+        quantised = quantised_params(model)
+        return (model.params.total - quantised) * compute_bytes + quantised + 4 * quantised_rows(model)
     return model.params.total * compute_bytes
 
 
@@ -270,9 +264,7 @@ def prefill_transient_bytes(model: ModelSpec, inference: InferencePlan) -> int:
     return mask + max(mlp, chunk_attention_bytes(model, batch, chunk, context, dt))
 
 
-def inference_bill(model: ModelSpec, inference: InferencePlan | TrainingPlan, gpu: GpuSpec | None) -> InferenceBill:
-    if isinstance(inference, TrainingPlan):
-        inference = InferencePlan(plan=inference)
+def inference_bill(model: ModelSpec, inference: InferencePlan, gpu: GpuSpec | None) -> InferenceBill:
     dt = inference.plan.precision.compute_bits // 8
     transient = prefill_transient_bytes(model, inference)
     logits = inference.batch * model.vocab_size * (dt + 4)  # last position only, then upcast to fp32

@@ -22,24 +22,16 @@ from memdoc.core.billing.inference import (
     kv_cache_bytes,
     prefill_activation_bytes,
 )
-from memdoc.core.billing.bill import PROCESS_OVERHEAD_BYTES
-from memdoc.core.billing.ladder import largest_fitting
+from memdoc.core.billing.bill import process_overhead_bytes
+from memdoc.core.billing.ladder import largest_fitting, largest_value
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 
-SEQ_STEP = 128
-"""Contexts are searched in multiples of 128 tokens."""
-
-
 def max_inference(model: ModelSpec, inference: InferencePlan, gpu: GpuSpec, knob: str) -> int | None:
     """Largest batch ('batch') or context ('seq', multiples of 128 up to the model's context) that fits."""
-    if knob == "batch":
-        return largest_fitting(lambda b: bool(inference_bill(model, inference.replace(batch=b), gpu).fits), 1 << 20)
-    context = None if inference.plan.allow_long else model.max_positions
-    step = 1 if context is not None and context < SEQ_STEP else SEQ_STEP
-    found = largest_fitting(lambda n: bool(inference_bill(model, inference.replace(context=n * step), gpu).fits),
-                            (context or 1 << 24) // step)
-    return None if found is None else found * step
+    field = "batch" if knob == "batch" else "context"
+    return largest_value(knob, model, inference.plan.allow_long,
+                         lambda value: bool(inference_bill(model, inference.replace(**{field: value}), gpu).fits))
 
 
 @dataclass(frozen=True)
@@ -191,7 +183,7 @@ def vllm_fit(model: ModelSpec, inference: InferencePlan, gpu: GpuSpec) -> VllmFi
     weights = inference_weight_bytes(model, inference.weight_format, dt)
     profiled = max(prefill_activation_bytes(model, batched_tokens, dt),
                    min(max_seqs, batched_tokens) * model.vocab_size * (dt + 4))
-    outside = gpu.process_overhead_bytes or PROCESS_OVERHEAD_BYTES
+    outside = process_overhead_bytes(gpu)
     fixed = weights + profiled + outside
     kv = KvCache.AUTO if inference.kv_cache is KvCache.INT4 else inference.kv_cache  # vLLM has no 4-bit cache
     per_token = kv_cache_bytes(model, batch=1, context=1, bytes_per_element=kv_bytes_per_element(kv, dt))

@@ -45,15 +45,24 @@ from memdoc.core.model.plan import Method, Precision, TrainingPlan
 FP32 = 4
 
 
+def _quantised_linears(model: ModelSpec):
+    """(layers, linear) for every linear bitsandbytes replaces: the decoder's `nn.Linear` modules —
+    not routers or transformers 5's fused experts (3-D parameters, not `nn.Linear`)."""
+    for _, layout, layers in model.layer_groups:
+        for linear in layout.linears:
+            if linear.group not in ("experts", "router"):
+                yield layers, linear
+
+
 def quantised_params(model: ModelSpec) -> int:
-    """Parameters bitsandbytes stores in 4 bit: the decoder's `nn.Linear` weights — not their biases
-    (`Linear4bit.bias` is a plain 16-bit `Parameter`), routers or transformers 5's fused experts."""
-    return sum(
-        layers * linear.copies * linear.in_features * linear.out_features
-        for _, layout, layers in model.layer_groups
-        for linear in layout.linears
-        if linear.group not in ("experts", "router")
-    )
+    """Parameters bitsandbytes stores in 4 (or 8) bit: those linears' weights — not their biases
+    (`Linear4bit.bias` is a plain 16-bit `Parameter`)."""
+    return sum(layers * linear.copies * linear.in_features * linear.out_features for layers, linear in _quantised_linears(model))
+
+
+def quantised_rows(model: ModelSpec) -> int:
+    """Output rows of the quantised weights (LLM.int8 keeps one fp32 scale per row)."""
+    return sum(layers * linear.copies * linear.out_features for layers, linear in _quantised_linears(model))
 
 
 def non_quantised_params(model: ModelSpec) -> int:
@@ -102,6 +111,7 @@ __all__ = [
     "head_weight_copy",
     "non_quantised_params",
     "quantised_params",
+    "quantised_rows",
     "stream_bytes",
     "upcast_weight_bytes",
     "upcasts",

@@ -281,15 +281,18 @@ def _drop_unneeded(model: ModelSpec, plan: TrainingPlan, steps: list[LadderStep]
 def max_fitting(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec, knob: str) -> int | None:
     """Largest micro-batch ('batch') or sequence length ('seq', multiples of 128 up to the model's context) that fits; None if even 1 does not."""
     field = "micro_batch" if knob == "batch" else "seq_len"
-    context = model.max_positions if knob == "seq" and not plan.allow_long else None
-    # multiples of 128 tokens, or single tokens for a context shorter than that (never past the context)
+    return largest_value(knob, model, plan.allow_long,
+                         lambda value: bool(compute_bill(model, plan.replace(**{field: value}), gpu).fits))
+
+
+def largest_value(knob: str, model: ModelSpec, allow_long: bool, fits: Callable[[int], bool]) -> int | None:
+    """The largest batch ('batch') or sequence length ('seq') with fits(value): sequences in multiples
+    of 128 tokens (single tokens for a context shorter than that), never past the model's context
+    unless `allow_long`; None if even 1 does not fit."""
+    context = model.max_positions if knob == "seq" and not allow_long else None
     step = 1 if knob == "batch" or (context is not None and context < 128) else 128
-
-    def fits(value: int) -> bool:
-        return bool(compute_bill(model, plan.replace(**{field: value * step}), gpu).fits)
-
-    limit = (context or 1 << 20) // step if knob == "seq" and not plan.allow_long else 1 << 20
-    found = largest_fitting(fits, limit)
+    limit = (context or 1 << 20) // step if knob == "seq" and not allow_long else 1 << 20
+    found = largest_fitting(lambda n: fits(n * step), limit)
     return None if found is None else found * step
 
 

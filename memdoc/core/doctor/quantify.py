@@ -68,10 +68,7 @@ def quantify(prescriptions, model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec |
     for p in prescriptions:
         changed = apply_lever(plan, p.lever or {})
         if changed is None:
-            note = "not a plan change the bill models" if p.lever else "no memory lever"
-            if p.lever and all(k in PLAN_LEVERS for k in p.lever):
-                note = "already in this plan or not applicable to it"
-            out.append(Quantified(p, None, None, note))
+            out.append(_not_applied(p, PLAN_LEVERS))
             continue
         if changed.shard.value != "none" and changed.world_size == 1:
             out.append(Quantified(p, None, None, "needs more than one GPU"))
@@ -85,10 +82,22 @@ def quantify(prescriptions, model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec |
     return base, out
 
 
+INFERENCE_PLAN_LEVERS = ("micro_batch", "seq_len", *INFERENCE_LEVERS)
+"""Levers the inference bill models: batch and context (as `micro_batch`/`seq_len`) and its own."""
+
+
+def _not_applied(p: Prescription, modelled) -> Quantified:
+    """A prescription whose lever was not applied, with why: none, not modelled, or nothing to change."""
+    if not p.lever:
+        return Quantified(p, None, None, "no memory lever")
+    if all(key in modelled for key in p.lever):
+        return Quantified(p, None, None, "already in this plan or not applicable to it")
+    return Quantified(p, None, None, "not a plan change the bill models")
+
+
 def apply_inference_lever(inference: InferencePlan, lever: dict) -> InferencePlan | None:
     """The inference plan with the lever applied; None when it is not an inference lever or changes nothing."""
-    known = {"micro_batch", "seq_len", *INFERENCE_LEVERS}
-    if not lever or any(key not in known for key in lever):
+    if not lever or any(key not in INFERENCE_PLAN_LEVERS for key in lever):
         return None
     changed = inference
     for key, value in lever.items():
@@ -119,8 +128,7 @@ def quantify_inference(prescriptions, model: ModelSpec, inference: InferencePlan
     for p in prescriptions:
         changed = apply_inference_lever(inference, p.lever or {})
         if changed is None:
-            note = "already in this plan or not applicable to it" if p.lever else "not a plan change the bill models"
-            out.append(Quantified(p, None, None, note))
+            out.append(_not_applied(p, INFERENCE_PLAN_LEVERS))
             continue
         after = inference_bill(model, changed, gpu)
         saved = base.process_total - after.process_total
