@@ -78,15 +78,24 @@ CASES = [
     ("meta-llama/Llama-2-7b-hf", {"method": "lora", "accum": 4}),
     ("Qwen/Qwen2.5-1.5B", {"accum": 2, "checkpointing": "full", "optimizer": "adamw-foreach"}),
     # partial checkpointing (every Nth layer): the last layer checkpointed (Llama 16 layers, N = 5) or not
-    ("meta-llama/Llama-3.2-1B", {"method": "lora", "batch": 2, "seq": 1024, "checkpointing": "full", "checkpoint_every": 5}),
+    (
+        "meta-llama/Llama-3.2-1B",
+        {"method": "lora", "batch": 2, "seq": 1024, "checkpointing": "full", "checkpoint_every": 5},
+    ),
     ("Qwen/Qwen2.5-0.5B", {"batch": 4, "seq": 1024, "checkpointing": "full", "checkpoint_every": 3}),
     # LoRA dropout > 0 (TRL's / Axolotl's examples): one more fp32 copy of each adapted input
     ("meta-llama/Llama-2-7b-hf", {"method": "lora", "lora_dropout": 0.05}),
     # QLoRA after peft's prepare_model_for_kbit_training: fp32 embeddings, head, norms and the tensors between 4-bit matmuls
     ("meta-llama/Llama-3.1-8B", {"method": "qlora", "kbit_upcast": True, "seq": 1024}),
-    ("meta-llama/Llama-3.2-1B", {"method": "qlora", "kbit_upcast": True, "precision": "amp-bf16", "batch": 2, "seq": 1024}),
+    (
+        "meta-llama/Llama-3.2-1B",
+        {"method": "qlora", "kbit_upcast": True, "precision": "amp-bf16", "batch": 2, "seq": 1024},
+    ),
     # QLoRA under autocast: peft's 4-bit LoRA layer does not cast its input, adapters share it
-    ("meta-llama/Llama-3.2-1B", {"method": "qlora", "precision": "amp-bf16", "lora_targets": "all-linear", "seq": 1024}),
+    (
+        "meta-llama/Llama-3.2-1B",
+        {"method": "qlora", "precision": "amp-bf16", "lora_targets": "all-linear", "seq": 1024},
+    ),
 ]
 
 FAST = [
@@ -127,16 +136,133 @@ def traced_vs_billed(model_id: str, flags: dict) -> dict:
 # P7-P9 ran AnswerDotAI/fsdp_qlora's train.py, whose `lora_dropout` defaults to 0.1; torchtune's LoRA configs use 0.0.
 PUBLISHED = [
     ("P2", "meta-llama/Llama-3.2-3B", {"batch": 2, "seq": 4096, "checkpointing": "full"}, 24.9 * GiB, "active"),
-    ("P4", "meta-llama/Llama-3.2-3B", {"method": "lora", "lora_rank": 64, "lora_targets": "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "batch": 2, "seq": 4096, "checkpointing": "full"}, 8.5 * GiB, "active"),
-    ("P5", "meta-llama/Llama-3.2-3B", {"method": "qlora", "lora_rank": 64, "lora_targets": "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "batch": 2, "seq": 4096, "checkpointing": "full"}, 4.6 * GiB, "active"),
-    ("P7", "meta-llama/Llama-2-7b-hf", {"method": "lora", "lora_rank": 64, "lora_targets": "all-linear", "shard": "fsdp", "gpus": 2, "seq": 2048, "checkpointing": "full", "lora_dropout": 0.1}, 9.16 * GiB, "allocated"),
-    ("P9", "meta-llama/Llama-2-7b-hf", {"method": "lora", "lora_rank": 64, "lora_targets": "all-linear", "shard": "fsdp", "gpus": 2, "batch": 4, "seq": 2048, "checkpointing": "full", "lora_dropout": 0.1}, 16.14 * GiB, "reserved"),
-    ("P8", "meta-llama/Llama-2-7b-hf", {"method": "qlora", "lora_rank": 64, "lora_targets": "all-linear", "shard": "fsdp", "gpus": 2, "batch": 4, "seq": 2048, "checkpointing": "full", "lora_dropout": 0.1}, 11.22 * GiB, "reserved"),
-    ("P10", "meta-llama/Llama-2-7b-hf", {"method": "lora", "lora_rank": 8, "batch": 2, "seq": 512, "checkpointing": "full"}, 15.57 * GB, "reserved"),
-    ("P11", "meta-llama/Llama-2-7b-hf", {"method": "lora", "lora_rank": 64, "lora_targets": "all-linear", "batch": 2, "seq": 512, "checkpointing": "full"}, 17.04 * GB, "reserved"),
-    ("P12", "meta-llama/Llama-2-7b-hf", {"method": "qlora", "lora_rank": 8, "lora_targets": "all-linear", "batch": 2, "seq": 512, "checkpointing": "full"}, 9.29 * GB, "reserved"),
-    ("P13", "meta-llama/Meta-Llama-3-8B", {"method": "lora", "lora_rank": 8, "batch": 2, "seq": 512, "checkpointing": "full"}, 18.5 * GB, "reserved"),
-    ("P14", "meta-llama/Llama-2-7b-hf", {"method": "lora", "batch": 4, "seq": 2048, "checkpointing": "full"}, 21.3 * GB, "reserved"),
+    (
+        "P4",
+        "meta-llama/Llama-3.2-3B",
+        {
+            "method": "lora",
+            "lora_rank": 64,
+            "lora_targets": "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+            "batch": 2,
+            "seq": 4096,
+            "checkpointing": "full",
+        },
+        8.5 * GiB,
+        "active",
+    ),
+    (
+        "P5",
+        "meta-llama/Llama-3.2-3B",
+        {
+            "method": "qlora",
+            "lora_rank": 64,
+            "lora_targets": "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+            "batch": 2,
+            "seq": 4096,
+            "checkpointing": "full",
+        },
+        4.6 * GiB,
+        "active",
+    ),
+    (
+        "P7",
+        "meta-llama/Llama-2-7b-hf",
+        {
+            "method": "lora",
+            "lora_rank": 64,
+            "lora_targets": "all-linear",
+            "shard": "fsdp",
+            "gpus": 2,
+            "seq": 2048,
+            "checkpointing": "full",
+            "lora_dropout": 0.1,
+        },
+        9.16 * GiB,
+        "allocated",
+    ),
+    (
+        "P9",
+        "meta-llama/Llama-2-7b-hf",
+        {
+            "method": "lora",
+            "lora_rank": 64,
+            "lora_targets": "all-linear",
+            "shard": "fsdp",
+            "gpus": 2,
+            "batch": 4,
+            "seq": 2048,
+            "checkpointing": "full",
+            "lora_dropout": 0.1,
+        },
+        16.14 * GiB,
+        "reserved",
+    ),
+    (
+        "P8",
+        "meta-llama/Llama-2-7b-hf",
+        {
+            "method": "qlora",
+            "lora_rank": 64,
+            "lora_targets": "all-linear",
+            "shard": "fsdp",
+            "gpus": 2,
+            "batch": 4,
+            "seq": 2048,
+            "checkpointing": "full",
+            "lora_dropout": 0.1,
+        },
+        11.22 * GiB,
+        "reserved",
+    ),
+    (
+        "P10",
+        "meta-llama/Llama-2-7b-hf",
+        {"method": "lora", "lora_rank": 8, "batch": 2, "seq": 512, "checkpointing": "full"},
+        15.57 * GB,
+        "reserved",
+    ),
+    (
+        "P11",
+        "meta-llama/Llama-2-7b-hf",
+        {
+            "method": "lora",
+            "lora_rank": 64,
+            "lora_targets": "all-linear",
+            "batch": 2,
+            "seq": 512,
+            "checkpointing": "full",
+        },
+        17.04 * GB,
+        "reserved",
+    ),
+    (
+        "P12",
+        "meta-llama/Llama-2-7b-hf",
+        {
+            "method": "qlora",
+            "lora_rank": 8,
+            "lora_targets": "all-linear",
+            "batch": 2,
+            "seq": 512,
+            "checkpointing": "full",
+        },
+        9.29 * GB,
+        "reserved",
+    ),
+    (
+        "P13",
+        "meta-llama/Meta-Llama-3-8B",
+        {"method": "lora", "lora_rank": 8, "batch": 2, "seq": 512, "checkpointing": "full"},
+        18.5 * GB,
+        "reserved",
+    ),
+    (
+        "P14",
+        "meta-llama/Llama-2-7b-hf",
+        {"method": "lora", "batch": 4, "seq": 2048, "checkpointing": "full"},
+        21.3 * GB,
+        "reserved",
+    ),
 ]
 
 
@@ -173,7 +299,8 @@ def other_estimators(model_id: str, flags: dict) -> dict:
             if plan.shard.value in ("zero3", "fsdp"):
                 largest = compute_bill(spec, plan).states.largest_layer_params
                 out["deepspeed"] = estimate_zero3_model_states_mem_needs(
-                    params, largest, plan.gpus_per_node, plan.nodes, False, False, False, 1)[1]
+                    params, largest, plan.gpus_per_node, plan.nodes, False, False, False, 1
+                )[1]
             else:
                 out["deepspeed"] = estimate_zero2_model_states_mem_needs(params, plan.world_size, 1, False, 1)[1]
         except ImportError:
@@ -188,8 +315,17 @@ def published_rows() -> list[dict]:
     for ref, model_id, flags, measured, metric in PUBLISHED:
         bill = compute_bill(resolve_model(model_id), parse_plan(**flags))
         ours = bill.peak_reserved if metric == "reserved" else bill.peak_allocated
-        rows.append({"ref": ref, "model": model_id, "metric": metric, "measured": measured, "billed": ours,
-                     "error": ours / measured - 1, **other_estimators(model_id, flags)})
+        rows.append(
+            {
+                "ref": ref,
+                "model": model_id,
+                "metric": metric,
+                "measured": measured,
+                "billed": ours,
+                "error": ours / measured - 1,
+                **other_estimators(model_id, flags),
+            }
+        )
     return rows
 
 
@@ -210,17 +346,25 @@ def main() -> int:
             row = traced_vs_billed(model_id, flags)
             errors.append(abs(row["error"]))
             plan = " ".join(f"{k}={v}" for k, v in flags.items()) or "defaults"
-            print(f"{model_id:36} {plan[:58]:58} {row['traced'] / GiB:8.2f}Gi {row['billed'] / GiB:8.2f}Gi "
-                  f"{row['error'] * 100:+6.1f}%  {row['traced_phase']}/{row['billed_phase']}  ({row['seconds']:.1f}s)",
-                  flush=True)
-        print(f"\n{len(errors)} cases: median |error| {statistics.median(errors) * 100:.1f}%, max {max(errors) * 100:.1f}%")
+            print(
+                f"{model_id:36} {plan[:58]:58} {row['traced'] / GiB:8.2f}Gi {row['billed'] / GiB:8.2f}Gi "
+                f"{row['error'] * 100:+6.1f}%  {row['traced_phase']}/{row['billed_phase']}  ({row['seconds']:.1f}s)",
+                flush=True,
+            )
+        print(
+            f"\n{len(errors)} cases: median |error| {statistics.median(errors) * 100:.1f}%, max {max(errors) * 100:.1f}%"
+        )
     if args.published or not args.fast:
-        print(f"\n{'ref':4} {'model':28} {'metric':9} {'measured':>10} {'memdoc':>10} {'error':>7} "
-              f"{'accelerate':>10} {'DeepSpeed':>10} {'LLaMA-Fac.':>10}")
+        print(
+            f"\n{'ref':4} {'model':28} {'metric':9} {'measured':>10} {'memdoc':>10} {'error':>7} "
+            f"{'accelerate':>10} {'DeepSpeed':>10} {'LLaMA-Fac.':>10}"
+        )
         for row in published_rows():
-            print(f"{row['ref']:4} {row['model']:28} {row['metric']:9} {row['measured'] / GiB:8.2f}Gi "
-                  f"{row['billed'] / GiB:8.2f}Gi {row['error'] * 100:+6.1f}% {_gib(row['accelerate'])} "
-                  f"{_gib(row['deepspeed'])} {_gib(row['llamafactory'])}")
+            print(
+                f"{row['ref']:4} {row['model']:28} {row['metric']:9} {row['measured'] / GiB:8.2f}Gi "
+                f"{row['billed'] / GiB:8.2f}Gi {row['error'] * 100:+6.1f}% {_gib(row['accelerate'])} "
+                f"{_gib(row['deepspeed'])} {_gib(row['llamafactory'])}"
+            )
     return 0
 
 

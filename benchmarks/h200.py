@@ -75,14 +75,18 @@ def main() -> int:
         for r in rows:
             print(json.dumps(r))
         return 0
-    print(f"{'case':40} {'measured':>9} {'billed':>9} {'error':>7}  {'fwd m/b':>15} {'bwd m/b':>15} {'opt m/b':>15}  peak phase")
+    print(
+        f"{'case':40} {'measured':>9} {'billed':>9} {'error':>7}  {'fwd m/b':>15} {'bwd m/b':>15} {'opt m/b':>15}  peak phase"
+    )
     for r in rows:
         cols = " ".join(
             f"{r['measured_phases'][p] / GiB:6.2f}/{r['billed_phases'][p] / GiB:<6.2f}"[:15].rjust(15)
             for p in ("forward", "backward", "optimizer")
         )
-        print(f"{r['id'][:40]:40} {r['measured'] / GiB:7.2f}Gi {r['billed'] / GiB:7.2f}Gi {r['error'] * 100:+6.1f}%  {cols}  "
-              f"{r['measured_phase']}/{r['billed_phase']}")
+        print(
+            f"{r['id'][:40]:40} {r['measured'] / GiB:7.2f}Gi {r['billed'] / GiB:7.2f}Gi {r['error'] * 100:+6.1f}%  {cols}  "
+            f"{r['measured_phase']}/{r['billed_phase']}"
+        )
     errors = [abs(r["error"]) for r in rows]
     print(f"\n{len(rows)} rows: median |error| {statistics.median(errors) * 100:.1f}%, max {max(errors) * 100:.1f}%")
     return 0

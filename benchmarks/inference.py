@@ -56,11 +56,15 @@ def main() -> None:
         error = billed.peak_allocated / traced.peak - 1
         errors.append(error)
         flag_text = " ".join(f"--{k} {v}" for k, v in flags.items()) or "—"
-        print(f"| {model_id} | {batch} × {seq} | {chunk or '—'} | {flag_text} | {traced.peak / 2**30:.2f} GiB | "
-              f"{billed.peak_allocated / 2**30:.2f} GiB | {error:+.2%} | {billed.activations / traced.activations - 1:+.1%} |")
+        print(
+            f"| {model_id} | {batch} × {seq} | {chunk or '—'} | {flag_text} | {traced.peak / 2**30:.2f} GiB | "
+            f"{billed.peak_allocated / 2**30:.2f} GiB | {error:+.2%} | {billed.activations / traced.activations - 1:+.1%} |"
+        )
     worst = max(errors, key=abs)
-    print(f"\n{len(errors)} cases · weights and KV cache exact: {exact} · peak: median |Δ| "
-          f"{statistics.median(abs(e) for e in errors):.2%}, worst {worst:+.2%}")
+    print(
+        f"\n{len(errors)} cases · weights and KV cache exact: {exact} · peak: median |Δ| "
+        f"{statistics.median(abs(e) for e in errors):.2%}, worst {worst:+.2%}"
+    )
 
 
 if __name__ == "__main__":

@@ -11,12 +11,40 @@ import sys
 import time
 
 COMMANDS = [
-    ("memdoc bill meta-llama/Llama-2-7b --gpu 24", [sys.executable, "-m", "memdoc", "bill", "meta-llama/Llama-2-7b", "--gpu", "24"]),
-    ("memdoc bill ... --json", [sys.executable, "-m", "memdoc", "bill", "meta-llama/Llama-2-7b", "--gpu", "24", "--json"]),
-    ("memdoc plan meta-llama/Llama-3.1-8B --gpu 24", [sys.executable, "-m", "memdoc", "plan", "meta-llama/Llama-3.1-8B", "--gpu", "24"]),
-    ("memdoc plan ... --gpu h100-sxm --gpus 8", [sys.executable, "-m", "memdoc", "plan", "meta-llama/Llama-3.1-8B", "--gpu", "h100-sxm",
-                                                 "--gpus", "8", "--global-batch", "256", "--seq", "4096"]),
-    ("memdoc prescribe --symptom mid-run-oom", [sys.executable, "-m", "memdoc", "prescribe", "--symptom", "mid-run-oom"]),
+    (
+        "memdoc bill meta-llama/Llama-2-7b --gpu 24",
+        [sys.executable, "-m", "memdoc", "bill", "meta-llama/Llama-2-7b", "--gpu", "24"],
+    ),
+    (
+        "memdoc bill ... --json",
+        [sys.executable, "-m", "memdoc", "bill", "meta-llama/Llama-2-7b", "--gpu", "24", "--json"],
+    ),
+    (
+        "memdoc plan meta-llama/Llama-3.1-8B --gpu 24",
+        [sys.executable, "-m", "memdoc", "plan", "meta-llama/Llama-3.1-8B", "--gpu", "24"],
+    ),
+    (
+        "memdoc plan ... --gpu h100-sxm --gpus 8",
+        [
+            sys.executable,
+            "-m",
+            "memdoc",
+            "plan",
+            "meta-llama/Llama-3.1-8B",
+            "--gpu",
+            "h100-sxm",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "256",
+            "--seq",
+            "4096",
+        ],
+    ),
+    (
+        "memdoc prescribe --symptom mid-run-oom",
+        [sys.executable, "-m", "memdoc", "prescribe", "--symptom", "mid-run-oom"],
+    ),
     ("memdoc models", [sys.executable, "-m", "memdoc", "models"]),
     ("memdoc gpus", [sys.executable, "-m", "memdoc", "gpus"]),
     ('python -c "import torch"', [sys.executable, "-c", "import torch"]),

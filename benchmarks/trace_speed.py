@@ -44,7 +44,10 @@ def main() -> None:
     for name in MODELS:
         out = subprocess.run(
             [sys.executable, "-c", CHILD, str(config_path(name)), plan],
-            capture_output=True, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
         )
         if out.returncode:
             print(f"{name:32} failed: {out.stderr.strip().splitlines()[-1]}")

@@ -6,7 +6,6 @@ checkpointed and the activations stay.
 """
 
 import torch
-
 from _tiny_hf import random_batch, tiny_model
 
 BATCH, SEQ = 4, 64

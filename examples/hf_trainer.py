@@ -7,9 +7,8 @@ data, no download), trained with the HF Trainer on CPU for 2 steps.
 import tempfile
 
 import torch
-from transformers import Trainer, TrainingArguments
-
 from _tiny_hf import random_batch, tiny_model
+from transformers import Trainer, TrainingArguments
 
 BATCH, SEQ = 2, 32
 

@@ -1,12 +1,11 @@
 """LoRA with peft on a tiny Qwen2.5 built from the catalog config (random weights), plain loop.
 
-    memdoc diagnose examples/lora_peft.py
+memdoc diagnose examples/lora_peft.py
 """
 
 import torch
-from peft import LoraConfig, get_peft_model
-
 from _tiny_hf import random_batch, tiny_model
+from peft import LoraConfig, get_peft_model
 
 RANK = 8
 TARGETS = ["q_proj", "v_proj"]

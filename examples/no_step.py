@@ -6,9 +6,8 @@ memdoc measures what ran and reports that no optimizer step happened.
 """
 
 import torch
-from torch import nn
-
 from plain_loop import CLASSES, WIDTH, TinyMLP
+from torch import nn
 
 BATCH = 128
 

@@ -7,9 +7,8 @@ exception type (torch.OutOfMemoryError) a real CUDA OOM raises.
 """
 
 import torch
-from torch import nn
-
 from plain_loop import CLASSES, WIDTH, TinyMLP
+from torch import nn
 
 BATCH = 256
 

@@ -1,6 +1,6 @@
 """A plain PyTorch training loop with a custom nn.Module (random data, CPU or CUDA).
 
-    memdoc diagnose examples/plain_loop.py -- --batch 256
+memdoc diagnose examples/plain_loop.py -- --batch 256
 """
 
 import argparse
@@ -19,7 +19,8 @@ class TinyMLP(nn.Module):
     def __init__(self, width: int = WIDTH, hidden: int = HIDDEN, classes: int = CLASSES):
         super().__init__()
         self.blocks = nn.ModuleList(
-            nn.Sequential(nn.LayerNorm(width), nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, width)) for _ in range(2)
+            nn.Sequential(nn.LayerNorm(width), nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, width))
+            for _ in range(2)
         )
         self.head = nn.Linear(width, classes)
 

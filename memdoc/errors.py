@@ -67,7 +67,7 @@ def quoted(value, limit: int = 40) -> str:
 
 
 def did_you_mean(value: str, choices, *, cutoff: float = 0.6) -> str:
-    """" (did you mean X?)" with the closest of `choices` to `value`, or "" when none is close."""
+    """ " (did you mean X?)" with the closest of `choices` to `value`, or "" when none is close."""
     import difflib
 
     close = difflib.get_close_matches(value, list(choices), n=1, cutoff=cutoff)

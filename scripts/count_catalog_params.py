@@ -10,6 +10,7 @@ temporary directory as ``config.json``, loads it with
 
 Usage: python scripts/count_catalog_params.py [--tsv] [FILE ...]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import torch
+
     torch.set_num_threads(1)
     from transformers.utils import logging as hf_logging
+
     hf_logging.set_verbosity_error()
 
     files = [Path(f) for f in args.files] or sorted(CATALOG.glob("*.json"))

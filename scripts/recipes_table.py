@@ -1,7 +1,7 @@
 """Regenerate the table in recipes/README.md from the recipes and the current bill.
 
-    python scripts/recipes_table.py          # rewrite the table
-    python scripts/recipes_table.py --check  # exit 1 if the README is stale (used by the tests)
+python scripts/recipes_table.py          # rewrite the table
+python scripts/recipes_table.py --check  # exit 1 if the README is stale (used by the tests)
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ sys.path.insert(0, str(ROOT))
 from memdoc.core.billing.bill import compute_bill  # noqa: E402
 from memdoc.core.model.gpu import resolve_gpu  # noqa: E402
 from memdoc.core.model.plan import parse_plan  # noqa: E402
-from memdoc.resolve.recipes import load_recipe  # noqa: E402
 from memdoc.resolve.models import resolve_model  # noqa: E402
+from memdoc.resolve.recipes import load_recipe  # noqa: E402
 from memdoc.units import format_bytes  # noqa: E402
 
 README = ROOT / "recipes" / "README.md"

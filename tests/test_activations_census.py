@@ -22,8 +22,15 @@ CATALOG = Path(__file__).resolve().parents[1] / "memdoc" / "data" / "catalog"
 SEQ = 128
 
 
-def saved_bytes(config: dict, layers: int, *, attention: str, lora_targets: list[str] | None, dropout: float = 0.05,
-                dtype: str = "bfloat16") -> int:
+def saved_bytes(
+    config: dict,
+    layers: int,
+    *,
+    attention: str,
+    lora_targets: list[str] | None,
+    dropout: float = 0.05,
+    dtype: str = "bfloat16",
+) -> int:
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.initialization import no_init_weights
 
@@ -60,14 +67,33 @@ def saved_bytes(config: dict, layers: int, *, attention: str, lora_targets: list
 
 # MoE layers at full size would need gigabytes of RAM per layer: the same architectures, shrunk.
 SMALL_MOE = {
-    "Qwen--Qwen3-30B-A3B": {"hidden_size": 256, "moe_intermediate_size": 128, "num_experts": 16,
-                            "num_experts_per_tok": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
-                            "head_dim": 64, "vocab_size": 1000},
-    "mistralai--Mixtral-8x7B-v0.1": {"hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
-                                     "num_key_value_heads": 2, "vocab_size": 1000},
-    "Qwen--Qwen2-57B-A14B": {"hidden_size": 256, "moe_intermediate_size": 128, "shared_expert_intermediate_size": 384,
-                             "num_experts": 16, "num_experts_per_tok": 4, "num_attention_heads": 4,
-                             "num_key_value_heads": 2, "vocab_size": 1000},
+    "Qwen--Qwen3-30B-A3B": {
+        "hidden_size": 256,
+        "moe_intermediate_size": 128,
+        "num_experts": 16,
+        "num_experts_per_tok": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "vocab_size": 1000,
+    },
+    "mistralai--Mixtral-8x7B-v0.1": {
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+    },
+    "Qwen--Qwen2-57B-A14B": {
+        "hidden_size": 256,
+        "moe_intermediate_size": 128,
+        "shared_expert_intermediate_size": 384,
+        "num_experts": 16,
+        "num_experts_per_tok": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+    },
 }
 
 CASES = [
@@ -75,7 +101,12 @@ CASES = [
     ("meta-llama--Llama-3.2-1B", "lora", "sdpa", ["q_proj", "v_proj"]),
     ("meta-llama--Llama-3.2-1B", "full", "eager", None),
     ("Qwen--Qwen2.5-0.5B", "full", "sdpa", None),
-    ("Qwen--Qwen2.5-0.5B", "lora", "sdpa", ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
+    (
+        "Qwen--Qwen2.5-0.5B",
+        "lora",
+        "sdpa",
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    ),
     ("Qwen--Qwen3-0.6B", "full", "sdpa", None),
     ("google--gemma-2b", "lora", "sdpa", ["q_proj", "v_proj"]),
     ("google--gemma-2-2b", "full", "eager", None),
@@ -102,17 +133,22 @@ def test_layer_activations_equal_autograd_census(name, method, attention, target
         config, 2, attention=attention, lora_targets=targets
     )
     spec = spec_from_config(config, model_id=name)
-    plan = parse_plan(seq=SEQ, method=method, attention=attention, lora_targets=targets or ["q_proj"], lora_dropout=0.05)
+    plan = parse_plan(
+        seq=SEQ, method=method, attention=attention, lora_targets=targets or ["q_proj"], lora_dropout=0.05
+    )
     billed = sum(layer_activations(spec, plan, 2).values())
     # Exact up to the per-token rsqrt/logsumexp vectors (a few hundred bytes per token).
     assert billed == pytest.approx(real, rel=0.005, abs=256 * SEQ), (billed, real)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,targets", [
-    ("meta-llama--Llama-3.2-1B", ["q_proj", "v_proj"]),
-    ("Qwen--Qwen2.5-0.5B", ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
-])
+@pytest.mark.parametrize(
+    "name,targets",
+    [
+        ("meta-llama--Llama-3.2-1B", ["q_proj", "v_proj"]),
+        ("Qwen--Qwen2.5-0.5B", ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
+    ],
+)
 @pytest.mark.parametrize("dropout", [0.0, 0.1])
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
 def test_lora_dropout_census(name, targets, dropout, precision):

@@ -130,12 +130,17 @@ def test_replay_reproduces_the_real_final_segments_and_peaks(snapshot):
     addresses = [e["addr"] for e in trace if e["action"] == "segment_alloc"]
     alloc = replay(trace, segment_addresses=addresses)
     ours = [(s["address"], [(b["address"], b["size"], b["allocated"]) for b in s["blocks"]]) for s in alloc.segments()]
-    theirs = [(s["address"], [(b["address"], b["size"], b["state"] == "active_allocated") for b in s["blocks"]])
-              for s in snapshot["segments"]]
+    theirs = [
+        (s["address"], [(b["address"], b["size"], b["state"] == "active_allocated") for b in s["blocks"]])
+        for s in snapshot["segments"]
+    ]
     assert ours == theirs
     stats = json.loads((FIX / "hf-step-stats.json").read_text())
     assert alloc.stats.peak_reserved == stats["max_memory_reserved"]
     assert alloc.stats.peak_allocated == stats["max_memory_allocated"]
     real = stats["memory_stats"]
     assert (alloc.stats.num_device_alloc, alloc.stats.num_device_free, alloc.stats.num_alloc_retries) == (
-        real["num_device_alloc"], real["num_device_free"], real["num_alloc_retries"])
+        real["num_device_alloc"],
+        real["num_device_free"],
+        real["num_alloc_retries"],
+    )

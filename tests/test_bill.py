@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from memdoc.core.billing.bill import compute_bill
-from memdoc.core.model.gpu import resolve_gpu
 from memdoc.core.billing.inference import kv_cache_bytes
 from memdoc.core.billing.ladder import climb, max_fitting
+from memdoc.core.model.gpu import resolve_gpu
 from memdoc.core.model.plan import parse_plan
 from memdoc.resolve.models import resolve_model
 

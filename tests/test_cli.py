@@ -21,13 +21,21 @@ def test_every_command_has_help_with_examples(command):
         (["bill", "meta-llama/Llama-2-7x", "--gpu", "24"], "unknown model 'meta-llama/Llama-2-7x'"),
         (["bill", "/nonexistent/config.json", "--gpu", "24"], "does not exist"),
         (["bill", "meta-llama/Llama-2-7b", "--gpu", "24", "--batch", "0"], "--batch must be a positive integer"),
-        (["bill", "meta-llama/Llama-2-7b", "--gpu", "24", "--seq", "100000"], "exceeds meta-llama/Llama-2-7b-hf's context of 4096"),
-        (["bill", "meta-llama/Llama-2-7b", "--gpu", "24", "--method", "lora", "--lora-rank", "4096"], "--lora-rank 4096 must be smaller"),
+        (
+            ["bill", "meta-llama/Llama-2-7b", "--gpu", "24", "--seq", "100000"],
+            "exceeds meta-llama/Llama-2-7b-hf's context of 4096",
+        ),
+        (
+            ["bill", "meta-llama/Llama-2-7b", "--gpu", "24", "--method", "lora", "--lora-rank", "4096"],
+            "--lora-rank 4096 must be smaller",
+        ),
         (["bill", "meta-llama/Llama-2-7b", "--gpu", "24", "--method", "qlora", "--precision", "fp32"], "QLoRA"),
         (["bill", "meta-llama/Llama-2-7b", "--gpu", "24", "--shard", "zero3"], "needs more than one GPU"),
         (["bill", "meta-llama/Llama-2-7b", "--gpu", "rtx-9999"], "rtx-9999"),
-        (["bill", "microsoft/Phi-3-mini-4k-instruct", "--gpu", "24", "--method", "lora", "--lora-targets", "q_proj"],
-         "matches no linear module of microsoft/Phi-3-mini-4k-instruct"),
+        (
+            ["bill", "microsoft/Phi-3-mini-4k-instruct", "--gpu", "24", "--method", "lora", "--lora-targets", "q_proj"],
+            "matches no linear module of microsoft/Phi-3-mini-4k-instruct",
+        ),
         (["bill", "meta-llama/Llama-2-7b"], "pass --gpu"),
         (["bill", "--gpu", "24"], "no MODEL given"),
     ],
@@ -57,9 +65,22 @@ def test_recipe_flags_override(tmp_path):
 
 def test_bill_json_contract():
     data = json.loads(run("bill", "meta-llama/Llama-2-7b", "--gpu", "24", "--json").output)
-    assert data["model"] == {"id": "meta-llama/Llama-2-7b-hf", "params": 6_738_415_616, "trainable_params": 6_738_415_616}
+    assert data["model"] == {
+        "id": "meta-llama/Llama-2-7b-hf",
+        "params": 6_738_415_616,
+        "trainable_params": 6_738_415_616,
+    }
     assert data["gpu"]["memory_bytes"] == 24 * 1024**3 and data["gpu"]["count"] == 1
-    for key in ("weights", "gradients", "optimizer", "activations", "other", "peak_allocated", "peak_reserved", "process_total"):
+    for key in (
+        "weights",
+        "gradients",
+        "optimizer",
+        "activations",
+        "other",
+        "peak_allocated",
+        "peak_reserved",
+        "process_total",
+    ):
         assert isinstance(data["per_gpu"][key], int)
     assert data["fits"] is False and data["headroom_bytes"] < 0
     assert data["ladder"] and data["ladder"][-1]["fits"] is True
@@ -90,14 +111,31 @@ def test_python_dash_m_and_no_torch_on_the_bill_path():
 
 def test_lora_defaults_follow_the_architecture():
     # Phi-3 fuses q/k/v into qkv_proj: peft's default target there, r=16 over 32 layers × (3072 + 9216).
-    data = json.loads(run("bill", "microsoft/Phi-3-mini-4k-instruct", "--gpu", "24", "--method", "lora", "--json").output)
+    data = json.loads(
+        run("bill", "microsoft/Phi-3-mini-4k-instruct", "--gpu", "24", "--method", "lora", "--json").output
+    )
     assert data["plan"]["lora_targets"] == ["qkv_proj"]
     assert data["model"]["trainable_params"] == 32 * 16 * (3072 + 9216)
 
 
 def test_offload_moves_states_to_the_host_column():
-    data = json.loads(run("bill", "meta-llama/Llama-3.1-8B", "--gpu", "24", "--precision", "amp-bf16", "--gpus", "4",
-                          "--shard", "zero3", "--offload", "optimizer", "--json").output)
+    data = json.loads(
+        run(
+            "bill",
+            "meta-llama/Llama-3.1-8B",
+            "--gpu",
+            "24",
+            "--precision",
+            "amp-bf16",
+            "--gpus",
+            "4",
+            "--shard",
+            "zero3",
+            "--offload",
+            "optimizer",
+            "--json",
+        ).output
+    )
     params = 8_030_261_248
     # DeepSpeed ZeRO-Offload keeps fp32 master + Adam states (12 B/param) and the gradients on the host, sharded over 4.
     assert data["host"]["optimizer"] == -(-12 * params // 4)
@@ -106,23 +144,46 @@ def test_offload_moves_states_to_the_host_column():
 
 
 def test_inference_bill_json():
-    data = json.loads(run("bill", "meta-llama/Llama-3.1-8B", "--gpu", "24", "--inference", "--seq", "8192", "--json").output)
+    data = json.loads(
+        run("bill", "meta-llama/Llama-3.1-8B", "--gpu", "24", "--inference", "--seq", "8192", "--json").output
+    )
     assert data["mode"] == "inference"
     assert data["per_gpu"]["weights"] == 2 * 8_030_261_248
     assert data["per_gpu"]["kv_cache"] == 1024**3  # 2 × 32 layers × 8 KV heads × 128 × 8192 × 2 B
 
 
 def test_max_batch_from_the_cli():
-    data = json.loads(run("bill", "meta-llama/Llama-2-7b", "--gpu", "rtx-4090", "--method", "qlora",
-                          "--checkpointing", "full", "--max", "batch", "--json").output)
+    data = json.loads(
+        run(
+            "bill",
+            "meta-llama/Llama-2-7b",
+            "--gpu",
+            "rtx-4090",
+            "--method",
+            "qlora",
+            "--checkpointing",
+            "full",
+            "--max",
+            "batch",
+            "--json",
+        ).output
+    )
     assert data["max"]["knob"] == "batch" and data["max"]["value"] >= 2
 
 
 @pytest.mark.slow
 def test_unknown_architecture_is_billed_with_a_note(tmp_path):
     # OPT has no analytic layout: exact parameters from the meta device, activations from a generic layer.
-    config = {"model_type": "opt", "hidden_size": 768, "ffn_dim": 3072, "num_hidden_layers": 12,
-              "num_attention_heads": 12, "vocab_size": 50272, "max_position_embeddings": 2048, "word_embed_proj_dim": 768}
+    config = {
+        "model_type": "opt",
+        "hidden_size": 768,
+        "ffn_dim": 3072,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "vocab_size": 50272,
+        "max_position_embeddings": 2048,
+        "word_embed_proj_dim": 768,
+    }
     (tmp_path / "config.json").write_text(json.dumps(config))
     result = run("bill", str(tmp_path), "--gpu", "24", "--method", "lora", "--json")
     assert result.exit_code == 0, result.output

@@ -71,14 +71,19 @@ def test_fp32_logits():
     assert (c["item"], c["shape"], c["bytes"]) == ("logits", [2, 4096, 128256], n)
     first = out["prescriptions"][0]
     assert first["shrinks_culprit"] and first["why"] in ("logits", "activations")
-    assert any(p["id"].endswith("chunked-loss") or p["id"].endswith("chunked-cross-entropy")
-               for p in out["prescriptions"] if p["shrinks_culprit"])
+    assert any(
+        p["id"].endswith("chunked-loss") or p["id"].endswith("chunked-cross-entropy")
+        for p in out["prescriptions"]
+        if p["shrinks_culprit"]
+    )
 
 
 def test_eager_attention_scores():
     # Llama-2-7B eager: 1 × 32 heads × 4096² fp32 scores = 2 GiB
     n = 1 * 32 * 4096 * 4096 * 4
-    out = _culprit(_oom(n), "meta-llama/Llama-2-7b-hf", "--attention", "eager", "--batch", "1", "--seq", "4096", "--method", "lora")
+    out = _culprit(
+        _oom(n), "meta-llama/Llama-2-7b-hf", "--attention", "eager", "--batch", "1", "--seq", "4096", "--method", "lora"
+    )
     c = out["oom"]["culprit"]
     assert (c["item"], c["shape"], c["note"]) == ("activations", [1, 32, 4096, 4096], None)
     assert "attention scores" in c["name"]
@@ -104,7 +109,11 @@ def test_foreach_optimizer_temporary():
     # Full fine-tuning of Llama-3.1-8B in pure bf16 with foreach AdamW: the embedding-shaped
     # temporary (128,256 × 4,096 × 2 B) at the optimizer step
     n = 128256 * 4096 * 2
-    frames = FRAME.format(path="torch/optim/adamw.py", func="_multi_tensor_adamw", code="exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs)")
+    frames = FRAME.format(
+        path="torch/optim/adamw.py",
+        func="_multi_tensor_adamw",
+        code="exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs)",
+    )
     out = _culprit(_oom(n, frames), "meta-llama/Llama-3.1-8B", "--method", "full", "--optimizer", "adamw")
     c = out["oom"]["culprit"]
     assert (c["item"], c["shape"]) == ("optimizer", [128256, 4096]) and "foreach" in c["name"]
@@ -114,7 +123,11 @@ def test_foreach_optimizer_temporary():
 def test_embedding_gradient():
     # Mistral-7B full fine-tuning in fp32: embedding gradient 32,000 × 4,096 × 4 B = 500 MiB, in backward
     n = 32000 * 4096 * 4
-    frames = FRAME.format(path="torch/autograd/graph.py", func="_engine_run_backward", code="return Variable._execution_engine.run_backward(")
+    frames = FRAME.format(
+        path="torch/autograd/graph.py",
+        func="_engine_run_backward",
+        code="return Variable._execution_engine.run_backward(",
+    )
     out = _culprit(_oom(n, frames), "mistralai/Mistral-7B-v0.1", "--method", "full", "--precision", "fp32")
     c = out["oom"]["culprit"]
     assert (c["item"], c["shape"], c["name"]) == ("gradients", [32000, 4096], "embed_tokens gradient")
@@ -123,7 +136,9 @@ def test_embedding_gradient():
 def test_kv_cache_layer():
     # generation with Llama-3.1-8B: one layer's K cache, 8 sequences × 8 KV heads × 8192 × 128 × 2 B = 128 MiB
     n = 8 * 8 * 8192 * 128 * 2
-    frames = FRAME.format(path="transformers/generation/utils.py", func="_sample", code="outputs = self(**model_inputs)")
+    frames = FRAME.format(
+        path="transformers/generation/utils.py", func="_sample", code="outputs = self(**model_inputs)"
+    )
     out = _culprit(_oom(n, frames), "meta-llama/Llama-3.1-8B", "--batch", "8", "--seq", "8192")
     assert out["symptom"] == "inference-oom"
     c = out["oom"]["culprit"]

@@ -97,8 +97,10 @@ def test_each_format_gives_the_constructed_lengths(tmp_path, tok_dir, fmt):
 
 
 def test_chat_messages_go_through_the_chat_template(tmp_path, tok_dir):
-    records = [{"messages": [{"role": "user", "content": text(n)}, {"role": "assistant", "content": text(2 * n)}]}
-               for n in (1, 5, 10)]
+    records = [
+        {"messages": [{"role": "user", "content": text(n)}, {"role": "assistant", "content": text(2 * n)}]}
+        for n in (1, 5, 10)
+    ]
     path = write(tmp_path / "chat.jsonl", records, "jsonl")
     data = bill_json("--dataset", path, "--tokenizer", tok_dir)["dataset"]
     # per message: <s> role words </s>; no BOS added on top of the template
@@ -108,7 +110,12 @@ def test_chat_messages_go_through_the_chat_template(tmp_path, tok_dir):
     assert data["over"] == 0
     # the same conversations in a CSV column (JSON strings) count the same
     rows = [{"messages": json.dumps(r["messages"])} for r in records]
-    assert bill_json("--dataset", write(tmp_path / "chat.csv", rows, "csv"), "--tokenizer", tok_dir)["dataset"]["max_tokens"] == expected[-1]
+    assert (
+        bill_json("--dataset", write(tmp_path / "chat.csv", rows, "csv"), "--tokenizer", tok_dir)["dataset"][
+            "max_tokens"
+        ]
+        == expected[-1]
+    )
 
 
 def test_sharegpt_and_prompt_completion_fields(tmp_path, tok_dir):
@@ -124,8 +131,9 @@ def test_sharegpt_and_prompt_completion_fields(tmp_path, tok_dir):
 def test_longest_that_fits_is_where_the_bill_stops_fitting(tmp_path, tok_dir):
     """Without --seq the fit is the GPU's: the bill at that length fits, 128 tokens more does not."""
     records = [{"text": text(n)} for n in (100, 400, 30000)]
-    data = bill_json("--dataset", write(tmp_path / "d.jsonl", records, "jsonl"), "--tokenizer", tok_dir,
-                     "--batch", 2)["dataset"]
+    data = bill_json("--dataset", write(tmp_path / "d.jsonl", records, "jsonl"), "--tokenizer", tok_dir, "--batch", 2)[
+        "dataset"
+    ]
     fits = data["max_seq_that_fits"]
     assert fits is not None and fits % 128 == 0
     assert bill_json("--batch", 2, "--seq", fits)["fits"] is True
@@ -145,11 +153,14 @@ def test_terminal_output_and_progress(tmp_path, tok_dir):
     assert "longest that fits (micro-batch 1)" in result.stdout and "37 samples" in result.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--tokenizer", "x"], "--tokenizer and --text-field go with --dataset"),
-    (["--dataset", "nope.jsonl", "--tokenizer", "x"], "does not exist"),
-    (["--dataset", "data.txt", "--tokenizer", "x"], "unknown format '.txt'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--tokenizer", "x"], "--tokenizer and --text-field go with --dataset"),
+        (["--dataset", "nope.jsonl", "--tokenizer", "x"], "does not exist"),
+        (["--dataset", "data.txt", "--tokenizer", "x"], "unknown format '.txt'"),
+    ],
+)
 def test_bad_input_is_one_line(tmp_path, args, message):
     (tmp_path / "data.txt").write_text("hi")
     args = [str(tmp_path / a) if a.endswith((".jsonl", ".txt")) else a for a in args]
@@ -202,7 +213,9 @@ def test_nearest_rank_percentiles():
 
 def test_packing_applies_when_samples_are_short():
     model = resolve_model(MODEL)
-    fit = dataset_fit([50] * 99 + [60], model, TrainingPlan(micro_batch=1, seq_len=4096), resolve_gpu("24"), seq_cap=4096)
+    fit = dataset_fit(
+        [50] * 99 + [60], model, TrainingPlan(micro_batch=1, seq_len=4096), resolve_gpu("24"), seq_cap=4096
+    )
     assert fit.over == 0 and fit.max_seq_that_fits == 4096
     assert [p["id"] for p in fit.prescriptions] == ["packing"]
     assert fit.prescriptions[0]["how"]["trl"] == {"packing": True, "max_length": 4096}

@@ -7,8 +7,8 @@ import pickle
 from pathlib import Path
 
 import pytest
-
 from conftest import invoke_diagnose as run_cli
+
 from memdoc.core.doctor.findings import RunFacts, lint
 from memdoc.probe.cuda_stats import digest_stats, snapshot_timeline
 from memdoc.render.timeline import timeline_html
@@ -19,8 +19,6 @@ ITEMS = ("weights", "gradients", "optimizer", "activations", "other")
 
 def fixture(name: str) -> dict:
     return json.loads((FIXTURES / name).read_text())
-
-
 
 
 # --------------------------------------------------------------------------------- dry run
@@ -42,9 +40,16 @@ def test_dry_run_json_has_every_key():
 
 
 TINY_LLAMA = {
-    "model_type": "llama", "hidden_size": 128, "intermediate_size": 352, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 2000, "max_position_embeddings": 512,
-    "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+    "model_type": "llama",
+    "hidden_size": 128,
+    "intermediate_size": 352,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": 2000,
+    "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": False,
 }
 
 
@@ -56,7 +61,15 @@ def test_dry_run_table_compares_with_the_bill(tmp_path):
     res = run_cli(str(config), "--seq", "128", "--batch", "2")
     assert res.exit_code == 0, res.stderr
     out = res.stdout
-    for word in ("traced step vs bill", "measured", "billed", "bill − measured", "peak allocated", "peak in", "Top modules"):
+    for word in (
+        "traced step vs bill",
+        "measured",
+        "billed",
+        "bill − measured",
+        "peak allocated",
+        "peak in",
+        "Top modules",
+    ):
         assert word in out
 
 
@@ -127,9 +140,21 @@ def test_snapshot_timeline_replays_the_trace():
     base = 139880000000000
     points = snapshot_timeline(snap, {base: "weights", base + 2097152: "gradients"})
     MiB = 2**20
-    assert [p["total"] for p in points] == [2 * MiB, 4 * MiB, 12 * MiB, 20 * MiB, 12 * MiB, 14 * MiB, 6 * MiB, 4 * MiB, 4 * MiB]
+    assert [p["total"] for p in points] == [
+        2 * MiB,
+        4 * MiB,
+        12 * MiB,
+        20 * MiB,
+        12 * MiB,
+        14 * MiB,
+        6 * MiB,
+        4 * MiB,
+        4 * MiB,
+    ]
     assert points[-1]["action"] == "oom"
-    assert points[-1]["weights"] == 2 * MiB and points[-1]["gradients"] == 2 * MiB and points[-1]["activations+other"] == 0
+    assert (
+        points[-1]["weights"] == 2 * MiB and points[-1]["gradients"] == 2 * MiB and points[-1]["activations+other"] == 0
+    )
     page = timeline_html(points, title="t", marks=[(3, "backward")])
     assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "<polygon" in page
     assert "<script" not in page and "src=" not in page  # offline: nothing to load
@@ -140,8 +165,17 @@ def test_snapshot_written_with_offline_html(tmp_path):
     from memdoc.commands.diagnose import _write_snapshot
     from memdoc.probe.script import ScriptResult
 
-    result = ScriptResult(script="train.py", stop_reason="oom", steps=1, measured={}, peak_phase="forward", phases={},
-                          states={}, snapshot=fixture("snapshot.json"), categories={139880000000000: "weights"})
+    result = ScriptResult(
+        script="train.py",
+        stop_reason="oom",
+        steps=1,
+        measured={},
+        peak_phase="forward",
+        phases={},
+        states={},
+        snapshot=fixture("snapshot.json"),
+        categories={139880000000000: "weights"},
+    )
     written = _write_snapshot(result, tmp_path / "mem.pickle", pickle)
     assert written == [str(tmp_path / "mem.pickle"), str(tmp_path / "mem.pickle.html")]
     assert pickle.loads((tmp_path / "mem.pickle").read_bytes())["device_traces"][0][0]["action"] == "segment_alloc"
@@ -165,12 +199,27 @@ def test_cpu_snapshot_html_from_a_script(tmp_path):
 def test_lint_rules_on_synthetic_facts():
     MiB = 2**20
     facts = RunFacts(
-        measured={"weights": 100 * MiB, "gradients": 100 * MiB, "optimizer": 200 * MiB, "activations": 0, "other": 100 * MiB,
-                  "peak_allocated": 500 * MiB},
-        peak_phase="optimizer", trainable_bytes=100 * MiB, trainable_dtypes=["bfloat16"], autocast=False, forward_seen=True,
-        optimizers=[{"class": "AdamW", "foreach": None, "fused": None}], uses_cuda=True, steps=2,
-        ckpt_requested=["model.layers.0", "model.layers.1"], ckpt_wrapped=["model.layers.0"], ckpt_calls=1,
-        ckpt_reentrant_calls=1, dataloader_workers=[2],
+        measured={
+            "weights": 100 * MiB,
+            "gradients": 100 * MiB,
+            "optimizer": 200 * MiB,
+            "activations": 0,
+            "other": 100 * MiB,
+            "peak_allocated": 500 * MiB,
+        },
+        peak_phase="optimizer",
+        trainable_bytes=100 * MiB,
+        trainable_dtypes=["bfloat16"],
+        autocast=False,
+        forward_seen=True,
+        optimizers=[{"class": "AdamW", "foreach": None, "fused": None}],
+        uses_cuda=True,
+        steps=2,
+        ckpt_requested=["model.layers.0", "model.layers.1"],
+        ckpt_wrapped=["model.layers.0"],
+        ckpt_calls=1,
+        ckpt_reentrant_calls=1,
+        dataloader_workers=[2],
     )
     found = {f.id: f for f in lint(facts)}
     assert set(found) == {"ckpt-not-active", "ckpt-reentrant", "optimizer-dominates", "foreach-temporaries"}

@@ -154,7 +154,7 @@ def test_checkpointing_requested_but_not_effective():
 def test_checkpointing_active_is_not_flagged(tmp_path):
     script = tmp_path / "ckpt_ok.py"
     script.write_text(
-        "import sys; sys.path.insert(0, %r)\n" % str(EXAMPLES)
+        f"import sys; sys.path.insert(0, {str(EXAMPLES)!r})\n"
         + "import torch\nfrom _tiny_hf import tiny_model, random_batch\n"
         "m = tiny_model(); m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': True}); m.train()\n"
         "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
@@ -240,7 +240,10 @@ def test_timeout_stops_a_script_that_never_steps(tmp_path):
 def test_terminal_report_follows_the_scripts_output():
     proc = subprocess.run(
         [sys.executable, "-m", "memdoc", "diagnose", str(EXAMPLES / "plain_loop.py"), "--", "--batch", "64"],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout

@@ -18,12 +18,13 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import invoke as run
+
 from memdoc.core.billing.bill import compute_bill
 from memdoc.core.emit import EmitContext, emit
 from memdoc.core.model.gpu import resolve_gpu
 from memdoc.core.model.plan import check_plan_against_model, parse_plan
-from memdoc.resolve.recipes import load_recipe
 from memdoc.resolve.models import resolve_model
+from memdoc.resolve.recipes import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
@@ -74,7 +75,9 @@ def test_recipe_fits_with_five_percent_headroom(recipe):
     gpu = resolve_gpu(data.gpu)
     bill = compute_bill(model, plan, gpu)
     assert bill.fits
-    assert bill.headroom_bytes / gpu.memory_bytes >= 0.05, f"{recipe.name}: {bill.headroom_bytes / gpu.memory_bytes:.1%} headroom"
+    assert bill.headroom_bytes / gpu.memory_bytes >= 0.05, (
+        f"{recipe.name}: {bill.headroom_bytes / gpu.memory_bytes:.1%} headroom"
+    )
 
 
 def test_recipe_bill_cli_agrees():
@@ -88,7 +91,9 @@ def test_recipes_readme_lists_every_recipe():
     """The table is generated (scripts/recipes_table.py); its numbers follow the bill, so only coverage is checked."""
     readme = (ROOT / "recipes" / "README.md").read_text()
     for recipe in RECIPES:
-        assert f"[{recipe.stem}]({recipe.name})" in readme, f"run python scripts/recipes_table.py ({recipe.name} missing)"
+        assert f"[{recipe.stem}]({recipe.name})" in readme, (
+            f"run python scripts/recipes_table.py ({recipe.name} missing)"
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -194,7 +199,10 @@ def test_deepspeed_zero_config(emitted):
     from deepspeed.runtime import constants
     from deepspeed.runtime.zero.config import ZERO_OPTIMIZATION, DeepSpeedZeroConfig
 
-    known = {v for k, v in vars(constants).items() if k.isupper() and isinstance(v, str)} | {ZERO_OPTIMIZATION, "_comment"}
+    known = {v for k, v in vars(constants).items() if k.isupper() and isinstance(v, str)} | {
+        ZERO_OPTIMIZATION,
+        "_comment",
+    }
     files = _side_files(emitted, "ds_config.json")
     assert files, "no recipe uses DeepSpeed"
     for path in files:
@@ -210,7 +218,9 @@ def _deepspeed_full_config(cfg):
     from deepspeed.runtime.config import DeepSpeedConfig
 
     filled = json.loads(json.dumps(cfg))
-    filled.update(train_batch_size=2, train_micro_batch_size_per_gpu=1, gradient_accumulation_steps=2, gradient_clipping=1.0)
+    filled.update(
+        train_batch_size=2, train_micro_batch_size_per_gpu=1, gradient_accumulation_steps=2, gradient_clipping=1.0
+    )
     filled["bf16"]["enabled"], filled["fp16"]["enabled"] = True, False
     if "optimizer" in filled:
         filled["optimizer"]["params"] = {"lr": 1e-5, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0}
@@ -219,10 +229,10 @@ def _deepspeed_full_config(cfg):
 
 
 def test_accelerate_fsdp_config(emitted):
+    import inspect
+
     from accelerate.commands.config import cluster
     from accelerate.commands.config.config_args import load_config_from_file
-
-    import inspect
 
     known = set(__import__("re").findall(r'fsdp_config\["(\w+)"\]', inspect.getsource(cluster)))
     files = _side_files(emitted, "fsdp.yaml")
@@ -254,7 +264,9 @@ def test_optimizer_names_exist_in_transformers():
     assert set(HF_OPTIMIZERS.values()) <= names
 
 
-@pytest.mark.parametrize("precision,dtype,bf16", [("bf16", "bfloat16", True), ("amp-bf16", "float32", True), ("fp32", "float32", False)])
+@pytest.mark.parametrize(
+    "precision,dtype,bf16", [("bf16", "bfloat16", True), ("amp-bf16", "float32", True), ("fp32", "float32", False)]
+)
 def test_pure_vs_amp_precision(precision, dtype, bf16):
     emitted = emit("trl", _ctx(precision=precision))
     assert emitted.config["dtype"] == dtype and emitted.config["bf16"] is bf16
@@ -266,7 +278,12 @@ def test_qlora_and_all_linear_mapping():
     ctx = _ctx(method="qlora", lora_targets="all-linear", lora_rank=32, optimizer="paged-adamw-8bit")
     trl = emit("trl", ctx).config
     assert trl["lora_target_modules"] == "all-linear" and trl["load_in_4bit"] and trl["bnb_4bit_quant_type"] == "nf4"
-    assert trl["use_bnb_nested_quant"] and trl["lora_r"] == 32 and trl["lora_alpha"] == 64 and trl["optim"] == "paged_adamw_8bit"
+    assert (
+        trl["use_bnb_nested_quant"]
+        and trl["lora_r"] == 32
+        and trl["lora_alpha"] == 64
+        and trl["optim"] == "paged_adamw_8bit"
+    )
     ax = emit("axolotl", ctx).config
     assert ax["adapter"] == "qlora" and ax["lora_target_linear"] is True and ax["load_in_4bit"]
     assert emit("llamafactory", ctx).config["lora_target"] == "all"
@@ -276,7 +293,11 @@ def test_offload_nvme_zero3_side_file():
     ctx = _ctx(gpus=4, shard="zero3", offload="optimizer+params", offload_to="nvme")
     out = emit("hf", ctx)
     zero = out.side_files[0].data["zero_optimization"]
-    assert zero["stage"] == 3 and zero["offload_optimizer"]["device"] == "nvme" and zero["offload_param"]["device"] == "nvme"
+    assert (
+        zero["stage"] == 3
+        and zero["offload_optimizer"]["device"] == "nvme"
+        and zero["offload_param"]["device"] == "nvme"
+    )
     assert any("nvme_path" in n for n in out.notes)
     assert out.launch.startswith("deepspeed --num_gpus 4 ")
 
@@ -309,7 +330,9 @@ def test_floats_written_as_yaml_floats():
 
 def test_dataset_and_output_dir_fill_placeholders(tmp_path):
     path = tmp_path / "sft.yaml"
-    result = run("emit", "--recipe", RECIPES[0], "--format", "trl", "-o", path, "--dataset", "me/data", "--output-dir", "runs/x")
+    result = run(
+        "emit", "--recipe", RECIPES[0], "--format", "trl", "-o", path, "--dataset", "me/data", "--output-dir", "runs/x"
+    )
     assert result.exit_code == 0, result.output
     cfg = yaml.safe_load(path.read_text())
     assert cfg["dataset_name"] == "me/data" and cfg["output_dir"] == "runs/x"
@@ -362,10 +385,20 @@ def test_side_file_next_to_output_and_launch(tmp_path):
     result = run("emit", "--recipe", recipe, "--format", "trl", "-o", out)
     assert result.exit_code == 0, result.output
     assert (out.parent / "fsdp.yaml").exists()
-    assert f"accelerate launch --config_file {out.parent / 'fsdp.yaml'} -m trl.scripts.sft --config {out}" in result.stdout
+    assert (
+        f"accelerate launch --config_file {out.parent / 'fsdp.yaml'} -m trl.scripts.sft --config {out}" in result.stdout
+    )
 
 
-@pytest.mark.parametrize("fmt,launch", [("trl", "trl sft --config"), ("llamafactory", "llamafactory-cli train"), ("axolotl", "axolotl train"), ("hf", "python YOUR_TRAIN_SCRIPT.py")])
+@pytest.mark.parametrize(
+    "fmt,launch",
+    [
+        ("trl", "trl sft --config"),
+        ("llamafactory", "llamafactory-cli train"),
+        ("axolotl", "axolotl train"),
+        ("hf", "python YOUR_TRAIN_SCRIPT.py"),
+    ],
+)
 def test_launch_commands(fmt, launch):
     result = run("emit", "--recipe", RECIPES[0], "--format", fmt, "--json")
     assert result.exit_code == 0

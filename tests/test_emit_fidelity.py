@@ -80,7 +80,9 @@ def test_variant_billed_with_base_shapes_and_says_so(variant, base):
         return json.loads(result.stdout)
 
     mine, theirs = bill(variant), bill(base)
-    assert mine["per_gpu"] == theirs["per_gpu"] and mine["model"]["params"] == theirs["model"]["params"]  # same shapes, same bytes
+    assert (
+        mine["per_gpu"] == theirs["per_gpu"] and mine["model"]["params"] == theirs["model"]["params"]
+    )  # same shapes, same bytes
     assert mine["model"]["id"] == variant and any(base in note for note in mine["notes"])
     result = run("emit", variant, "--method", "lora")
     assert result.exit_code == 0 and f"config of {base}" in result.stderr
@@ -114,7 +116,9 @@ def test_variant_of_unknown_base_is_still_unknown():
 @pytest.mark.parametrize("method", ["lora", "qlora"])
 def test_llamafactory_lora_keeps_adapters_fp32(tmp_path, monkeypatch, method):
     """bf16: true without pure_bf16: LLaMA-Factory then upcasts the trainable adapters to fp32 (model/adapter.py)."""
-    cfg, (_, _, training_args, finetuning_args, _) = llamafactory_args(tmp_path, monkeypatch, "meta-llama/Llama-3.1-8B", "--method", method)
+    cfg, (_, _, training_args, finetuning_args, _) = llamafactory_args(
+        tmp_path, monkeypatch, "meta-llama/Llama-3.1-8B", "--method", method
+    )
     assert "pure_bf16" not in cfg
     assert training_args.bf16 is True and finetuning_args.pure_bf16 is False
 
@@ -222,7 +226,9 @@ def test_card_without_bf16_bills_and_emits_fp16(tmp_path, gpu, method, precision
     assert result.exit_code in (0, 3), result.output
     billed = json.loads(result.stdout)
     assert billed["plan"]["precision"] == precision
-    explicit = json.loads(run("bill", model, "--gpu", gpu, "--method", method, "--precision", precision, "--json", "--no-ladder").stdout)
+    explicit = json.loads(
+        run("bill", model, "--gpu", gpu, "--method", method, "--precision", precision, "--json", "--no-ladder").stdout
+    )
     assert billed["per_gpu"] == explicit["per_gpu"]
     assert any("has no bf16 (compute capability" in note for note in billed["notes"])
     cfg = emit_config(tmp_path, model, "--gpu", gpu, "--method", method, fmt="hf")
@@ -288,9 +294,20 @@ def test_lora_targets_that_all_match_reach_peft(tmp_path):
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    _, _, model_args, _ = trl_args(tmp_path, "meta-llama/Llama-2-7b-hf", "--method", "lora", "--lora-targets", "q_proj,self_attn.k_proj,down_proj")
+    _, _, model_args, _ = trl_args(
+        tmp_path, "meta-llama/Llama-2-7b-hf", "--method", "lora", "--lora-targets", "q_proj,self_attn.k_proj,down_proj"
+    )
     targets = model_args.lora_target_modules
-    tiny = LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, vocab_size=64))
+    tiny = LlamaForCausalLM(
+        LlamaConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            vocab_size=64,
+        )
+    )
     peft_model = get_peft_model(tiny, LoraConfig(r=4, target_modules=targets))
     wrapped = {name.rsplit(".", 1)[-1] for name, module in peft_model.named_modules() if hasattr(module, "lora_A")}
     assert wrapped == {"q_proj", "k_proj", "down_proj"}
@@ -321,7 +338,9 @@ def test_warmup_and_cosine_schedule(tmp_path, monkeypatch):
     config_mod = pytest.importorskip("axolotl.utils.config")
     from axolotl.utils.dict import DictDefault
 
-    ax = config_mod.validate_config(DictDefault(emit_config(tmp_path, "meta-llama/Llama-3.2-1B", "--method", "lora", fmt="axolotl")))
+    ax = config_mod.validate_config(
+        DictDefault(emit_config(tmp_path, "meta-llama/Llama-3.2-1B", "--method", "lora", fmt="axolotl"))
+    )
     assert ax.lr_scheduler == "cosine" and ax.warmup_ratio == 0.1
 
 
@@ -331,7 +350,9 @@ def test_checkpointing_is_non_reentrant_everywhere(tmp_path, monkeypatch):
     assert hf.activation_checkpointing_kwargs == {"use_reentrant": False}
     _, trl, _, _ = trl_args(tmp_path, "meta-llama/Llama-3.2-1B", "--checkpointing", "full")
     assert trl.activation_checkpointing is True and trl.activation_checkpointing_kwargs == {"use_reentrant": False}
-    _, (model_args, _, _, _, _) = llamafactory_args(tmp_path, monkeypatch, "meta-llama/Llama-3.2-1B", "--checkpointing", "full")
+    _, (model_args, _, _, _, _) = llamafactory_args(
+        tmp_path, monkeypatch, "meta-llama/Llama-3.2-1B", "--checkpointing", "full"
+    )
     assert model_args.disable_gradient_checkpointing is False and model_args.use_reentrant_gc is False
     ax = emit_config(tmp_path, "meta-llama/Llama-3.2-1B", "--checkpointing", "full", fmt="axolotl")
     assert ax["gradient_checkpointing"] is True and ax["gradient_checkpointing_kwargs"] == {"use_reentrant": False}
@@ -360,7 +381,9 @@ def test_optimizer_is_the_planned_one(tmp_path, optimizer, cls, kwargs):
 def test_given_dataset_keeps_its_format_comment(tmp_path):
     for fmt, key in [("trl", "dataset_name"), ("llamafactory", "dataset"), ("axolotl", "datasets")]:
         path = tmp_path / f"{fmt}.yaml"
-        assert run("emit", "meta-llama/Llama-3.2-1B", "--format", fmt, "--dataset", "me/data", "-o", path).exit_code == 0
+        assert (
+            run("emit", "meta-llama/Llama-3.2-1B", "--format", fmt, "--dataset", "me/data", "-o", path).exit_code == 0
+        )
         line = next(line for line in path.read_text().splitlines() if line.startswith(f"{key}:"))
         assert "#" in line and "PLACEHOLDER" not in line
         assert ("messages" in line) or ("alpaca" in line and "sharegpt" in line), line
@@ -381,13 +404,37 @@ def test_hf_trainer_trains_two_steps_on_cpu(tmp_path, method):
 
     model_dir = tmp_path / "tiny-llama"
     LlamaConfig(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        vocab_size=128, max_position_embeddings=64,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+        max_position_embeddings=64,
     ).save_pretrained(model_dir)
     out = tmp_path / "args.yaml"
     result = run(
-        "emit", model_dir, "--format", "hf", "--method", method, "--checkpointing", "full", "--optimizer", "adamw-fused",
-        "--seq", 32, "--batch", 2, "--accum", 2, "--output-dir", tmp_path / "run", "-o", out, "--json",
+        "emit",
+        model_dir,
+        "--format",
+        "hf",
+        "--method",
+        method,
+        "--checkpointing",
+        "full",
+        "--optimizer",
+        "adamw-fused",
+        "--seq",
+        32,
+        "--batch",
+        2,
+        "--accum",
+        2,
+        "--output-dir",
+        tmp_path / "run",
+        "-o",
+        out,
+        "--json",
     )
     assert result.exit_code == 0, result.output
     plan = json.loads(result.stdout)["plan"]
@@ -402,22 +449,35 @@ def test_hf_trainer_trains_two_steps_on_cpu(tmp_path, method):
     if method == "lora":
         from peft import LoraConfig, get_peft_model
 
-        model = get_peft_model(model, LoraConfig(
-            r=plan["lora_rank"], lora_alpha=2 * plan["lora_rank"], lora_dropout=0.05,
-            target_modules=plan["lora_targets"], task_type="CAUSAL_LM",
-        ))
+        model = get_peft_model(
+            model,
+            LoraConfig(
+                r=plan["lora_rank"],
+                lora_alpha=2 * plan["lora_rank"],
+                lora_dropout=0.05,
+                target_modules=plan["lora_targets"],
+                task_type="CAUSAL_LM",
+            ),
+        )
     rows = 2 * 2 * 2  # micro-batch 2 × accumulation 2 × 2 steps, one epoch
     data = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 128, (rows, plan["seq_len"]))]
     trainer = Trainer(model=model, args=args, train_dataset=data)
     before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     trainer.train()
     assert trainer.state.global_step == 2
-    losses = [log["loss"] for log in trainer.state.log_history if "loss" in log] or [trainer.state.log_history[-1]["train_loss"]]
+    losses = [log["loss"] for log in trainer.state.log_history if "loss" in log] or [
+        trainer.state.log_history[-1]["train_loss"]
+    ]
     assert all(torch.isfinite(torch.tensor(losses)))
     changed = [n for n, p in model.named_parameters() if p.requires_grad and not torch.equal(p.detach(), before[n])]
     assert changed  # the optimizer stepped
-    assert type(trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer") else trainer.optimizer).__name__ == "AdamW"
-    assert trainer.args.activation_checkpointing and trainer.args.activation_checkpointing_kwargs == {"use_reentrant": False}
+    assert (
+        type(trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer") else trainer.optimizer).__name__
+        == "AdamW"
+    )
+    assert trainer.args.activation_checkpointing and trainer.args.activation_checkpointing_kwargs == {
+        "use_reentrant": False
+    }
 
 
 @pytest.mark.slow
@@ -435,20 +495,47 @@ def test_trl_sft_script_trains_the_emitted_config(tmp_path):
     tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     model_dir = tmp_path / "tiny-llama"
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>").save_pretrained(model_dir)
-    LlamaForCausalLM(LlamaConfig(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        vocab_size=128, max_position_embeddings=64, pad_token_id=0, eos_token_id=1, bos_token_id=1,
-    )).save_pretrained(model_dir)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
+    ).save_pretrained(model_dir)
+    LlamaForCausalLM(
+        LlamaConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=128,
+            max_position_embeddings=64,
+            pad_token_id=0,
+            eos_token_id=1,
+            bos_token_id=1,
+        )
+    ).save_pretrained(model_dir)
     data = tmp_path / "data"
     data.mkdir()
     rng = random.Random(0)
-    (data / "train.jsonl").write_text("".join(
-        json.dumps({"text": " ".join(f"w{rng.randrange(100)}" for _ in range(40))}) + "\n" for _ in range(8)
-    ))
+    (data / "train.jsonl").write_text(
+        "".join(json.dumps({"text": " ".join(f"w{rng.randrange(100)}" for _ in range(40))}) + "\n" for _ in range(8))
+    )
     cfg = emit_config(
-        tmp_path, model_dir, "--method", "lora", "--seq", 32, "--batch", 2, "--accum", 2, "--checkpointing", "full",
-        "--dataset", data, "--output-dir", tmp_path / "run", fmt="trl",
+        tmp_path,
+        model_dir,
+        "--method",
+        "lora",
+        "--seq",
+        32,
+        "--batch",
+        2,
+        "--accum",
+        2,
+        "--checkpointing",
+        "full",
+        "--dataset",
+        data,
+        "--output-dir",
+        tmp_path / "run",
+        fmt="trl",
     )
     cfg["use_cpu"] = True
     (tmp_path / "cpu.yaml").write_text(yaml.safe_dump(cfg))

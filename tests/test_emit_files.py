@@ -28,7 +28,10 @@ def umask027():
 
 @pytest.mark.parametrize(
     "shard,main,side,key",
-    [("zero3", "ds_config.json", "deepspeed_zero.json", "deepspeed"), ("fsdp", "fsdp.yaml", "accelerate_fsdp.yaml", None)],
+    [
+        ("zero3", "ds_config.json", "deepspeed_zero.json", "deepspeed"),
+        ("fsdp", "fsdp.yaml", "accelerate_fsdp.yaml", None),
+    ],
 )
 def test_side_file_never_over_the_main_file(tmp_path, shard, main, side, key):
     out = tmp_path / main
@@ -108,7 +111,13 @@ def test_failed_write_of_new_files_leaves_none(tmp_path, monkeypatch):
 def _unwritable(tmp_path):
     a_file = tmp_path / "plain"
     a_file.write_text("x")
-    return [a_file / "sft.yaml", a_file / "deeper" / "sft.yaml", "/proc/memdoc-test/sft.yaml", "/proc/sft.yaml", "/sys/sft.yaml"]
+    return [
+        a_file / "sft.yaml",
+        a_file / "deeper" / "sft.yaml",
+        "/proc/memdoc-test/sft.yaml",
+        "/proc/sft.yaml",
+        "/sys/sft.yaml",
+    ]
 
 
 @pytest.mark.parametrize("index", range(5))
@@ -143,5 +152,8 @@ def test_permission_denied_is_one_line(tmp_path, monkeypatch):
 
     monkeypatch.setattr(files.tempfile, "mkstemp", refuse)
     result = run("emit", *GPT2, "-o", tmp_path / "sft.yaml")
-    assert result.exit_code == 2 and result.output.strip().splitlines()[-1] == f"Error: cannot write {tmp_path / 'sft.yaml'}: Permission denied"
+    assert (
+        result.exit_code == 2
+        and result.output.strip().splitlines()[-1] == f"Error: cannot write {tmp_path / 'sft.yaml'}: Permission denied"
+    )
     assert list(tmp_path.iterdir()) == []

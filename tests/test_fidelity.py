@@ -32,9 +32,10 @@ def test_bill_within_3_percent_of_real_h200_step(row):
 
     result = compare(row)
     assert abs(result["error"]) <= 0.03, result
-    assert result["billed_phase"] == result["measured_phase"] or abs(
-        result["billed_phases"][result["measured_phase"]] / row["peak_allocated"] - 1
-    ) <= 0.03, result
+    assert (
+        result["billed_phase"] == result["measured_phase"]
+        or abs(result["billed_phases"][result["measured_phase"]] / row["peak_allocated"] - 1) <= 0.03
+    ), result
 
 
 def test_h200_benchmark_pins_the_measured_optimizer():
@@ -67,7 +68,9 @@ def test_lora_dropout_must_be_a_probability(value):
         parse_plan(lora_dropout=value)
 
 
-@pytest.mark.parametrize("fmt,key", [("trl", "lora_dropout"), ("axolotl", "lora_dropout"), ("llamafactory", "lora_dropout")])
+@pytest.mark.parametrize(
+    "fmt,key", [("trl", "lora_dropout"), ("axolotl", "lora_dropout"), ("llamafactory", "lora_dropout")]
+)
 def test_emit_writes_the_plans_dropout(fmt, key):
     for dropout in (0.0, 0.1):
         plan = parse_plan(method="lora", lora_dropout=dropout)
@@ -82,11 +85,14 @@ def test_emit_hf_note_names_the_plans_dropout():
 
 
 # ---------------------------------------------------------------------- gradient accumulation
-@pytest.mark.parametrize("model,flags,accum,traced_gib", [
-    # fake-tensor traces of `memdoc diagnose MODEL --accum N` (N micro-batches): peak rise over --accum 1
-    ("meta-llama/Llama-3.2-1B", {"precision": "amp-bf16", "batch": 2, "seq": 1024}, 2, 4.60),
-    ("Qwen/Qwen2.5-0.5B", {"batch": 4, "seq": 1024}, 4, 0.92),
-])
+@pytest.mark.parametrize(
+    "model,flags,accum,traced_gib",
+    [
+        # fake-tensor traces of `memdoc diagnose MODEL --accum N` (N micro-batches): peak rise over --accum 1
+        ("meta-llama/Llama-3.2-1B", {"precision": "amp-bf16", "batch": 2, "seq": 1024}, 2, 4.60),
+        ("Qwen/Qwen2.5-0.5B", {"batch": 4, "seq": 1024}, 4, 0.92),
+    ],
+)
 def test_accumulation_keeps_gradients_resident(model, flags, accum, traced_gib):
     one = bill(model, **flags)
     many = bill(model, **flags, accum=accum)
@@ -101,7 +107,10 @@ def test_accumulation_with_lora_keeps_only_adapter_gradients():
 
 def test_accumulation_under_offload_keeps_gradients_on_the_host():
     flags = dict(precision="amp-bf16", shard="zero2", gpus=4, offload="optimizer")
-    assert bill("meta-llama/Llama-3.1-8B", **flags).peak_allocated == bill("meta-llama/Llama-3.1-8B", **flags, accum=4).peak_allocated
+    assert (
+        bill("meta-llama/Llama-3.1-8B", **flags).peak_allocated
+        == bill("meta-llama/Llama-3.1-8B", **flags, accum=4).peak_allocated
+    )
 
 
 # ------------------------------------------------------------------ optimizer as trainers default
@@ -111,13 +120,21 @@ def test_emit_default_optim_is_hf_trainer_default():
     default = TrainingArguments(output_dir="/tmp/x", use_cpu=True).optim
     ctx = EmitContext(model_id="meta-llama/Llama-2-7b-hf", plan=parse_plan(), peak_allocated=1, process_total=1)
     assert emit("trl", ctx).config["optim"] == getattr(default, "value", default) == "adamw_torch_fused"
-    foreach = EmitContext(model_id="meta-llama/Llama-2-7b-hf", plan=parse_plan(optimizer="adamw"), peak_allocated=1, process_total=1)
+    foreach = EmitContext(
+        model_id="meta-llama/Llama-2-7b-hf", plan=parse_plan(optimizer="adamw"), peak_allocated=1, process_total=1
+    )
     assert emit("trl", foreach).config["optim"] == "adamw_torch"
 
 
 # ------------------------------------------------------------------------- Liger as trainers apply it
-LIGER_PLAN = dict(method="lora", batch=2, seq=4096, checkpointing="full", lora_targets="q_proj,k_proj,v_proj,o_proj",
-                  optimizer="adamw-foreach")
+LIGER_PLAN = dict(
+    method="lora",
+    batch=2,
+    seq=4096,
+    checkpointing="full",
+    lora_targets="q_proj,k_proj,v_proj,o_proj",
+    optimizer="adamw-foreach",
+)
 
 
 def test_liger_kernels_billed_against_the_h200():
@@ -134,19 +151,30 @@ def test_liger_kernels_billed_against_the_h200():
 
 def test_liger_layers_only_where_liger_patches_them():
     # GPT-2 has no Liger RMSNorm/SwiGLU patch: only the loss changes between fused and fused-ce
-    assert bill("openai-community/gpt2", loss="fused", seq=1024).peak_allocated == bill(
-        "openai-community/gpt2", loss="fused-ce", seq=1024).peak_allocated
+    assert (
+        bill("openai-community/gpt2", loss="fused", seq=1024).peak_allocated
+        == bill("openai-community/gpt2", loss="fused-ce", seq=1024).peak_allocated
+    )
 
 
 @pytest.mark.parametrize("loss", ["fused", "fused-ce"])
 def test_emit_liger_says_which_kernels(loss):
-    ctx = EmitContext(model_id="meta-llama/Llama-3.1-8B", plan=parse_plan(method="lora", loss=loss), peak_allocated=1, process_total=1)
+    ctx = EmitContext(
+        model_id="meta-llama/Llama-3.1-8B", plan=parse_plan(method="lora", loss=loss), peak_allocated=1, process_total=1
+    )
     trl, ax = emit("trl", ctx).config, emit("axolotl", ctx).config
     assert trl["use_liger_kernel"] is True and ax["liger_fused_linear_cross_entropy"] is True
     if loss == "fused":  # use_liger_kernel's full set
-        assert "liger_kernel_config" not in trl and ax["liger_rms_norm"] and ax["liger_rope"] and ax["liger_glu_activation"]
+        assert (
+            "liger_kernel_config" not in trl
+            and ax["liger_rms_norm"]
+            and ax["liger_rope"]
+            and ax["liger_glu_activation"]
+        )
     else:
-        assert trl["liger_kernel_config"]["rms_norm"] is False and trl["liger_kernel_config"]["fused_linear_cross_entropy"]
+        assert (
+            trl["liger_kernel_config"]["rms_norm"] is False and trl["liger_kernel_config"]["fused_linear_cross_entropy"]
+        )
         assert not any(ax.get(k) for k in ("liger_rms_norm", "liger_rope", "liger_glu_activation"))
         assert any("fused-ce" in note for note in emit("llamafactory", ctx).notes)
 
@@ -154,7 +182,12 @@ def test_emit_liger_says_which_kernels(loss):
 def test_emit_fused_ce_parses_with_trl(tmp_path):
     from trl.scripts.sft import make_parser
 
-    ctx = EmitContext(model_id="meta-llama/Llama-3.1-8B", plan=parse_plan(method="lora", loss="fused-ce"), peak_allocated=1, process_total=1)
+    ctx = EmitContext(
+        model_id="meta-llama/Llama-3.1-8B",
+        plan=parse_plan(method="lora", loss="fused-ce"),
+        peak_allocated=1,
+        process_total=1,
+    )
     path = tmp_path / "sft.yaml"
     config = dict(emit("trl", ctx).config, use_cpu=True, bf16=False, output_dir=str(tmp_path), dataset_name="x")
     import yaml
@@ -165,13 +198,18 @@ def test_emit_fused_ce_parses_with_trl(tmp_path):
     assert training.use_liger_kernel and training.liger_kernel_config["rms_norm"] is False
 
 
-
 # ------------------------------------------------------------------------ checkpointing every N layers
 @pytest.mark.slow
-@pytest.mark.parametrize("model,flags", [
-    ("Qwen/Qwen2.5-0.5B", {"batch": 4, "seq": 1024, "checkpoint_every": 3}),  # 24 layers: the last one is not checkpointed
-    ("meta-llama/Llama-3.2-1B", {"method": "lora", "batch": 2, "seq": 1024, "checkpoint_every": 5}),  # layer 15 is
-])
+@pytest.mark.parametrize(
+    "model,flags",
+    [
+        (
+            "Qwen/Qwen2.5-0.5B",
+            {"batch": 4, "seq": 1024, "checkpoint_every": 3},
+        ),  # 24 layers: the last one is not checkpointed
+        ("meta-llama/Llama-3.2-1B", {"method": "lora", "batch": 2, "seq": 1024, "checkpoint_every": 5}),  # layer 15 is
+    ],
+)
 def test_checkpoint_every_n_layers_matches_the_trace(model, flags):
     """The fake-tensor trace of the real model with checkpointing switched off on all layers but 0, N, 2N, …"""
     from accuracy import traced_vs_billed
@@ -181,8 +219,13 @@ def test_checkpoint_every_n_layers_matches_the_trace(model, flags):
 
 
 def test_checkpoint_every_n_sits_between_none_and_full():
-    full, none = (bill("Qwen/Qwen2.5-0.5B", batch=4, seq=1024, checkpointing=c).peak_allocated for c in ("full", "none"))
-    every = [bill("Qwen/Qwen2.5-0.5B", batch=4, seq=1024, checkpointing="full", checkpoint_every=n).peak_allocated for n in (2, 3, 6)]
+    full, none = (
+        bill("Qwen/Qwen2.5-0.5B", batch=4, seq=1024, checkpointing=c).peak_allocated for c in ("full", "none")
+    )
+    every = [
+        bill("Qwen/Qwen2.5-0.5B", batch=4, seq=1024, checkpointing="full", checkpoint_every=n).peak_allocated
+        for n in (2, 3, 6)
+    ]
     assert full < every[0] < every[1] < every[2] < none
 
 
@@ -193,6 +236,10 @@ def test_checkpoint_every_needs_full_checkpointing_and_is_a_note_when_emitted():
 
     result = CliRunner().invoke(app, ["bill", "Qwen/Qwen2.5-0.5B", "--gpu", "80", "--checkpoint-every", "2"])
     assert result.exit_code == 2 and "--checkpointing full" in result.output
-    ctx = EmitContext(model_id="Qwen/Qwen2.5-0.5B", plan=parse_plan(checkpointing="full", checkpoint_every=2),
-                      peak_allocated=1, process_total=1)
+    ctx = EmitContext(
+        model_id="Qwen/Qwen2.5-0.5B",
+        plan=parse_plan(checkpointing="full", checkpoint_every=2),
+        peak_allocated=1,
+        process_total=1,
+    )
     assert any("checkpoint every 2 layers" in note for note in emit("trl", ctx).notes)

@@ -9,10 +9,9 @@ import pytest
 
 from memdoc.core.model import gpu as gpu_mod
 from memdoc.core.model.gpu import GpuSpec, load_gpu_table, match_device_name, resolve_gpu
-from memdoc.resolve.gpus import detect_local_gpu
-from memdoc.units import format_bytes
 from memdoc.errors import MemdocError, UnknownGpuError
-from memdoc.units import GiB, MiB
+from memdoc.resolve.gpus import detect_local_gpu
+from memdoc.units import GiB, MiB, format_bytes
 
 TABLE = load_gpu_table()
 IDS = [g.id for g in TABLE]

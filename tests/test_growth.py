@@ -55,8 +55,9 @@ def test_fixed_loop_does_not_grow():
     assert _growth(_diagnose(LEAKY, "--leak", "none")) is None
 
 
-@pytest.mark.parametrize(("name", "args"), [("plain_loop.py", ("--batch", "64")), ("ckpt_not_effective.py", ()),
-                                            ("lora_peft.py", ())])
+@pytest.mark.parametrize(
+    ("name", "args"), [("plain_loop.py", ("--batch", "64")), ("ckpt_not_effective.py", ()), ("lora_peft.py", ())]
+)
 def test_shipped_examples_do_not_grow(name, args):
     report = _diagnose(ROOT / "examples" / name, *args, steps=3)
     assert report["stopped_after_steps"] == 3 and _growth(report) is None

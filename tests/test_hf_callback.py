@@ -34,9 +34,18 @@ OOM_TEXT = (
 
 def tiny_llama() -> LlamaForCausalLM:
     torch.manual_seed(0)
-    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=256,
-                         bos_token_id=0, eos_token_id=1, pad_token_id=0)
+    config = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=VOCAB,
+        max_position_embeddings=256,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=0,
+    )
     config._name_or_path = "tiny-llama"
     return LlamaForCausalLM(config)
 
@@ -67,11 +76,21 @@ def pad(rows):
 
 def train(model, tmp_path, *, steps: int, dataset=None, callback=None, **extra):
     callback = callback or MemdocCallback(report=tmp_path / "report.json")
-    args = TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, max_steps=steps,
-                             per_device_train_batch_size=BATCH, learning_rate=1e-4, report_to="none",
-                             save_strategy="no", logging_steps=100, disable_tqdm=True, **extra)
-    trainer = Trainer(model=model, args=args, train_dataset=dataset or Tokens(), data_collator=pad,
-                      callbacks=[callback])
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        max_steps=steps,
+        per_device_train_batch_size=BATCH,
+        learning_rate=1e-4,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=100,
+        disable_tqdm=True,
+        **extra,
+    )
+    trainer = Trainer(
+        model=model, args=args, train_dataset=dataset or Tokens(), data_collator=pad, callbacks=[callback]
+    )
     trainer.train()
     return trainer
 
@@ -117,9 +136,23 @@ def test_training_is_unchanged_by_the_callback(tmp_path):
     torch.manual_seed(1)
     train(a, tmp_path / "a", steps=3, callback=MemdocCallback(report=tmp_path / "a.json"), seed=1, data_seed=1)
     torch.manual_seed(1)
-    trainer = Trainer(model=b, args=TrainingArguments(output_dir=str(tmp_path / "b"), use_cpu=True, max_steps=3,
-                      per_device_train_batch_size=BATCH, learning_rate=1e-4, report_to="none", save_strategy="no",
-                      disable_tqdm=True, seed=1, data_seed=1), train_dataset=Tokens(), data_collator=pad)
+    trainer = Trainer(
+        model=b,
+        args=TrainingArguments(
+            output_dir=str(tmp_path / "b"),
+            use_cpu=True,
+            max_steps=3,
+            per_device_train_batch_size=BATCH,
+            learning_rate=1e-4,
+            report_to="none",
+            save_strategy="no",
+            disable_tqdm=True,
+            seed=1,
+            data_seed=1,
+        ),
+        train_dataset=Tokens(),
+        data_collator=pad,
+    )
     trainer.train()
     for (name, p), q in zip(a.named_parameters(), b.parameters()):
         assert torch.equal(p, q), name
@@ -187,13 +220,27 @@ def test_leaking_run_gets_the_memory_growth_finding(tmp_path):
 
     class Leak(transformers.TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
-            kept.append(torch.ones(64 * MiB // 4))  # 64 MiB a step, held for good (above glibc's largest mmap threshold, 32 MiB, so RSS grows whatever earlier tests freed)
+            kept.append(
+                torch.ones(64 * MiB // 4)
+            )  # 64 MiB a step, held for good (above glibc's largest mmap threshold, 32 MiB, so RSS grows whatever earlier tests freed)
 
     model = tiny_llama()
-    args = TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, max_steps=12, per_device_train_batch_size=BATCH,
-                             report_to="none", save_strategy="no", disable_tqdm=True)
-    Trainer(model=model, args=args, train_dataset=Tokens(), data_collator=pad,
-            callbacks=[Leak(), MemdocCallback(report=tmp_path / "report.json")]).train()
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        max_steps=12,
+        per_device_train_batch_size=BATCH,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    Trainer(
+        model=model,
+        args=args,
+        train_dataset=Tokens(),
+        data_collator=pad,
+        callbacks=[Leak(), MemdocCallback(report=tmp_path / "report.json")],
+    ).train()
     rep = load(tmp_path)
     assert [f["id"] for f in rep["findings"]] == ["memory-growth"]
     assert rep["findings"][0]["prescribe"] == "memdoc prescribe --symptom mid-run-oom"
@@ -231,18 +278,36 @@ def test_trl_sft_trainer(tmp_path):
     from transformers import PreTrainedTokenizerFast
 
     words = [f"w{i}" for i in range(50)]
-    tok = Tokenizer(models.WordLevel({"[PAD]": 0, "<s>": 1, "</s>": 2, **{w: i + 3 for i, w in enumerate(words)}},
-                                     unk_token="[PAD]"))
+    tok = Tokenizer(
+        models.WordLevel(
+            {"[PAD]": 0, "<s>": 1, "</s>": 2, **{w: i + 3 for i, w in enumerate(words)}}, unk_token="[PAD]"
+        )
+    )
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="[PAD]")
     # 20..49 words (+ EOS): batches of 2 padded to their longer sample
-    data = datasets.Dataset.from_list([{"text": " ".join(words[j % 50] for j in range(20 + i % 30))} for i in range(64)])
+    data = datasets.Dataset.from_list(
+        [{"text": " ".join(words[j % 50] for j in range(20 + i % 30))} for i in range(64)]
+    )
     model = tiny_llama()
     weights = nbytes(model.parameters()) + nbytes(model.buffers())
-    cfg = trl.SFTConfig(output_dir=str(tmp_path / "out"), use_cpu=True, max_steps=3, per_device_train_batch_size=2,
-                        report_to="none", save_strategy="no", disable_tqdm=True, max_length=64)
-    trl.SFTTrainer(model=model, args=cfg, train_dataset=data, processing_class=fast,
-                   callbacks=[MemdocCallback(report=tmp_path / "report.json")]).train()
+    cfg = trl.SFTConfig(
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        max_steps=3,
+        per_device_train_batch_size=2,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        max_length=64,
+    )
+    trl.SFTTrainer(
+        model=model,
+        args=cfg,
+        train_dataset=data,
+        processing_class=fast,
+        callbacks=[MemdocCallback(report=tmp_path / "report.json")],
+    ).train()
     rep = load(tmp_path)
     assert rep["status"] == "finished" and rep["measured"]["step"] == 2
     assert rep["measured"]["weights"] == weights
@@ -284,10 +349,16 @@ def test_cuda_path_reads_the_allocator(tmp_path, monkeypatch):
 
     GiB = 1024**3
     cuda = torch.cuda
-    for name, value in {"get_device_name": "NVIDIA H100 80GB HBM3", "memory_allocated": 5 * GiB,
-                        "max_memory_allocated": 20 * GiB, "max_memory_reserved": 22 * GiB,
-                        "memory_reserved": 21 * GiB, "mem_get_info": (8 * GiB, 80 * GiB), "memory_stats": {},
-                        "get_device_properties": SimpleNamespace(total_memory=80 * GiB)}.items():
+    for name, value in {
+        "get_device_name": "NVIDIA H100 80GB HBM3",
+        "memory_allocated": 5 * GiB,
+        "max_memory_allocated": 20 * GiB,
+        "max_memory_reserved": 22 * GiB,
+        "memory_reserved": 21 * GiB,
+        "mem_get_info": (8 * GiB, 80 * GiB),
+        "memory_stats": {},
+        "get_device_properties": SimpleNamespace(total_memory=80 * GiB),
+    }.items():
         monkeypatch.setattr(cuda, name, lambda *a, _v=value, **k: _v)
     resets = []
     monkeypatch.setattr(cuda, "reset_peak_memory_stats", lambda *a, **k: resets.append(a))
@@ -300,9 +371,18 @@ def test_cuda_path_reads_the_allocator(tmp_path, monkeypatch):
     trainer_log.setLevel(logging.INFO)  # what TrainingArguments(log_level="info") does
     model = tiny_llama()
     opt = torch.optim.AdamW(model.parameters())
-    args = SimpleNamespace(device=torch.device("cuda", 0), world_size=1, process_index=0, output_dir=str(tmp_path),
-                           skip_memory_metrics=True, bf16=True, fp16=False, activation_checkpointing=True,
-                           gradient_checkpointing=None, use_liger_kernel=False)
+    args = SimpleNamespace(
+        device=torch.device("cuda", 0),
+        world_size=1,
+        process_index=0,
+        output_dir=str(tmp_path),
+        skip_memory_metrics=True,
+        bf16=True,
+        fp16=False,
+        activation_checkpointing=True,
+        gradient_checkpointing=None,
+        use_liger_kernel=False,
+    )
     state = SimpleNamespace(max_steps=3, global_step=0)
     cb = MemdocCallback(warn_headroom=0.25)
     try:
@@ -323,7 +403,12 @@ def test_cuda_path_reads_the_allocator(tmp_path, monkeypatch):
     assert rep["device"] == "cuda:0 (NVIDIA H100 80GB HBM3)" and rep["memory_source"] == "cuda-allocated"
     assert len(resets) == 1  # once, at the start of the measured (2nd) step
     m = rep["measured"]
-    assert (m["source"], m["step"], m["peak_allocated"], m["peak_reserved"]) == ("cuda-allocator", 2, 20 * GiB, 22 * GiB)
+    assert (m["source"], m["step"], m["peak_allocated"], m["peak_reserved"]) == (
+        "cuda-allocator",
+        2,
+        20 * GiB,
+        22 * GiB,
+    )
     assert m["weights"] == nbytes(model.parameters()) + nbytes(model.buffers())
     assert rep["headroom_bytes"] == 8 * GiB - (22 - 21) * GiB
     assert [s["start_bytes"] for s in rep["steps"]] == [5 * GiB] * 3

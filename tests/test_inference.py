@@ -3,13 +3,13 @@
 import json
 
 import pytest
+from conftest import invoke as run
 
 from memdoc.core.billing.inference import InferencePlan, KvCache, Weights, inference_bill
 from memdoc.core.billing.inference_ladder import climb_inference, max_inference, vllm_fit
 from memdoc.core.model.gpu import resolve_gpu
 from memdoc.core.model.plan import parse_plan
 from memdoc.resolve.models import resolve_model
-from conftest import invoke as run
 
 LLAMA31_8B = "meta-llama/Llama-3.1-8B"
 # Llama-3.1-8B's published config: hidden 4096, 32 layers, 8 KV heads × 128, intermediate 14336
@@ -95,8 +95,22 @@ def test_vllm_budget_counts_whole_blocks_and_the_sequences_it_holds():
 
 
 def test_bill_inference_json_has_ladder_vllm_and_max():
-    data = json.loads(run("bill", LLAMA31_8B, "--gpu", "rtx-4090", "--inference", "--batch", "8", "--seq", "8192",
-                          "--max", "batch", "--json").stdout)
+    data = json.loads(
+        run(
+            "bill",
+            LLAMA31_8B,
+            "--gpu",
+            "rtx-4090",
+            "--inference",
+            "--batch",
+            "8",
+            "--seq",
+            "8192",
+            "--max",
+            "batch",
+            "--json",
+        ).stdout
+    )
     assert data["mode"] == "inference" and data["fits"] is False
     assert data["ladder"][-1]["fits"] and data["vllm"]["kv_bytes_per_token"] == 128 * 1024
     assert data["max"]["knob"] == "batch" and 1 <= data["max"]["value"] < 8
@@ -109,7 +123,9 @@ def test_inference_flags_need_inference():
 
 
 def test_prescribe_inference_oom_is_quantified_on_the_inference_bill():
-    r = run("prescribe", "--symptom", "inference-oom", LLAMA31_8B, "--gpu", "24", "--batch", "8", "--seq", "16384", "--json")
+    r = run(
+        "prescribe", "--symptom", "inference-oom", LLAMA31_8B, "--gpu", "24", "--batch", "8", "--seq", "16384", "--json"
+    )
     data = json.loads(r.stdout)
     total = data["bill"]["per_gpu"]["process_total"]
     kv = 2 * LAYERS * KV_DIM * 2 * 8 * 16384  # 16 GiB of cache
@@ -124,13 +140,16 @@ def test_prescribe_inference_oom_is_quantified_on_the_inference_bill():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model_id,batch,seq,chunk", [
-    ("Qwen/Qwen2.5-0.5B", 2, 1024, None),
-    ("meta-llama/Llama-3.2-1B", 4, 2048, None),
-    ("meta-llama/Llama-3.2-1B", 2, 4096, 1024),
-    ("meta-llama/Llama-3.2-1B", 2, 4096, 512),
-    ("google/gemma-2-2b", 1, 4096, None),  # eager attention: b·heads·s² scores, two masks
-])
+@pytest.mark.parametrize(
+    "model_id,batch,seq,chunk",
+    [
+        ("Qwen/Qwen2.5-0.5B", 2, 1024, None),
+        ("meta-llama/Llama-3.2-1B", 4, 2048, None),
+        ("meta-llama/Llama-3.2-1B", 2, 4096, 1024),
+        ("meta-llama/Llama-3.2-1B", 2, 4096, 512),
+        ("google/gemma-2-2b", 1, 4096, None),  # eager attention: b·heads·s² scores, two masks
+    ],
+)
 def test_peak_matches_a_trace_of_the_real_forward(model_id, batch, seq, chunk):
     from memdoc.probe.inference_trace import trace_prefill
 
@@ -141,17 +160,22 @@ def test_peak_matches_a_trace_of_the_real_forward(model_id, batch, seq, chunk):
     assert billed.peak_allocated == pytest.approx(traced.peak, rel=0.01)
 
 
-@pytest.mark.parametrize("argv", [
-    ["bill", LLAMA31_8B, "--gpu", "24", "--inference", "--seq", "32768", "--json"],
-    ["prescribe", "--symptom", "inference-oom", LLAMA31_8B, "--gpu", "24", "--json"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bill", LLAMA31_8B, "--gpu", "24", "--inference", "--seq", "32768", "--json"],
+        ["prescribe", "--symptom", "inference-oom", LLAMA31_8B, "--gpu", "24", "--json"],
+    ],
+)
 def test_inference_paths_do_not_import_torch(argv):
     import subprocess
     import sys
 
-    code = (f"import sys, runpy; sys.argv={['memdoc', *argv]!r}\n"
-            "try:\n    runpy.run_module('memdoc', run_name='__main__')\nexcept SystemExit: pass\n"
-            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'torch was imported'")
+    code = (
+        f"import sys, runpy; sys.argv={['memdoc', *argv]!r}\n"
+        "try:\n    runpy.run_module('memdoc', run_name='__main__')\nexcept SystemExit: pass\n"
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'torch was imported'"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)

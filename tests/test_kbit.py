@@ -48,11 +48,15 @@ def _meta_non_linear_params(config: dict) -> int:
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
-    quantised = {id(m.weight) for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and name != "lm_head"}
+    quantised = {
+        id(m.weight) for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and name != "lm_head"
+    }
     return sum(p.numel() for p in model.parameters() if id(p) not in quantised)
 
 
-@pytest.mark.parametrize("model_id", ["meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-0.5B", "google/gemma-2b", "mistralai/Mixtral-8x7B-v0.1"])
+@pytest.mark.parametrize(
+    "model_id", ["meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-0.5B", "google/gemma-2b", "mistralai/Mixtral-8x7B-v0.1"]
+)
 def test_non_quantised_count_equals_the_meta_device(model_id):
     pytest.importorskip("transformers")
     assert non_quantised_params(resolve_model(model_id)) == _meta_non_linear_params(catalog_config(model_id))
@@ -67,8 +71,15 @@ def test_tracer_cast_is_peft_prepare_model_for_kbit_training():
 
     from memdoc.probe.emulation import quantize_linears_nf4, upcast_non_quantised
 
-    config = dict(catalog_config("Qwen/Qwen2.5-0.5B"), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
+    config = dict(
+        catalog_config("Qwen/Qwen2.5-0.5B"),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+    )
 
     def four_bit():
         torch.manual_seed(0)
@@ -88,14 +99,20 @@ def test_tracer_cast_is_peft_prepare_model_for_kbit_training():
 
 # ------------------------------------------------------------------- the bill against fake-tensor traces
 @pytest.mark.slow
-@pytest.mark.parametrize("model,flags", [
-    ("meta-llama/Llama-3.2-1B", {"seq": 1024}),  # no autocast: fp32 between the 4-bit matmuls, fp32 logits
-    ("meta-llama/Llama-3.2-1B", {"seq": 1024, "precision": "amp-bf16"}),  # autocast: fp32 MLP + the head's 16-bit copy
-    ("meta-llama/Llama-3.1-8B", {"seq": 1024}),
-    ("meta-llama/Llama-3.2-1B", {"seq": 1024, "batch": 2, "checkpointing": "full", "precision": "amp-bf16"}),
-    ("Qwen/Qwen2.5-0.5B", {"seq": 1024, "lora_targets": "all-linear", "precision": "amp-bf16"}),
-    ("Qwen/Qwen2.5-0.5B", {"seq": 1024, "checkpointing": "selective"}),
-])
+@pytest.mark.parametrize(
+    "model,flags",
+    [
+        ("meta-llama/Llama-3.2-1B", {"seq": 1024}),  # no autocast: fp32 between the 4-bit matmuls, fp32 logits
+        (
+            "meta-llama/Llama-3.2-1B",
+            {"seq": 1024, "precision": "amp-bf16"},
+        ),  # autocast: fp32 MLP + the head's 16-bit copy
+        ("meta-llama/Llama-3.1-8B", {"seq": 1024}),
+        ("meta-llama/Llama-3.2-1B", {"seq": 1024, "batch": 2, "checkpointing": "full", "precision": "amp-bf16"}),
+        ("Qwen/Qwen2.5-0.5B", {"seq": 1024, "lora_targets": "all-linear", "precision": "amp-bf16"}),
+        ("Qwen/Qwen2.5-0.5B", {"seq": 1024, "checkpointing": "selective"}),
+    ],
+)
 def test_upcast_bill_matches_the_trace(model, flags):
     """The tracer builds the 4-bit model, applies peft's cast, and runs the step on fake tensors."""
     from accuracy import traced_vs_billed
@@ -106,12 +123,15 @@ def test_upcast_bill_matches_the_trace(model, flags):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("flags", [
-    {},
-    {"lora_targets": "all-linear"},
-    {"lora_dropout": 0.1},
-    {"lora_targets": "all-linear", "kbit_upcast": True},
-])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {},
+        {"lora_targets": "all-linear"},
+        {"lora_dropout": 0.1},
+        {"lora_targets": "all-linear", "kbit_upcast": True},
+    ],
+)
 def test_qlora_under_autocast_saves_each_adapter_input_once(flags):
     """peft's 4-bit LoRA layer skips its fp32 cast under autocast (`lora.bnb.Linear4bit.forward`):
     the adapters reading one 16-bit tensor save it once, not one copy each as `lora.Linear` does."""
@@ -129,8 +149,16 @@ def test_qlora_lora_layers_run_peft_bnb_forward():
 
     from memdoc.probe.emulation import bnb4_lora_forward, quantize_linears_nf4
 
-    config = dict(catalog_config("meta-llama/Llama-3.2-1B"), hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                  num_attention_heads=4, num_key_value_heads=2, vocab_size=256, head_dim=16)
+    config = dict(
+        catalog_config("meta-llama/Llama-3.2-1B"),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+        head_dim=16,
+    )
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config), dtype=torch.bfloat16)
     model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
     quantize_linears_nf4(model, torch.bfloat16)
@@ -151,10 +179,14 @@ def test_upcast_weights_in_the_trace_are_the_fp32_copies():
     from memdoc.probe.tracer import trace_training_step
 
     config = catalog_config("meta-llama/Llama-3.2-1B")
-    plain, upcast = (trace_training_step(config, parse_plan(method="qlora", seq_len=256, kbit_upcast=up)) for up in (False, True))
+    plain, upcast = (
+        trace_training_step(config, parse_plan(method="qlora", seq_len=256, kbit_upcast=up)) for up in (False, True)
+    )
     # tied 128256 × 2048 embedding (counted once) + 16 × 2 + 1 norms of 2048, 2 more bytes each
     extra = (128256 * 2048 + 33 * 2048) * 2
-    assert upcast.phases["optimizer"]["weights"] - plain.phases["optimizer"]["weights"] == pytest.approx(extra, rel=1e-4)
+    assert upcast.phases["optimizer"]["weights"] - plain.phases["optimizer"]["weights"] == pytest.approx(
+        extra, rel=1e-4
+    )
 
 
 # ------------------------------------------------------------------- plan, CLI and emit
@@ -166,7 +198,9 @@ def test_default_is_no_upcast_and_the_flag_needs_qlora():
     assert parse_plan(method="qlora").kbit_upcast is False
     result = CliRunner().invoke(app, ["bill", "meta-llama/Llama-3.1-8B", "--gpu", "80", "--kbit-upcast"])
     assert result.exit_code == 2 and "--method qlora" in result.output
-    ok = CliRunner().invoke(app, ["bill", "meta-llama/Llama-3.1-8B", "--gpu", "80", "--method", "qlora", "--kbit-upcast", "--json"])
+    ok = CliRunner().invoke(
+        app, ["bill", "meta-llama/Llama-3.1-8B", "--gpu", "80", "--method", "qlora", "--kbit-upcast", "--json"]
+    )
     assert ok.exit_code == 0, ok.output
     assert '"kbit_upcast": true' in ok.output
     assert parse_plan(kbit_upcast="true").kbit_upcast is True  # as a recipe or the command line writes it
@@ -174,8 +208,12 @@ def test_default_is_no_upcast_and_the_flag_needs_qlora():
 
 @pytest.mark.parametrize("upcast", [False, True])
 def test_emit_says_per_format_whether_the_upcast_runs(upcast):
-    ctx = EmitContext(model_id="meta-llama/Llama-3.1-8B", plan=parse_plan(method="qlora", kbit_upcast=upcast),
-                      peak_allocated=1, process_total=1)
+    ctx = EmitContext(
+        model_id="meta-llama/Llama-3.1-8B",
+        plan=parse_plan(method="qlora", kbit_upcast=upcast),
+        peak_allocated=1,
+        process_total=1,
+    )
     hf = " ".join(emit("hf", ctx).notes)
     assert ("after prepare_model_for_kbit_training" in hf) is upcast
     assert ("without peft's prepare_model_for_kbit_training" in hf) is not upcast
@@ -184,7 +222,9 @@ def test_emit_says_per_format_whether_the_upcast_runs(upcast):
         assert bool(mismatch) is upcast, fmt
         if upcast:
             assert "--no-kbit-upcast" in mismatch[0]
-    lora = EmitContext(model_id="meta-llama/Llama-3.1-8B", plan=parse_plan(method="lora"), peak_allocated=1, process_total=1)
+    lora = EmitContext(
+        model_id="meta-llama/Llama-3.1-8B", plan=parse_plan(method="lora"), peak_allocated=1, process_total=1
+    )
     assert not any("kbit" in n for fmt in ("hf", "trl", "axolotl", "llamafactory") for n in emit(fmt, lora).notes)
 
 
@@ -200,8 +240,16 @@ def test_diagnose_detects_an_upcast_4_bit_model():
     class Params4bit(torch.nn.Parameter):  # bitsandbytes' class, recognised by name
         pass
 
-    config = dict(catalog_config("meta-llama/Llama-3.2-1B"), hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                  num_attention_heads=4, num_key_value_heads=2, vocab_size=256, head_dim=16)
+    config = dict(
+        catalog_config("meta-llama/Llama-3.2-1B"),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+        head_dim=16,
+    )
     for upcast in (False, True):
         hf = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config), dtype=torch.bfloat16)
         mlp = hf.model.layers[0].mlp.down_proj
@@ -209,6 +257,7 @@ def test_diagnose_detects_an_upcast_4_bit_model():
         if upcast:
             hf.model.embed_tokens.weight.data = hf.model.embed_tokens.weight.data.float()
         peft_model = get_peft_model(hf, LoraConfig(r=4, target_modules=["q_proj"]))
-        plan, detected = detect_plan(hf, peft_model, autocast="bf16", checkpointing=False, optimizer=None,
-                                     input_shape=(1, 8), cuda=False)
+        plan, detected = detect_plan(
+            hf, peft_model, autocast="bf16", checkpointing=False, optimizer=None, input_shape=(1, 8), cuda=False
+        )
         assert plan.method.value == "qlora" and plan.kbit_upcast is upcast and detected["kbit_upcast"] is upcast

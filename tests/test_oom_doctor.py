@@ -39,7 +39,9 @@ def _prescribe(text: str, *args: str) -> dict:
 ALL_TEXTS = [e["text"] for e in CORPUS] + [e["text"] for e in THREADS] + [FRACTION]
 
 
-@pytest.mark.parametrize("text", ALL_TEXTS, ids=[e["source"].split("github.com/")[-1] for e in CORPUS + THREADS] + ["h200-fraction"])
+@pytest.mark.parametrize(
+    "text", ALL_TEXTS, ids=[e["source"].split("github.com/")[-1] for e in CORPUS + THREADS] + ["h200-fraction"]
+)
 def test_every_real_oom_is_answered(text):
     out = _prescribe(text)
     assert out["oom"] is not None and out["symptom"] and out["prescriptions"]
@@ -65,8 +67,18 @@ def test_thread_texts(entry):
     assert event.format == exp["format"]
     if "variant" in exp:
         assert event.variant == exp["variant"]
-    for key in ("requested", "total", "free", "allowed", "allocated_by_pytorch", "reserved_total",
-                "reserved_unallocated", "allocated_in_private_pools", "kv_cache_needed", "kv_cache_available"):
+    for key in (
+        "requested",
+        "total",
+        "free",
+        "allowed",
+        "allocated_by_pytorch",
+        "reserved_total",
+        "reserved_unallocated",
+        "allocated_in_private_pools",
+        "kv_cache_needed",
+        "kv_cache_available",
+    ):
         if key in exp:
             assert getattr(event, key) == _b(exp[key]), key
     for key in ("max_model_len", "kv_cache_tokens"):
@@ -133,10 +145,12 @@ def test_host_pid_is_not_called_another_process():
 
 
 def test_other_processes_from_current_figures():
-    text = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of "
-            "79.19 GiB of which 300.00 MiB is free. Including non-PyTorch memory, this process has 40.00 GiB memory in "
-            "use. Of the allocated memory 38.00 GiB is allocated by PyTorch, and 1.00 GiB is reserved by PyTorch but "
-            "unallocated.")
+    text = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of "
+        "79.19 GiB of which 300.00 MiB is free. Including non-PyTorch memory, this process has 40.00 GiB memory in "
+        "use. Of the allocated memory 38.00 GiB is allocated by PyTorch, and 1.00 GiB is reserved by PyTorch but "
+        "unallocated."
+    )
     guess = infer_symptom(first_oom(text), text)
     first = guess.causes[0]
     assert first.id == "other-processes"
@@ -144,9 +158,11 @@ def test_other_processes_from_current_figures():
 
 
 def test_vllm_low_utilisation_is_the_cap():
-    text = ("INFO 11-18 18:07:20 config.py:350] gpu_memory_utilization=0.3\n"
-            "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
-            "initializing the engine.")
+    text = (
+        "INFO 11-18 18:07:20 config.py:350] gpu_memory_utilization=0.3\n"
+        "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+        "initializing the engine."
+    )
     guess = infer_symptom(first_oom(text), text)
     assert [c.id for c in guess.causes] == ["memory-fraction-cap", "vllm-kv-cache"]
     assert guess.symptom == "inference-oom"
@@ -155,9 +171,11 @@ def test_vllm_low_utilisation_is_the_cap():
 # ---------------------------------------------------------------------------------------------
 # Phases from every traceback layout
 
-OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of "
-       "23.65 GiB of which 11.06 MiB is free. Of the allocated memory 22.90 GiB is allocated by PyTorch, and "
-       "194.87 MiB is reserved by PyTorch but unallocated.")
+OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of "
+    "23.65 GiB of which 11.06 MiB is free. Of the allocated memory 22.90 GiB is allocated by PyTorch, and "
+    "194.87 MiB is reserved by PyTorch but unallocated."
+)
 
 IPYTHON8 = """---------------------------------------------------------------------------
 OutOfMemoryError                          Traceback (most recent call last)
@@ -201,13 +219,29 @@ STD = 'Traceback (most recent call last):\n  File "train.py", line 10, in <modul
     [
         (IPYTHON8, "backward"),
         (RICH, "loss"),
-        (STD.format(code="trainer.train()", path="transformers/trainer.py", func="_inner_training_loop"), "training-step"),
-        (STD.format(code="metrics = trainer.evaluate()", path="transformers/trainer.py", func="evaluation_loop"), "eval"),
+        (
+            STD.format(code="trainer.train()", path="transformers/trainer.py", func="_inner_training_loop"),
+            "training-step",
+        ),
+        (
+            STD.format(code="metrics = trainer.evaluate()", path="transformers/trainer.py", func="evaluation_loop"),
+            "eval",
+        ),
         (STD.format(code="optimizer.step()", path="torch/optim/adamw.py", func="_multi_tensor_adamw"), "optimizer"),
         (STD.format(code="loss.backward()", path="torch/utils/checkpoint.py", func="forward"), "backward"),  # recompute
         (STD.format(code="out = model(x)", path="torch/nn/modules/module.py", func="_call_impl"), "forward"),
-        (STD.format(code="model = AutoModelForCausalLM.from_pretrained(name)", path="modeling_utils.py", func="from_pretrained"), "startup"),
-        (STD.format(code="out = model.generate(**inputs)", path="transformers/generation/utils.py", func="_sample"), "generate"),
+        (
+            STD.format(
+                code="model = AutoModelForCausalLM.from_pretrained(name)",
+                path="modeling_utils.py",
+                func="from_pretrained",
+            ),
+            "startup",
+        ),
+        (
+            STD.format(code="out = model.generate(**inputs)", path="transformers/generation/utils.py", func="_sample"),
+            "generate",
+        ),
     ],
 )
 def test_phase_from_frames(log, phase):
@@ -238,21 +272,41 @@ def test_card_from_the_log_is_the_gpu():
 # Never refuses a parsed OOM
 
 _SIZE = st.builds(lambda n, u: f"{n / 100:.2f} {u}", st.integers(0, 99_999), st.sampled_from(["MiB", "GiB"]))
-_FRAME = st.sampled_from(["", STD.format(code="loss.backward()", path="torch/autograd/__init__.py", func="backward"),
-                          IPYTHON8, RICH, "[rank0]: ", "> ", "Traceback (most recent call last):\n"])
+_FRAME = st.sampled_from(
+    [
+        "",
+        STD.format(code="loss.backward()", path="torch/autograd/__init__.py", func="backward"),
+        IPYTHON8,
+        RICH,
+        "[rank0]: ",
+        "> ",
+        "Traceback (most recent call last):\n",
+    ]
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(a=_SIZE, t=_SIZE, f=_SIZE, m=_SIZE, r=_SIZE, allowed=st.one_of(st.none(), _SIZE), legacy=st.booleans(),
-       before=_FRAME, after=st.text(max_size=40))
+@given(
+    a=_SIZE,
+    t=_SIZE,
+    f=_SIZE,
+    m=_SIZE,
+    r=_SIZE,
+    allowed=st.one_of(st.none(), _SIZE),
+    legacy=st.booleans(),
+    before=_FRAME,
+    after=st.text(max_size=40),
+)
 def test_never_raises_never_refuses(a, t, f, m, r, allowed, legacy, before, after):
     cap = f"{allowed} allowed; " if allowed else ""
     if legacy:
         msg = f"CUDA out of memory. Tried to allocate {a} (GPU 0; {t} total capacity; {m} already allocated; {f} free; {cap}{r} reserved in total by PyTorch)"
     else:
-        msg = (f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {a}. GPU 0 has a total capacity of {t} "
-               f"of which {f} is free. {cap}Of the allocated memory {m} is allocated by PyTorch, and {r} is reserved by "
-               "PyTorch but unallocated.")
+        msg = (
+            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {a}. GPU 0 has a total capacity of {t} "
+            f"of which {f} is free. {cap}Of the allocated memory {m} is allocated by PyTorch, and {r} is reserved by "
+            "PyTorch but unallocated."
+        )
     text = before + msg + "\n" + after
     event = first_oom(text)
     assert event is not None
@@ -273,8 +327,11 @@ def test_terminal_report_names_the_culprit():
     # Llama-3.2-1B, 2 × 2048 tokens × 128,256 vocab × 4 B fp32 logits = 3.91 GiB (a 2 MiB multiple)
     n = 2 * 2048 * 128256 * 4
     text = OOM.replace("20.00 MiB", f"{n / 1024**3:.2f} GiB")
-    result = runner.invoke(app, ["prescribe", "--log", "-", "meta-llama/Llama-3.2-1B", "--method", "lora",
-                                 "--batch", "2", "--seq", "2048"], input=text)
+    result = runner.invoke(
+        app,
+        ["prescribe", "--log", "-", "meta-llama/Llama-3.2-1B", "--method", "lora", "--batch", "2", "--seq", "2048"],
+        input=text,
+    )
     assert result.exit_code == 0
     out = " ".join(result.output.split())
     assert "culprit: fp32 logits" in out and "[2 × 2048 × 128256]" in out and "long-sample-oom" in out
@@ -296,7 +353,9 @@ def test_prescribe_cli_never_refuses_a_parsed_oom(a, t, f, m, r, legacy, before)
     if legacy:
         msg = f"CUDA out of memory. Tried to allocate {a} (GPU 0; {t} total capacity; {m} already allocated; {f} free; {r} cached)"
     else:
-        msg = (f"HIP out of memory. Tried to allocate {a}. GPU 1 has a total capacty of {t} of which {f} is free. "
-               f"Of the allocated memory {m} is allocated by PyTorch, and {r} is reserved by PyTorch but unallocated.")
+        msg = (
+            f"HIP out of memory. Tried to allocate {a}. GPU 1 has a total capacty of {t} of which {f} is free. "
+            f"Of the allocated memory {m} is allocated by PyTorch, and {r} is reserved by PyTorch but unallocated."
+        )
     out = _prescribe(before + msg)
     assert out["symptom"] and out["oom"]["requested"] is not None

@@ -121,9 +121,16 @@ def _wrap(text: str, width: int) -> list[str]:
 
 @pytest.mark.parametrize(
     "prefix",
-    ["[rank0]: ", "[default3]:", "2024-05-01 12:00:00,123 - ERROR - ", "ERROR 10-11 12:27:29 engine.py:157] ",
-     "(VllmWorker rank=1 pid=77) ERROR 06-05 06:18:13 [multiproc_executor.py:470] ", "> ", "0: ",
-     "E0501 12:00:00.123456 1234 trainer.py:88] "],
+    [
+        "[rank0]: ",
+        "[default3]:",
+        "2024-05-01 12:00:00,123 - ERROR - ",
+        "ERROR 10-11 12:27:29 engine.py:157] ",
+        "(VllmWorker rank=1 pid=77) ERROR 06-05 06:18:13 [multiproc_executor.py:470] ",
+        "> ",
+        "0: ",
+        "E0501 12:00:00.123456 1234 trainer.py:88] ",
+    ],
 )
 def test_wrapped_lines_with_log_prefixes(prefix):
     text = "\n".join(prefix + line for line in _wrap(CURRENT, 60))
@@ -176,7 +183,9 @@ def test_html_and_ansi_are_removed():
     assert event.exception_type == "torch.OutOfMemoryError" and event.gpu == 3
 
 
-@pytest.mark.parametrize("text", ["", "all good", "Tried to allocate", "CUDA out of memory.", "Tried to allocate 99999999999999999999 GiB"])
+@pytest.mark.parametrize(
+    "text", ["", "all good", "Tried to allocate", "CUDA out of memory.", "Tried to allocate 99999999999999999999 GiB"]
+)
 def test_no_event(text):
     assert parse_oom_log(text) == [] and first_oom(text) is None
 
@@ -227,8 +236,16 @@ _SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[Hea
 
 @_SETTINGS
 @given(
-    gpu=st.integers(0, 15), a=sizes(), t=sizes(), f=sizes(), m=sizes(), r=sizes(), p=sizes(),
-    typo=st.booleans(), with_process=st.booleans(), backend=st.sampled_from(["CUDA", "HIP"]),
+    gpu=st.integers(0, 15),
+    a=sizes(),
+    t=sizes(),
+    f=sizes(),
+    m=sizes(),
+    r=sizes(),
+    p=sizes(),
+    typo=st.booleans(),
+    with_process=st.booleans(),
+    backend=st.sampled_from(["CUDA", "HIP"]),
 )
 def test_generated_current_messages(gpu, a, t, f, m, r, p, typo, with_process, backend):
     process = f"Including non-PyTorch memory, this process has {p[1]} memory in use. " if with_process else ""
@@ -249,7 +266,16 @@ def test_generated_current_messages(gpu, a, t, f, m, r, p, typo, with_process, b
 
 
 @_SETTINGS
-@given(gpu=st.integers(0, 15), a=sizes(), t=sizes(), m=sizes(), f=sizes(), r=sizes(), cached=st.booleans(), prefix=st.sampled_from(["", "RuntimeError: ", "[rank1]: "]))
+@given(
+    gpu=st.integers(0, 15),
+    a=sizes(),
+    t=sizes(),
+    m=sizes(),
+    f=sizes(),
+    r=sizes(),
+    cached=st.booleans(),
+    prefix=st.sampled_from(["", "RuntimeError: ", "[rank1]: "]),
+)
 def test_generated_legacy_messages(gpu, a, t, m, f, r, cached, prefix):
     last = f"{r[1]} cached" if cached else f"{r[1]} reserved in total by PyTorch"
     text = (
@@ -274,7 +300,13 @@ def test_never_raises_on_arbitrary_text(text):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.text(alphabet=st.sampled_from(list("Tried to allocate GiB MiB (GPU 0; 1.5 ) of which is free CUDA out of memory.\n[rank0]: <>"))))
+@given(
+    st.text(
+        alphabet=st.sampled_from(
+            list("Tried to allocate GiB MiB (GPU 0; 1.5 ) of which is free CUDA out of memory.\n[rank0]: <>")
+        )
+    )
+)
 def test_never_raises_on_near_miss_text(text):
     for e in parse_oom_log(text):
         infer_symptom(e, text)
@@ -282,6 +314,7 @@ def test_never_raises_on_near_miss_text(text):
 
 # ---------------------------------------------------------------------------------------------
 # infer_symptom
+
 
 def _entry(fragment: str) -> dict:
     return next(e for e in CORPUS if fragment in e["source"])
@@ -342,7 +375,9 @@ def test_phase_rules(code, path, func, symptom):
 
 
 def test_large_logits_block_is_long_sample():
-    log = TRACE.format(code="loss = outputs.loss", path="transformers/loss/loss_utils.py", func="fixed_cross_entropy") + (
+    log = TRACE.format(
+        code="loss = outputs.loss", path="transformers/loss/loss_utils.py", func="fixed_cross_entropy"
+    ) + (
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.91 GiB. GPU 0 has a total capacity of "
         "79.19 GiB of which 1.00 GiB is free. Of the allocated memory 70.00 GiB is allocated by PyTorch, and "
         "1.00 GiB is reserved by PyTorch but unallocated."

@@ -1,6 +1,5 @@
 """Exact parameter counts: analytic (no torch) vs transformers on the meta device, every catalog model."""
 
-
 import pytest
 
 from memdoc.core.model.model_spec import spec_from_config

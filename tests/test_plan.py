@@ -9,10 +9,10 @@ from typer.testing import CliRunner
 from memdoc.cli import app
 from memdoc.core.billing.bill import compute_bill
 from memdoc.core.billing.ladder import climb
-from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.billing.search import search
 from memdoc.core.billing.steptime import step_seconds
 from memdoc.core.model.gpu import resolve_gpu
+from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.model.plan import Checkpointing, Loss, Method, Offload, Optimizer, Precision, Shard, parse_plan
 from memdoc.errors import PlanError
 from memdoc.resolve.models import resolve_model
@@ -63,14 +63,27 @@ def test_search_matches_brute_force_on_a_small_case():
     base = parse_plan(batch=4, seq=2048)
     best = None
     for method, precision, optimizer, ckpt, loss, offload, micro in itertools.product(
-        Method, (Precision.BF16, Precision.AMP_BF16), (Optimizer.ADAMW, Optimizer.ADAMW_FUSED, Optimizer.ADAMW_8BIT,
-                                                      Optimizer.PAGED_ADAMW_8BIT),
-        Checkpointing, Loss, Offload, (1, 2, 4),
+        Method,
+        (Precision.BF16, Precision.AMP_BF16),
+        (Optimizer.ADAMW, Optimizer.ADAMW_FUSED, Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT),
+        Checkpointing,
+        Loss,
+        Offload,
+        (1, 2, 4),
     ):
         shard = Shard.ZERO3 if offload is Offload.OPTIMIZER_PARAMS else Shard.NONE
         try:
-            plan = base.replace(method=method, precision=precision, optimizer=optimizer, checkpointing=ckpt, loss=loss,
-                                offload=offload, shard=shard, micro_batch=micro, grad_accum=4 // micro)
+            plan = base.replace(
+                method=method,
+                precision=precision,
+                optimizer=optimizer,
+                checkpointing=ckpt,
+                loss=loss,
+                offload=offload,
+                shard=shard,
+                micro_batch=micro,
+                grad_accum=4 // micro,
+            )
         except PlanError:
             continue
         plan = fit_lora_targets(plan, model)
@@ -118,8 +131,9 @@ def final_plan(model_id, gpu_name, **flags):
 
 def test_fp32_lora_on_24gb_needs_bf16_alone():
     # loss fused-ce pinned: with every Liger kernel (--loss fused) fp32 LoRA fits 24 GB too (SwiGLU keeps 2 of 3 tensors)
-    model, gpu, base, steps = final_plan("Qwen/Qwen2.5-3B", "24", method="lora", precision="fp32", optimizer="adamw",
-                                         loss="fused-ce")
+    model, gpu, base, steps = final_plan(
+        "Qwen/Qwen2.5-3B", "24", method="lora", precision="fp32", optimizer="adamw", loss="fused-ce"
+    )
     final = steps[-1].plan
     assert steps[-1].fits
     assert final == base.replace(precision=Precision.BF16)
@@ -144,8 +158,11 @@ _GROUPS = [("micro_batch", "grad_accum"), ("shard", "offload", "optimizer"), ("o
 
 @pytest.mark.parametrize(
     "model_id,gpu_name,flags",
-    CASES + [("meta-llama/Llama-2-7b-hf", "24", {"batch": 4, "optimizer": "adamw"}),
-             ("meta-llama/Llama-3.1-70B", "24", {"optimizer": "adamw"})],
+    CASES
+    + [
+        ("meta-llama/Llama-2-7b-hf", "24", {"batch": 4, "optimizer": "adamw"}),
+        ("meta-llama/Llama-3.1-70B", "24", {"optimizer": "adamw"}),
+    ],
 )
 def test_the_ladders_final_plan_is_minimal(model_id, gpu_name, flags):
     # Undo each change from the user's plan (alone, or with the fields that move with it): the
@@ -187,19 +204,35 @@ def test_plan_json_contract():
 
 
 def test_plan_keeps_explicit_flags_and_exits_3_when_nothing_fits():
-    data = json.loads(runner.invoke(app, ["plan", "meta-llama/Llama-3.1-8B", "--gpu", "a100-80", "--method", "full",
-                                          "--json"]).output)
+    data = json.loads(
+        runner.invoke(app, ["plan", "meta-llama/Llama-3.1-8B", "--gpu", "a100-80", "--method", "full", "--json"]).output
+    )
     assert data["plans"] and all(p["plan"]["method"] == "full" for p in data["plans"])
     assert "method" in data["fixed"]
-    result = runner.invoke(app, ["plan", "meta-llama/Llama-3.1-70B", "--gpu", "24", "--method", "full",
-                                 "--offload", "none"])
+    result = runner.invoke(
+        app, ["plan", "meta-llama/Llama-3.1-70B", "--gpu", "24", "--method", "full", "--offload", "none"]
+    )
     assert result.exit_code == 3 and "No plan fits" in result.output
 
 
 def test_plan_emit_writes_the_fastest_plan(tmp_path):
     out = tmp_path / "sft.yaml"
-    result = runner.invoke(app, ["plan", "meta-llama/Llama-3.1-8B", "--gpu", "rtx-4090", "--method", "lora",
-                                 "--emit", "trl", "-o", str(out), "--json"])
+    result = runner.invoke(
+        app,
+        [
+            "plan",
+            "meta-llama/Llama-3.1-8B",
+            "--gpu",
+            "rtx-4090",
+            "--method",
+            "lora",
+            "--emit",
+            "trl",
+            "-o",
+            str(out),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert out.exists() and data["emitted"]["plan"] == data["plans"][0]["plan"]

@@ -11,13 +11,34 @@ CORPUS = yaml.safe_load((Path(__file__).parent / "fixtures" / "oom-corpus.yaml")
 
 def test_list_has_the_ten_symptoms():
     ids = {s["id"] for s in json.loads(run("prescribe", "--list", "--json").output)}
-    assert {"startup-oom", "mid-run-oom", "long-sample-oom", "slow-but-fits", "inference-oom", "ckpt-no-savings",
-            "ckpt-too-slow", "nan-with-amp", "grad-mismatch", "custom-op-error"} <= ids
+    assert {
+        "startup-oom",
+        "mid-run-oom",
+        "long-sample-oom",
+        "slow-but-fits",
+        "inference-oom",
+        "ckpt-no-savings",
+        "ckpt-too-slow",
+        "nan-with-amp",
+        "grad-mismatch",
+        "custom-op-error",
+    } <= ids
 
 
 def test_quantified_startup_oom_on_24gb():
-    out = json.loads(run("prescribe", "--symptom", "startup-oom", "meta-llama/Llama-3.1-8B", "--gpu", "24",
-                         "--method", "full", "--json").output)
+    out = json.loads(
+        run(
+            "prescribe",
+            "--symptom",
+            "startup-oom",
+            "meta-llama/Llama-3.1-8B",
+            "--gpu",
+            "24",
+            "--method",
+            "full",
+            "--json",
+        ).output
+    )
     assert out["bill"]["fits"] is False
     by_id = {p["id"]: p for p in out["prescriptions"]}
     lora = next(p for p in out["prescriptions"] if p["saves_bytes"] and p["fits_alone"])
@@ -29,8 +50,19 @@ def test_quantified_startup_oom_on_24gb():
 def test_checkpointing_saves_nothing_when_adam_dominates():
     # Full fine-tuning of an 8B model with foreach AdamW peaks at the optimizer step (weights + grads +
     # AdamW states + foreach buffer): fewer activations change nothing there, smaller optimizer states do.
-    out = json.loads(run("prescribe", "--symptom", "mid-run-oom", "meta-llama/Llama-3.1-8B", "--gpu", "80",
-                         "--optimizer", "adamw-foreach", "--json").output)
+    out = json.loads(
+        run(
+            "prescribe",
+            "--symptom",
+            "mid-run-oom",
+            "meta-llama/Llama-3.1-8B",
+            "--gpu",
+            "80",
+            "--optimizer",
+            "adamw-foreach",
+            "--json",
+        ).output
+    )
     saves = {p["id"]: p["saves_bytes"] for p in out["prescriptions"]}
     assert saves["midrun-checkpointing"] == 0
     # paged 8-bit AdamW: two bf16 states (4 B/param) become two uint8 states + absmax (≈ 2.03 B/param)

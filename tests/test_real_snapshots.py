@@ -33,5 +33,7 @@ def test_replayed_total_ends_at_the_snapshots_allocated_bytes():
     with open(FIX / "hf-step.pickle", "rb") as f:
         snap = pickle.load(f)
     allocated = sum(b["size"] for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated")
-    requested = sum(b["requested_size"] for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated")
+    requested = sum(
+        b["requested_size"] for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated"
+    )
     assert snapshot_timeline(snap)[-1]["total"] in (allocated, requested)

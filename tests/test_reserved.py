@@ -13,7 +13,10 @@ from memdoc.core.model.plan import parse_plan
 from memdoc.resolve.models import resolve_model
 
 FIX = Path(__file__).parent / "fixtures"
-ROWS = {r["id"] + (":expandable" if r["alloc_conf"] else ""): r for r in map(json.loads, (FIX / "h200.jsonl").read_text().splitlines())}
+ROWS = {
+    r["id"] + (":expandable" if r["alloc_conf"] else ""): r
+    for r in map(json.loads, (FIX / "h200.jsonl").read_text().splitlines())
+}
 
 
 def bill_of(row):
@@ -32,9 +35,17 @@ def bill_of(row):
     return compute_bill(spec, plan, resolve_gpu("h200"))
 
 
-@pytest.mark.parametrize("case", ["l2-7b-full-bf16-s2048", "g-2b-full-bf16-b2-s2048", "q25-7b-lora16qv-s2048-ckpt",
-                                  "q25-05b-full-bf16-b8-s1024", "l32-1b-full-fp32-b2-s1024-ckpt",
-                                  "q25-05b-full-bf16-b8-s1024:expandable"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "l2-7b-full-bf16-s2048",
+        "g-2b-full-bf16-b2-s2048",
+        "q25-7b-lora16qv-s2048-ckpt",
+        "q25-05b-full-bf16-b8-s1024",
+        "l32-1b-full-fp32-b2-s1024-ckpt",
+        "q25-05b-full-bf16-b8-s1024:expandable",
+    ],
+)
 def test_reserved_and_process_total_match_the_h200(case):
     row = ROWS[case]
     bill = bill_of(row)

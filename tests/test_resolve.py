@@ -27,8 +27,15 @@ def test_unknown_model_suggests_close_names():
 
 
 def test_local_config_file_and_directory(tmp_path):
-    config = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100}
+    config = {
+        "model_type": "llama",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 100,
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     assert resolve_model(str(path)).source == "local"
@@ -50,8 +57,12 @@ def test_local_hf_cache_wins_over_catalog(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     "content,message",
-    [("{not json", "not valid JSON"), ("[1, 2]", "not a JSON object"), ('{"hidden_size": 8}', "no model_type"),
-     ('{"model_type": "llama", "vocab_size": 10}', "no hidden_size")],
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "not a JSON object"),
+        ('{"hidden_size": 8}', "no model_type"),
+        ('{"model_type": "llama", "vocab_size": 10}', "no hidden_size"),
+    ],
 )
 def test_malformed_configs(tmp_path, content, message):
     path = tmp_path / "config.json"
@@ -62,8 +73,16 @@ def test_malformed_configs(tmp_path, content, message):
 
 def test_unknown_architecture_counts_on_meta_device(tmp_path):
     # OPT has no analytic layout in memdoc: counted exactly by transformers on the meta device.
-    config = {"model_type": "opt", "hidden_size": 64, "ffn_dim": 256, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 128, "word_embed_proj_dim": 64}
+    config = {
+        "model_type": "opt",
+        "hidden_size": 64,
+        "ffn_dim": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "vocab_size": 100,
+        "max_position_embeddings": 128,
+        "word_embed_proj_dim": 64,
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     spec = resolve_model(str(path))

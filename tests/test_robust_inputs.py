@@ -58,7 +58,10 @@ def config_file(tmp_path, **changes):
         ({"head_dim": 0}, "head_dim must be a positive integer"),
         ({"num_key_value_heads": 7}, "num_attention_heads 32 is not a multiple of num_key_value_heads 7"),
         ({"head_dim": KeyError, "hidden_size": 2050}, "hidden_size 2050 is not divisible by num_attention_heads 32"),
-        ({"head_dim": KeyError, "num_attention_heads": 4096, "num_key_value_heads": 8}, "not divisible by num_attention_heads 4096"),
+        (
+            {"head_dim": KeyError, "num_attention_heads": 4096, "num_key_value_heads": 8},
+            "not divisible by num_attention_heads 4096",
+        ),
         ({"model_type": ["x"]}, "model_type must be a string"),
         ({"model_type": KeyError}, "has no model_type"),
         ({"num_hidden_layers": KeyError}, "has no num_hidden_layers"),
@@ -75,7 +78,11 @@ def test_bad_config_value_names_the_key(tmp_path, changes, message):
     "model,changes,message",
     [
         ("deepseek-ai/DeepSeek-V2-Lite", {"kv_lora_rank": KeyError}, "has no kv_lora_rank"),
-        ("mistralai/Mixtral-8x7B-v0.1", {"num_experts_per_tok": 9}, "num_experts_per_tok 9 exceeds the 8 routed experts"),
+        (
+            "mistralai/Mixtral-8x7B-v0.1",
+            {"num_experts_per_tok": 9},
+            "num_experts_per_tok 9 exceeds the 8 routed experts",
+        ),
         ("Qwen/Qwen3-30B-A3B", {"mlp_only_layers": "all"}, "mlp_only_layers must be a list"),
         ("openai-community/gpt2", {"n_positions": KeyError}, "has no n_positions"),
     ],
@@ -98,9 +105,16 @@ def test_integral_floats_are_integers(tmp_path):
 
 
 # ------------------------------------------------------------------------ layer count scaling
-@pytest.mark.parametrize("command", [["bill"], ["bill", "--max", "batch"], ["prescribe", "--symptom", "mid-run-oom"],
-                                     ["bill", "--method", "qlora", "--optimizer", "adamw-8bit"],
-                                     ["emit", "--format", "axolotl", "--fit"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["bill"],
+        ["bill", "--max", "batch"],
+        ["prescribe", "--symptom", "mid-run-oom"],
+        ["bill", "--method", "qlora", "--optimizer", "adamw-8bit"],
+        ["emit", "--format", "axolotl", "--fit"],
+    ],
+)
 def test_a_million_layers_costs_no_more_than_a_few(tmp_path, command):
     path = config_file(tmp_path, num_hidden_layers=1_000_000)
     start = time.monotonic()
@@ -118,16 +132,24 @@ def test_a_million_layers_costs_no_more_than_a_few(tmp_path, command):
 def test_layer_groups_match_a_scan_of_every_layer():
     """The closed-form groups (first index, count) equal the distinct layouts of a per-layer scan."""
     rng = random.Random(16)
-    models = ["Qwen/Qwen3-30B-A3B", "Qwen/Qwen2-57B-A14B", "deepseek-ai/DeepSeek-V2-Lite", "mistralai/Mixtral-8x7B-v0.1",
-              "meta-llama/Llama-3.2-1B"]
+    models = [
+        "Qwen/Qwen3-30B-A3B",
+        "Qwen/Qwen2-57B-A14B",
+        "deepseek-ai/DeepSeek-V2-Lite",
+        "mistralai/Mixtral-8x7B-v0.1",
+        "meta-llama/Llama-3.2-1B",
+    ]
     for model, _ in itertools.product(models, range(25)):
         config = dict(catalog_config(model))
         layers = rng.randint(1, 30)
-        config.update({
-            "decoder_sparse_step": rng.randint(1, 5), "moe_layer_freq": rng.randint(1, 4),
-            "first_k_dense_replace": rng.randint(0, 6),
-            "mlp_only_layers": sorted(rng.sample(range(35), rng.randint(0, 6))),
-        })
+        config.update(
+            {
+                "decoder_sparse_step": rng.randint(1, 5),
+                "moe_layer_freq": rng.randint(1, 4),
+                "first_k_dense_replace": rng.randint(0, 6),
+                "mlp_only_layers": sorted(rng.sample(range(35), rng.randint(0, 6))),
+            }
+        )
         family = family_of(config["model_type"])
         scan = [layer_layout(config, family, i) for i in range(layers)]
         expected = sorted((scan.index(layout), scan.count(layout)) for layout in set(scan))
@@ -141,11 +163,14 @@ def test_unknown_model_type_names_the_closest_few(tmp_path):
 
 
 # ---------------------------------------------------------------------------- model argument
-@pytest.mark.parametrize("model,message", [
-    ("x" * 300, "unknown model 'xxxxxxxx"),
-    ("a/" + "b" * 300, "unknown model"),
-    ("x" * 5000, "is not a model id or a path (5000 characters"),
-])
+@pytest.mark.parametrize(
+    "model,message",
+    [
+        ("x" * 300, "unknown model 'xxxxxxxx"),
+        ("a/" + "b" * 300, "unknown model"),
+        ("x" * 5000, "is not a model id or a path (5000 characters"),
+    ],
+)
 def test_odd_model_arguments(model, message):
     line = one_error_line(run("bill", model, "--gpu", "24"))
     assert message in line and len(line) < 300
@@ -191,8 +216,11 @@ def test_recipe_plan_values_are_strictly_typed(tmp_path, plan, message):
     "text,message",
     [
         (b"model: \xff\xfe llama\n", "is not UTF-8 text"),
-        ("a: &a [1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
-         "model: [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n", "YAML aliases (*a) are not allowed"),
+        (
+            "a: &a [1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+            "model: [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n",
+            "YAML aliases (*a) are not allowed",
+        ),
         ("model: " + "[" * 50_000 + "]" * 50_000 + "\n", "recipe"),
         ("{1: 2, model: x}", "key 1 is not a name"),
         ("model: [a, b]", "model must be a string"),
@@ -215,7 +243,10 @@ def test_allow_long_false_as_a_string_is_false(tmp_path):
 
 
 def test_recipe_booleans_and_numbers_still_read(tmp_path):
-    path = recipe_file(tmp_path, "model: meta-llama/Llama-2-7b\ngpu: 24\nplan: {allow_long: true, micro_batch: 2.0, checkpointing: true}\n")
+    path = recipe_file(
+        tmp_path,
+        "model: meta-llama/Llama-2-7b\ngpu: 24\nplan: {allow_long: true, micro_batch: 2.0, checkpointing: true}\n",
+    )
     result = run("bill", "--recipe", path, "--json")
     assert result.exit_code == 0, result.output
     plan = json.loads(result.output)["plan"]
@@ -251,10 +282,16 @@ def test_diagnose_timeout_must_be_finite():
         assert "--timeout" in one_error_line(run("diagnose", "train.py", "--timeout", value))
 
 
-@pytest.mark.parametrize("changes,message", [
-    ({"head_dim": 6, "rope_scaling": {"rope_type": "nope"}}, "transformers cannot build a 'llama' model from this config"),
-    ({"hidden_act": "nope"}, "KeyError: 'nope'"),
-])
+@pytest.mark.parametrize(
+    "changes,message",
+    [
+        (
+            {"head_dim": 6, "rope_scaling": {"rope_type": "nope"}},
+            "transformers cannot build a 'llama' model from this config",
+        ),
+        ({"hidden_act": "nope"}, "KeyError: 'nope'"),
+    ],
+)
 def test_configs_the_bill_takes_but_transformers_cannot_build(tmp_path, changes, message):
     pytest.importorskip("transformers")
     path = config_file(tmp_path, **changes)
@@ -271,8 +308,13 @@ def test_binary_stdin_under_a_strict_encoding():
 
     log = b"\xff\xfe\x00 torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which 1.19 GiB is free.\n"
     env = {**os.environ, "PYTHONIOENCODING": "ascii:strict", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    proc = subprocess.run([sys.executable, "-m", "memdoc", "prescribe", "--log", "-", "--json"], input=log,
-                          capture_output=True, env=env, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "memdoc", "prescribe", "--log", "-", "--json"],
+        input=log,
+        capture_output=True,
+        env=env,
+        timeout=60,
+    )
     assert b"internal error" not in proc.stderr and b"Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode in (0, 2), proc.stderr
     if proc.returncode == 0:

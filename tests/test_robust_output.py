@@ -102,10 +102,14 @@ def test_titles_break_between_parts():
 @pytest.mark.parametrize(
     "value,expected",
     [
-        ({"per_device_train_batch_size": 1, "gradient_accumulation_steps": 16},
-         "per_device_train_batch_size=1, gradient_accumulation_steps=16"),
-        ({"gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"use_reentrant": False}},
-         "gradient_checkpointing=true, gradient_checkpointing_kwargs={use_reentrant=false}"),
+        (
+            {"per_device_train_batch_size": 1, "gradient_accumulation_steps": 16},
+            "per_device_train_batch_size=1, gradient_accumulation_steps=16",
+        ),
+        (
+            {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"use_reentrant": False}},
+            "gradient_checkpointing=true, gradient_checkpointing_kwargs={use_reentrant=false}",
+        ),
         ({"plugins": ["a.B"], "x": None}, "plugins=[a.B], x=None"),
         ("torch.cuda.empty_cache()", "torch.cuda.empty_cache()"),
     ],
@@ -124,8 +128,14 @@ def test_other_row_is_explained():
 
 @pytest.mark.parametrize(
     "process_gib,gpu_gib,fits,close",
-    [(20, 24, True, False), (21.9, 24, True, True), (23.5, 24, True, True), (20, 80, True, False), (26, 24, False, True),
-     (40, 24, False, False)],
+    [
+        (20, 24, True, False),
+        (21.9, 24, True, True),
+        (23.5, 24, True, True),
+        (20, 80, True, False),
+        (26, 24, False, True),
+        (40, 24, False, False),
+    ],
 )
 def test_verdict_close_call_inside_the_benchmarked_error(process_gib, gpu_gib, fits, close):
     v = verdict(int(process_gib * GiB), int(gpu_gib * GiB))
@@ -170,7 +180,10 @@ def test_verdict_line_says_close_call():
 @pytest.mark.parametrize(
     "gpu,expected",
     [
-        ("a100", "--gpu a100 taken as NVIDIA A100 80GB SXM (80.00 GiB); for another variant pass --gpu a100-40 (39.59 GiB)"),
+        (
+            "a100",
+            "--gpu a100 taken as NVIDIA A100 80GB SXM (80.00 GiB); for another variant pass --gpu a100-40 (39.59 GiB)",
+        ),
         ("v100", "for another variant pass --gpu v100-32"),
         ("24", "cards sold as 24 GB expose rtx-4090 23.99 GiB, rtx-3090 23.69 GiB, l4 22.49 GiB, a10g 22.06 GiB"),
     ],
@@ -218,7 +231,9 @@ def test_inference_json_has_plan_phase_and_verdict():
 
 
 def test_lora_alpha_given_is_kept():
-    data = json.loads(run("bill", "gpt2", "--gpu", "24", "--seq", "1024", "--method", "lora", "--lora-alpha", "8", "--json").stdout)
+    data = json.loads(
+        run("bill", "gpt2", "--gpu", "24", "--seq", "1024", "--method", "lora", "--lora-alpha", "8", "--json").stdout
+    )
     assert data["plan"]["lora_alpha"] == 8 and data["plan"]["lora_rank"] == 16
 
 
@@ -230,8 +245,14 @@ def test_readme_documents_the_shared_keys():
         assert re.search(re.escape(key), readme), key
 
 
-@pytest.mark.parametrize("args", [["prescribe", "--symptom", "mid-run-oom"], ["bill", "--help"],
-                                  ["bill", "meta-llama/Llama-3.1-8B", "--gpu", "24", "--json"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["prescribe", "--symptom", "mid-run-oom"],
+        ["bill", "--help"],
+        ["bill", "meta-llama/Llama-3.1-8B", "--gpu", "24", "--json"],
+    ],
+)
 def test_a_closed_pipe_ends_quietly(args):
     """`memdoc … | head -1`: no traceback and no 'Exception ignored' when the reader leaves early."""
     import os
@@ -240,7 +261,9 @@ def test_a_closed_pipe_ends_quietly(args):
     from pathlib import Path
 
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "COLUMNS": "80"}
-    proc = subprocess.Popen([sys.executable, "-m", "memdoc", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memdoc", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
     import fcntl
 
     fcntl.fcntl(proc.stdout.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), 4096)  # smaller than the output

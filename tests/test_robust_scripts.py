@@ -38,8 +38,14 @@ def diagnose(tmp_path, body: str, *flags: str, limit: float = 60):
     script.write_text(STEP + textwrap.dedent(body))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "memdoc", "diagnose", str(script), "--json", *flags],
-                          capture_output=True, text=True, timeout=limit, env=env, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "memdoc", "diagnose", str(script), "--json", *flags],
+        capture_output=True,
+        text=True,
+        timeout=limit,
+        env=env,
+        cwd=tmp_path,
+    )
     return proc, time.monotonic() - start
 
 
@@ -59,15 +65,35 @@ def reports(stdout: str) -> list[dict]:
     [
         ("os._exit", "step()\nimport os\nos._exit(5)\n", (), 5, "exit"),
         ("KeyboardInterrupt", "step()\nraise KeyboardInterrupt\n", (), 130, "interrupted"),
-        ("non-daemon thread", "import threading, time\nthreading.Thread(target=time.sleep, args=(600,)).start()\nstep(); step()\n",
-         (), 0, "steps"),
-        ("fork", "import os\npid = os.fork()\nif pid == 0:\n    step()\nelse:\n    os.waitpid(pid, 0)\n    step(); step()\n",
-         (), 0, "steps"),
+        (
+            "non-daemon thread",
+            "import threading, time\nthreading.Thread(target=time.sleep, args=(600,)).start()\nstep(); step()\n",
+            (),
+            0,
+            "steps",
+        ),
+        (
+            "fork",
+            "import os\npid = os.fork()\nif pid == 0:\n    step()\nelse:\n    os.waitpid(pid, 0)\n    step(); step()\n",
+            (),
+            0,
+            "steps",
+        ),
         ("closes stdout", "import sys\nsys.stdout.close()\nstep(); step()\n", (), 0, "steps"),
-        ("swallows the stop", "import time\nwhile True:\n    try:\n        time.sleep(0.05)\n    except BaseException:\n        pass\n",
-         ("--timeout", "1"), 0, "timeout"),
-        ("ignores SIGALRM", "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True:\n    time.sleep(0.05)\n",
-         ("--timeout", "1"), 0, "timeout"),
+        (
+            "swallows the stop",
+            "import time\nwhile True:\n    try:\n        time.sleep(0.05)\n    except BaseException:\n        pass\n",
+            ("--timeout", "1"),
+            0,
+            "timeout",
+        ),
+        (
+            "ignores SIGALRM",
+            "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True:\n    time.sleep(0.05)\n",
+            ("--timeout", "1"),
+            0,
+            "timeout",
+        ),
     ],
 )
 def test_one_report_then_the_documented_status(tmp_path, name, body, flags, status, stop_reason):
@@ -84,8 +110,14 @@ def test_script_report_reads_at_80_columns(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(STEP + "for _ in range(3):\n    step()\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "COLUMNS": "80"}
-    proc = subprocess.run([sys.executable, "-m", "memdoc", "diagnose", str(script)], capture_output=True, text=True,
-                          timeout=60, env=env, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "memdoc", "diagnose", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Findings" in proc.stdout and "amp-off" in proc.stdout
     for line in proc.stdout.splitlines():

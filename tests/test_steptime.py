@@ -92,9 +92,13 @@ def test_step_time_within_fifteen_percent_of_real_h200_steps():
         ("l2-7b-full-bf16-s2048", "l2-7b-full-bf16-s2048-ckpt"),
         ("l2-7b-lora16qv-s2048", "l2-7b-lora16qv-s2048-ckpt"),
         pytest.param(
-            "q25-05b-full-bf16-b8-s1024", "q25-05b-full-bf16-b8-s1024-ckpt",
-            marks=pytest.mark.xfail(strict=True, reason="known gap: on a 0.5B model checkpointing costs ×1.83 on the H200, "
-                                    "2.5 recomputed forwards; the model counts one (×1.23)"),
+            "q25-05b-full-bf16-b8-s1024",
+            "q25-05b-full-bf16-b8-s1024-ckpt",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="known gap: on a 0.5B model checkpointing costs ×1.83 on the H200, "
+                "2.5 recomputed forwards; the model counts one (×1.23)",
+            ),
         ),
     ],
 )

@@ -22,8 +22,16 @@ from memdoc.core.doctor.symptoms import (
 from memdoc.errors import KnowledgeBaseError, MemdocError, UnknownSymptomError
 
 EXPECTED = [
-    "startup-oom", "mid-run-oom", "long-sample-oom", "slow-but-fits", "inference-oom",
-    "ckpt-no-savings", "ckpt-too-slow", "nan-with-amp", "grad-mismatch", "custom-op-error",
+    "startup-oom",
+    "mid-run-oom",
+    "long-sample-oom",
+    "slow-but-fits",
+    "inference-oom",
+    "ckpt-no-savings",
+    "ckpt-too-slow",
+    "nan-with-amp",
+    "grad-mismatch",
+    "custom-op-error",
 ]
 SYMPTOMS = list_symptoms()
 PRESCRIPTIONS = [(s.id, p) for s in SYMPTOMS for p in s.prescriptions]
@@ -57,9 +65,16 @@ def test_memory_symptoms_climb_the_ladder():
 
 
 def test_ladder_table_is_the_documented_order():
-    order = [("micro_batch", "half"), ("checkpointing", "full"), ("precision", "bf16"), ("method", "qlora"),
-             ("optimizer", "paged-adamw-8bit"), ("offload", "optimizer"), ("shard", "zero3"),
-             ("offload", "optimizer+params")]
+    order = [
+        ("micro_batch", "half"),
+        ("checkpointing", "full"),
+        ("precision", "bf16"),
+        ("method", "qlora"),
+        ("optimizer", "paged-adamw-8bit"),
+        ("offload", "optimizer"),
+        ("shard", "zero3"),
+        ("offload", "optimizer+params"),
+    ]
     assert [LADDER_RANK[k] for k in order] == list(range(1, 9))
     assert ladder_rank(None) is None and ladder_rank({"activation_offload": True}) is None
     assert ladder_rank({"micro_batch": "half", "shard": "fsdp"}) == 7
@@ -111,8 +126,17 @@ def test_hf_keys_exist_in_installed_training_arguments():
 
 def test_beyond_the_articles_is_covered():
     text = " ".join(repr(p) for _, p in PRESCRIPTIONS)
-    for needle in ("use_liger_kernel", "cut_cross_entropy", "activation_offloading", "register_post_accumulate_grad_hook",
-                   "kv_cache_dtype", "expandable_segments", "paged_adamw_8bit", "sample_packing", "cutoff_len"):
+    for needle in (
+        "use_liger_kernel",
+        "cut_cross_entropy",
+        "activation_offloading",
+        "register_post_accumulate_grad_hook",
+        "kv_cache_dtype",
+        "expandable_segments",
+        "paged_adamw_8bit",
+        "sample_packing",
+        "cutoff_len",
+    ):
         assert needle in text, needle
 
 

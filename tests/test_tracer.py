@@ -14,8 +14,8 @@ pytest.importorskip("transformers")
 
 from memdoc.core.billing.measurement import LINE_ITEMS, Measurement  # noqa: E402
 from memdoc.core.model.plan import TrainingPlan, parse_plan  # noqa: E402
-from memdoc.probe.emulation import adam8bit_state_bytes, nf4_storage_bytes  # noqa: E402
 from memdoc.probe.build import build_model, build_optimizer  # noqa: E402
+from memdoc.probe.emulation import adam8bit_state_bytes, nf4_storage_bytes  # noqa: E402
 from memdoc.probe.tracer import layer_period, trace_training_step  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "memdoc" / "data" / "catalog"
@@ -194,7 +194,11 @@ def test_checkpointing_cuts_activations(small, base):
     per_layer = lambda m: dict(m.modules).get("model.layers.*", 0)  # noqa: E731
     assert per_layer(full) < 0.2 * per_layer(base)  # a checkpointed layer keeps about its output only
     assert per_layer(full) < per_layer(sel) < per_layer(base)
-    assert full.phases["forward"]["activations"] < sel.phases["forward"]["activations"] < base.phases["forward"]["activations"]
+    assert (
+        full.phases["forward"]["activations"]
+        < sel.phases["forward"]["activations"]
+        < base.phases["forward"]["activations"]
+    )
 
 
 @pytest.mark.slow
@@ -304,7 +308,9 @@ def test_accumulation_runs_n_micro_batches_with_gradients_resident(small):
     grads = param_bytes(small, 2)
     assert two.phases["forward"]["gradients"] == pytest.approx(grads, rel=1e-3)
     assert one.phases["forward"]["gradients"] == 0
-    assert two.phases["forward"]["peak_allocated"] - one.phases["forward"]["peak_allocated"] == pytest.approx(grads, rel=1e-3)
+    assert two.phases["forward"]["peak_allocated"] - one.phases["forward"]["peak_allocated"] == pytest.approx(
+        grads, rel=1e-3
+    )
     assert two.phases["optimizer"] == one.phases["optimizer"]
     # the bill of the same 2-layer model rises as the trace does, phase by phase
     from memdoc.core.billing.bill import compute_bill

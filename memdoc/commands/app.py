@@ -13,10 +13,11 @@ import traceback
 import typer
 from typer.core import TyperGroup
 
+from memdoc.errors import MemdocError, did_you_mean
+
 # Typer ≥ 0.23 vendors Click (typer._click); take its exception classes from the public BadParameter.
 _click_exceptions = sys.modules[typer.BadParameter.__module__]
 
-from memdoc.errors import MemdocError, did_you_mean
 
 class MemdocGroup(TyperGroup):
     """Typer's group with usage errors as one line, `Error: … (did you mean lora?)`, exit 2.
@@ -27,8 +28,9 @@ class MemdocGroup(TyperGroup):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         try:
-            code = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
-                                standalone_mode=False, **extra)
+            code = super().main(
+                args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False, **extra
+            )
         except _click_exceptions.NoArgsIsHelpError as exc:
             typer.echo(exc.ctx.get_help() if exc.ctx else "", nl=False)
             code = 2

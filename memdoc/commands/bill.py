@@ -1,6 +1,5 @@
 """`memdoc bill`: the itemised per-GPU memory bill, the verdict, and the cost-increasing ladder."""
 
-
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -35,20 +34,50 @@ Exit status: 0 computed (fits or not), 2 bad input, 3 with --check when the plan
 @command("bill", epilog=EXAMPLES)
 @plan_options
 def bill(
-    model: Annotated[Optional[str], typer.Argument(metavar="MODEL", help="HF model id, model directory or config.json (optional with --recipe).")] = None,
+    model: Annotated[
+        Optional[str],
+        typer.Argument(metavar="MODEL", help="HF model id, model directory or config.json (optional with --recipe)."),
+    ] = None,
     *,
     plan: PlanArgs,
     json_out: JsonOpt = False,
     check: Annotated[bool, typer.Option("--check", help="Exit 3 when the plan does not fit the GPU.")] = False,
-    no_ladder: Annotated[bool, typer.Option("--no-ladder", help="Do not search the ladder when it does not fit.")] = False,
+    no_ladder: Annotated[
+        bool, typer.Option("--no-ladder", help="Do not search the ladder when it does not fit.")
+    ] = False,
     max_of: Annotated[Optional[str], typer.Option("--max", help="Find the largest 'batch' or 'seq' that fits.")] = None,
-    inference: Annotated[bool, typer.Option("--inference", help="Bill inference instead (batch = sequences at once, seq = their context): weights + KV cache + the prefill's peak, its own ladder, and what vLLM would make of the card.")] = False,
+    inference: Annotated[
+        bool,
+        typer.Option(
+            "--inference",
+            help="Bill inference instead (batch = sequences at once, seq = their context): weights + KV cache + the prefill's peak, its own ladder, and what vLLM would make of the card.",
+        ),
+    ] = False,
     kv_cache: KvCacheOpt = "auto",
     weights: WeightsOpt = "auto",
     prefill_chunk: PrefillChunkOpt = None,
-    dataset: Annotated[Optional[Path], typer.Option("--dataset", help="JSONL/JSON/Parquet/CSV training data: tokenize it and fit its lengths to the plan.", rich_help_panel=DATA)] = None,
-    tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="Tokenizer directory or HF id for --dataset. [default: MODEL]", rich_help_panel=DATA)] = None,
-    text_field: Annotated[Optional[str], typer.Option("--text-field", help="The dataset field with the text or chat messages. [default: messages, text, prompt+completion, … whichever exists]", rich_help_panel=DATA)] = None,
+    dataset: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--dataset",
+            help="JSONL/JSON/Parquet/CSV training data: tokenize it and fit its lengths to the plan.",
+            rich_help_panel=DATA,
+        ),
+    ] = None,
+    tokenizer: Annotated[
+        Optional[str],
+        typer.Option(
+            "--tokenizer", help="Tokenizer directory or HF id for --dataset. [default: MODEL]", rich_help_panel=DATA
+        ),
+    ] = None,
+    text_field: Annotated[
+        Optional[str],
+        typer.Option(
+            "--text-field",
+            help="The dataset field with the text or chat messages. [default: messages, text, prompt+completion, … whichever exists]",
+            rich_help_panel=DATA,
+        ),
+    ] = None,
 ) -> None:
     """Itemise the per-GPU memory of one training step and say whether it fits.
 
@@ -72,14 +101,22 @@ def bill(
     if dataset is not None:
         from memdoc.commands.bill_dataset import dataset_section
 
-        data_section = dataset_section(dataset, tokenizer or model or setup.model.id, text_field, setup,
-                                       seq_cap=setup.plan.seq_len if plan.values.get("seq") else None, quiet=json_out)
+        data_section = dataset_section(
+            dataset,
+            tokenizer or model or setup.model.id,
+            text_field,
+            setup,
+            seq_cap=setup.plan.seq_len if plan.values.get("seq") else None,
+            quiet=json_out,
+        )
     if setup.gpu_note and not json_out:
         render.note(f"note: {setup.gpu_note}")
     if max_of is not None and max_of not in ("batch", "seq"):
         raise PlanError(f"--max {max_of!r} must be 'batch' or 'seq'")
     if inference:
-        _bill_inference(setup, kv_cache, weights, prefill_chunk, max_of=max_of, json_out=json_out, check=check, no_ladder=no_ladder)
+        _bill_inference(
+            setup, kv_cache, weights, prefill_chunk, max_of=max_of, json_out=json_out, check=check, no_ladder=no_ladder
+        )
         return
     if kv_cache != "auto" or weights != "auto" or prefill_chunk is not None:
         raise PlanError("--kv-cache, --weights and --prefill-chunk describe inference: add --inference")
@@ -108,14 +145,18 @@ def bill(
         raise typer.Exit(3)
 
 
-def _bill_inference(setup, kv_cache, weights, prefill_chunk, *, max_of, json_out: bool, check: bool, no_ladder: bool) -> None:
+def _bill_inference(
+    setup, kv_cache, weights, prefill_chunk, *, max_of, json_out: bool, check: bool, no_ladder: bool
+) -> None:
     """`bill --inference`: the inference bill, its ladder, --max, and vLLM's budget on the card."""
     from memdoc import render
     from memdoc.core.billing.inference import InferencePlan, KvCache, Weights, inference_bill
     from memdoc.core.billing.inference_ladder import climb_inference, max_inference, vllm_fit
     from memdoc.render.inference import render_inference
 
-    plan = InferencePlan(plan=setup.plan, kv_cache=KvCache(kv_cache), weights=Weights(weights), prefill_chunk=prefill_chunk)
+    plan = InferencePlan(
+        plan=setup.plan, kv_cache=KvCache(kv_cache), weights=Weights(weights), prefill_chunk=prefill_chunk
+    )
     result = inference_bill(setup.model, plan, setup.gpu)
     gpu = setup.gpu
     ladder = [] if (no_ladder or gpu is None) else climb_inference(setup.model, plan, gpu)

@@ -1,6 +1,5 @@
 """`memdoc models` and `memdoc gpus`: the bundled model catalog and GPU table."""
 
-
 import dataclasses
 
 from memdoc.commands.app import command
@@ -16,8 +15,8 @@ def models(json_out: JsonOpt = False) -> None:
     Example: memdoc models --json
     """
     from memdoc import render
-    from memdoc.resolve.models import catalog_config, catalog_ids
     from memdoc.core.model.model_spec import spec_from_config
+    from memdoc.resolve.models import catalog_config, catalog_ids
 
     ids = sorted(set(catalog_ids().values()), key=str.lower)
     specs = [spec_from_config(catalog_config(i), model_id=i) for i in ids]
@@ -41,8 +40,18 @@ def models(json_out: JsonOpt = False) -> None:
     ]
     render.table(
         f"memdoc catalog: {len(specs)} models (exact parameter counts)",
-        [("model", "left"), ("type", "left"), ("params", "right"), ("active", "right"), ("layers", "right"),
-         ("hidden", "right"), ("heads/kv", "right"), ("vocab", "right"), ("context", "right"), ("experts", "right")],
+        [
+            ("model", "left"),
+            ("type", "left"),
+            ("params", "right"),
+            ("active", "right"),
+            ("layers", "right"),
+            ("hidden", "right"),
+            ("heads/kv", "right"),
+            ("vocab", "right"),
+            ("context", "right"),
+            ("experts", "right"),
+        ],
         rows,
     )
 
@@ -61,10 +70,23 @@ def gpus(json_out: JsonOpt = False) -> None:
         return
     render.table(
         "GPU table (memory as the driver reports it)",
-        [("id", "left"), ("name", "left"), ("memory", "right"), ("HBM/GDDR", "right"), ("bf16 dense", "right"), ("host link", "left")],
         [
-            [g.id, g.name, format_bytes(g.memory_bytes, unit="GiB"), f"{g.memory_bandwidth_gbps:,.0f} GB/s" if g.memory_bandwidth_gbps else None,
-             f"{g.bf16_tflops:,.0f} TFLOP/s" if g.bf16_tflops else None, f"{g.host_link} ({g.host_link_gbps:.0f} GB/s)" if g.host_link_gbps else g.host_link]
+            ("id", "left"),
+            ("name", "left"),
+            ("memory", "right"),
+            ("HBM/GDDR", "right"),
+            ("bf16 dense", "right"),
+            ("host link", "left"),
+        ],
+        [
+            [
+                g.id,
+                g.name,
+                format_bytes(g.memory_bytes, unit="GiB"),
+                f"{g.memory_bandwidth_gbps:,.0f} GB/s" if g.memory_bandwidth_gbps else None,
+                f"{g.bf16_tflops:,.0f} TFLOP/s" if g.bf16_tflops else None,
+                f"{g.host_link} ({g.host_link_gbps:.0f} GB/s)" if g.host_link_gbps else g.host_link,
+            ]
             for g in table
         ],
     )

@@ -1,6 +1,5 @@
 """`memdoc diagnose`: measure a training step — a dry run of a model, or the user's own script."""
 
-
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -37,17 +36,61 @@ MAX_TIMEOUT_S = 7 * 24 * 3600
 @command("diagnose", epilog=EXAMPLES)
 @plan_options
 def diagnose(
-    target: Annotated[str, typer.Argument(metavar="TARGET", help="A training script (train.py) to run and measure, or an HF model id / directory / config.json to dry-run.", show_default=False)],
-    script_args: Annotated[Optional[list[str]], typer.Argument(metavar="SCRIPT_ARGS", help="Arguments for the script, after `--`.", show_default=False)] = None,
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="TARGET",
+            help="A training script (train.py) to run and measure, or an HF model id / directory / config.json to dry-run.",
+            show_default=False,
+        ),
+    ],
+    script_args: Annotated[
+        Optional[list[str]],
+        typer.Argument(metavar="SCRIPT_ARGS", help="Arguments for the script, after `--`.", show_default=False),
+    ] = None,
     *,
     plan: PlanArgs,
     json_out: JsonOpt = False,
-    steps: Annotated[int, typer.Option("--steps", min=1, help="Stop the script after this many optimizer steps (the 2nd is the steady state: optimizer states exist; ≥ 3 also checks for memory that grows step by step).", rich_help_panel=RUN)] = 2,
-    timeout: Annotated[float, typer.Option("--timeout", min=0, help="Stop the script after this many seconds (0 = never).", rich_help_panel=RUN)] = 300.0,
-    snapshot: Annotated[Optional[Path], typer.Option("--snapshot", help="Write the CUDA memory snapshot pickle here (for pytorch.org/memory_viz) and an offline HTML timeline next to it (FILE.html).", rich_help_panel=RUN)] = None,
-    summary: Annotated[bool, typer.Option("--summary", help="Print torch.cuda.memory_summary() (CUDA scripts).", rich_help_panel=RUN)] = False,
-    device: Annotated[str, typer.Option("--device", help="Dry run: 'cpu' traces under fake tensors (no GPU needed); 'cuda' also runs the step for real on the local GPU.")] = "cpu",
-    inference: Annotated[bool, typer.Option("--inference", help="Dry run: trace a generation prefill (--batch sequences of --seq tokens into the KV cache) instead of a training step.")] = False,
+    steps: Annotated[
+        int,
+        typer.Option(
+            "--steps",
+            min=1,
+            help="Stop the script after this many optimizer steps (the 2nd is the steady state: optimizer states exist; ≥ 3 also checks for memory that grows step by step).",
+            rich_help_panel=RUN,
+        ),
+    ] = 2,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout", min=0, help="Stop the script after this many seconds (0 = never).", rich_help_panel=RUN
+        ),
+    ] = 300.0,
+    snapshot: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--snapshot",
+            help="Write the CUDA memory snapshot pickle here (for pytorch.org/memory_viz) and an offline HTML timeline next to it (FILE.html).",
+            rich_help_panel=RUN,
+        ),
+    ] = None,
+    summary: Annotated[
+        bool, typer.Option("--summary", help="Print torch.cuda.memory_summary() (CUDA scripts).", rich_help_panel=RUN)
+    ] = False,
+    device: Annotated[
+        str,
+        typer.Option(
+            "--device",
+            help="Dry run: 'cpu' traces under fake tensors (no GPU needed); 'cuda' also runs the step for real on the local GPU.",
+        ),
+    ] = "cpu",
+    inference: Annotated[
+        bool,
+        typer.Option(
+            "--inference",
+            help="Dry run: trace a generation prefill (--batch sequences of --seq tokens into the KV cache) instead of a training step.",
+        ),
+    ] = False,
     prefill_chunk: PrefillChunkOpt = None,
 ) -> None:
     """Measure the memory of a training step and explain it.
@@ -68,12 +111,22 @@ def diagnose(
     if not timeout <= MAX_TIMEOUT_S:  # also refuses inf and nan
         raise PlanError(f"--timeout {timeout:g} must be a number of seconds up to {MAX_TIMEOUT_S:,} (0 = never)")
     if is_script_target(target):
-        _diagnose_script(target, list(script_args or []), plan=plan, json_out=json_out, steps=steps,
-                         timeout=timeout, snapshot=snapshot, summary=summary)
+        _diagnose_script(
+            target,
+            list(script_args or []),
+            plan=plan,
+            json_out=json_out,
+            steps=steps,
+            timeout=timeout,
+            snapshot=snapshot,
+            summary=summary,
+        )
         return
     if script_args:
-        raise PlanError(f"arguments after the model are for scripts only: {' '.join(script_args)}",
-                        hint="a script must end with .py or be an existing file")
+        raise PlanError(
+            f"arguments after the model are for scripts only: {' '.join(script_args)}",
+            hint="a script must end with .py or be an existing file",
+        )
     if inference:
         if device != "cpu":
             raise PlanError("--inference traces on fake tensors only (--device cpu)")
@@ -104,9 +157,15 @@ def _diagnose_inference(target: str, *, plan: PlanArgs, json_out: bool, prefill_
                 traced = trace_prefill(config, setup.plan, chunk=prefill_chunk, vocab_size=setup.model.vocab_size)
     billed = inference_bill(setup.model, inference, setup.gpu)
     if json_out:
-        render.print_json({"mode": "inference-traced", "model": {"id": setup.model.id, "params": setup.model.params.total},
-                           "plan": inference.to_dict(), "traced": traced.to_json(),
-                           "billed": {k: v for k, v in billed.to_json()["per_gpu"].items() if k != "process_total"}})
+        render.print_json(
+            {
+                "mode": "inference-traced",
+                "model": {"id": setup.model.id, "params": setup.model.params.total},
+                "plan": inference.to_dict(),
+                "traced": traced.to_json(),
+                "billed": {k: v for k, v in billed.to_json()["per_gpu"].items() if k != "process_total"},
+            }
+        )
     else:
         render_inference_trace(traced, billed)
 
@@ -142,8 +201,11 @@ def _diagnose_model(target: str, *, plan: PlanArgs, json_out: bool, device: str)
         data = measurement.to_json()
         data["billed"] = bill_json(the_bill)["per_gpu"]
         data["bill_peak_phase"] = the_bill.peak_phase
-        data["model"] = {"id": setup.model.id, "params": setup.model.params.total,
-                         "trainable_params": the_bill.states.trainable_params}
+        data["model"] = {
+            "id": setup.model.id,
+            "params": setup.model.params.total,
+            "trainable_params": the_bill.states.trainable_params,
+        }
         data["plan"] = setup.plan.to_dict()
         if cuda is not None:
             data["cuda"] = cuda
@@ -152,8 +214,17 @@ def _diagnose_model(target: str, *, plan: PlanArgs, json_out: bool, device: str)
         render.render_traced(measurement, the_bill, cuda)
 
 
-def _diagnose_script(target: str, args: list[str], *, plan: PlanArgs, json_out: bool, steps: int, timeout: float,
-                     snapshot: Optional[Path], summary: bool) -> None:
+def _diagnose_script(
+    target: str,
+    args: list[str],
+    *,
+    plan: PlanArgs,
+    json_out: bool,
+    steps: int,
+    timeout: float,
+    snapshot: Optional[Path],
+    summary: bool,
+) -> None:
     import pickle
     import sys
 
@@ -177,8 +248,12 @@ def _diagnose_script(target: str, args: list[str], *, plan: PlanArgs, json_out: 
             if bill is not None:
                 from memdoc.core.billing.bill import bill_json
 
-                data["hf"] = {"model_id": result.hf["model_id"], "detected_plan": result.hf["detected"],
-                              "billed": bill_json(bill)["per_gpu"], "bill_peak_phase": bill.peak_phase}
+                data["hf"] = {
+                    "model_id": result.hf["model_id"],
+                    "detected_plan": result.hf["detected"],
+                    "billed": bill_json(bill)["per_gpu"],
+                    "bill_peak_phase": bill.peak_phase,
+                }
             data["written"] = written
             render.print_json(data)
         else:
@@ -195,8 +270,15 @@ def _diagnose_script(target: str, args: list[str], *, plan: PlanArgs, json_out: 
         finally:
             end_process(result.exit_code if result is not None else 1)
 
-    result = run_script(target, args, steps=steps, timeout=timeout or None, stdout_to_stderr=json_out,
-                        want_snapshot=snapshot is not None, on_stuck=on_stuck)
+    result = run_script(
+        target,
+        args,
+        steps=steps,
+        timeout=timeout or None,
+        stdout_to_stderr=json_out,
+        want_snapshot=snapshot is not None,
+        on_stuck=on_stuck,
+    )
     report(result)
     if result.exit_code:
         raise typer.Exit(result.exit_code)
@@ -250,8 +332,12 @@ def _write_snapshot(result, path: Path, pickle) -> list[str]:
                 if p["phase"] != last and len(marks) < 16:
                     marks.append((i, p["phase"]))
                 last = p["phase"]
-        html_text = timeline_html(points, title=f"memdoc diagnose {result.script}: allocated memory",
-                                  notes=[f"Source: {source}.", f"Peak phase: {result.peak_phase}."], marks=marks)
+        html_text = timeline_html(
+            points,
+            title=f"memdoc diagnose {result.script}: allocated memory",
+            notes=[f"Source: {source}.", f"Peak phase: {result.peak_phase}."],
+            marks=marks,
+        )
         html_path.write_text(html_text, encoding="utf-8")
         written.append(str(html_path))
     except OSError as exc:

@@ -1,6 +1,5 @@
 """`memdoc emit`: write the plan as a config the trainer runs as is (TRL, HF, Axolotl, LLaMA-Factory)."""
 
-
 import os
 import sys
 from enum import Enum
@@ -66,15 +65,30 @@ def _note(text: str) -> None:
 @command("emit", epilog=EXAMPLES)
 @plan_options
 def emit(
-    model: Annotated[Optional[str], typer.Argument(metavar="MODEL", help="HF model id, model directory or config.json (optional with --recipe).")] = None,
+    model: Annotated[
+        Optional[str],
+        typer.Argument(metavar="MODEL", help="HF model id, model directory or config.json (optional with --recipe)."),
+    ] = None,
     *,
     plan: PlanArgs,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Target trainer config.")] = Format("trl"),
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the config here (side files go next to it). Default: print it.")] = None,
-    fit: Annotated[bool, typer.Option("--fit", help="If the plan does not fit the GPU, emit the cheapest ladder plan that does.")] = False,
-    force: Annotated[bool, typer.Option("--force", help="Replace existing files (all or none; mode from your umask).")] = False,
-    dataset: Annotated[Optional[str], typer.Option("--dataset", help="Dataset (Hub id, path or LLaMA-Factory name) instead of the placeholder.")] = None,
-    output_dir: Annotated[Optional[str], typer.Option("--output-dir", help="Training output directory instead of the placeholder.")] = None,
+    output: Annotated[
+        Optional[Path],
+        typer.Option("--output", "-o", help="Write the config here (side files go next to it). Default: print it."),
+    ] = None,
+    fit: Annotated[
+        bool, typer.Option("--fit", help="If the plan does not fit the GPU, emit the cheapest ladder plan that does.")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace existing files (all or none; mode from your umask).")
+    ] = False,
+    dataset: Annotated[
+        Optional[str],
+        typer.Option("--dataset", help="Dataset (Hub id, path or LLaMA-Factory name) instead of the placeholder."),
+    ] = None,
+    output_dir: Annotated[
+        Optional[str], typer.Option("--output-dir", help="Training output directory instead of the placeholder.")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Write the training plan as a config your trainer runs as is.
@@ -85,10 +99,11 @@ def emit(
     comments at the top and on stderr. ZeRO plans also get a DeepSpeed JSON, FSDP plans an
     accelerate config. Every file starts with the memdoc command and the billed peak per GPU.
     """
-    from memdoc.core.billing.bill import compute_bill
-    from memdoc.core.model.gpu import gpu_json
-    from memdoc.core.emit import DEFAULT_FILENAMES, EmitContext, emit as emit_plan, render_main, render_side
     from memdoc.commands.files import write_all
+    from memdoc.core.billing.bill import compute_bill
+    from memdoc.core.emit import DEFAULT_FILENAMES, EmitContext, render_main, render_side
+    from memdoc.core.emit import emit as emit_plan
+    from memdoc.core.model.gpu import gpu_json
     from memdoc.errors import PlanError
 
     setup = plan.resolve(model, need_gpu=fit)
@@ -105,7 +120,9 @@ def emit(
             raise typer.Exit(3)
         setup = replace(setup, plan=steps[-1].plan)
         the_bill = steps[-1].bill
-        fit_message = "--fit: the plan did not fit; emitting the ladder plan after: " + ", ".join(s.rung.id for s in steps)
+        fit_message = "--fit: the plan did not fit; emitting the ladder plan after: " + ", ".join(
+            s.rung.id for s in steps
+        )
     fmt_value = fmt.value
     config_path = str(output) if output else DEFAULT_FILENAMES[fmt_value]
     side_dir = os.path.dirname(str(output)) if output else ""
@@ -129,26 +146,36 @@ def emit(
     files += [(Path(ctx.side_path(side.name)), render_side(ctx, side)) for side in emitted.side_files]
     if output is not None:
         if output.is_dir():
-            raise PlanError(f"-o {output} is a directory; give a file name such as {output / DEFAULT_FILENAMES[fmt_value]}")
+            raise PlanError(
+                f"-o {output} is a directory; give a file name such as {output / DEFAULT_FILENAMES[fmt_value]}"
+            )
         write_all(files, force=force)
     if json_out:
         from memdoc import render
 
-        render.print_json({
-            "format": fmt_value,
-            "model": {"id": setup.model.id, "params": setup.model.params.total,
-                      "trainable_params": the_bill.states.trainable_params},
-            "plan": setup.plan.to_dict(),
-            "gpu": gpu_json(setup.gpu, setup.plan.world_size),
-            "per_gpu": {"peak_allocated": the_bill.peak_allocated, "peak_reserved": the_bill.peak_reserved,
-                        "process_total": the_bill.process_total},
-            "fits": the_bill.fits,
-            "headroom_bytes": the_bill.headroom_bytes,
-            "written": output is not None,
-            "files": [{"path": str(path), "content": text} for path, text in files],
-            "launch": emitted.launch,
-            "notes": emitted.notes,
-        })
+        render.print_json(
+            {
+                "format": fmt_value,
+                "model": {
+                    "id": setup.model.id,
+                    "params": setup.model.params.total,
+                    "trainable_params": the_bill.states.trainable_params,
+                },
+                "plan": setup.plan.to_dict(),
+                "gpu": gpu_json(setup.gpu, setup.plan.world_size),
+                "per_gpu": {
+                    "peak_allocated": the_bill.peak_allocated,
+                    "peak_reserved": the_bill.peak_reserved,
+                    "process_total": the_bill.process_total,
+                },
+                "fits": the_bill.fits,
+                "headroom_bytes": the_bill.headroom_bytes,
+                "written": output is not None,
+                "files": [{"path": str(path), "content": text} for path, text in files],
+                "launch": emitted.launch,
+                "notes": emitted.notes,
+            }
+        )
         return
     if setup.gpu_note:
         _note(f"note: {setup.gpu_note}")

@@ -43,7 +43,9 @@ def check_targets(paths: list[Path], *, force: bool) -> None:
             raise OutputError(f"{path} is a directory; give a file name")
     existing = [str(p) for p in paths if p.exists() or p.is_symlink()]
     if existing and not force:
-        raise OutputExistsError(f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}", hint="pass --force to overwrite")
+        raise OutputExistsError(
+            f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}", hint="pass --force to overwrite"
+        )
 
 
 def write_all(files: list[tuple[Path, str]], *, force: bool) -> None:

@@ -1,6 +1,5 @@
 """`memdoc plan`: the fastest plans that fit the GPU, searched over the knobs the user left free."""
 
-
 import contextlib
 import io
 import json
@@ -46,13 +45,30 @@ def _flags_of(plan, gpu) -> dict:
 @command("plan", epilog=EXAMPLES)
 @plan_options
 def plan_command(
-    model: Annotated[Optional[str], typer.Argument(metavar="MODEL", help="HF model id, model directory or config.json (optional with --recipe).")] = None,
+    model: Annotated[
+        Optional[str],
+        typer.Argument(metavar="MODEL", help="HF model id, model directory or config.json (optional with --recipe)."),
+    ] = None,
     *,
     plan: PlanArgs,
-    global_batch: Annotated[Optional[int], typer.Option("--global-batch", help="Sequences per optimizer step over all GPUs. [default: batch × accum × GPUs]")] = None,
+    global_batch: Annotated[
+        Optional[int],
+        typer.Option(
+            "--global-batch", help="Sequences per optimizer step over all GPUs. [default: batch × accum × GPUs]"
+        ),
+    ] = None,
     top: Annotated[int, typer.Option("--top", min=1, help="How many plans to show.")] = 5,
-    emit_format: Annotated[Optional[str], typer.Option("--emit", metavar="FORMAT", help="Write the fastest plan as a trainer config (trl, hf, axolotl, llamafactory), as `memdoc emit` does.")] = None,
-    output: Annotated[Optional[str], typer.Option("--output", "-o", help="With --emit: write the config here. Default: print it.")] = None,
+    emit_format: Annotated[
+        Optional[str],
+        typer.Option(
+            "--emit",
+            metavar="FORMAT",
+            help="Write the fastest plan as a trainer config (trl, hf, axolotl, llamafactory), as `memdoc emit` does.",
+        ),
+    ] = None,
+    output: Annotated[
+        Optional[str], typer.Option("--output", "-o", help="With --emit: write the config here. Default: print it.")
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="With --emit: overwrite existing files.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -74,19 +90,29 @@ def plan_command(
     setup = plan.resolve(model)
     found = search(setup.model, setup.plan, setup.gpu, fixed=setup.explicit, global_batch=global_batch, top=top)
     if json_out:
-        emitted = _emit(setup, found[0].plan, emit_format, output, force, capture=True) if emit_format and found else None
+        emitted = (
+            _emit(setup, found[0].plan, emit_format, output, force, capture=True) if emit_format and found else None
+        )
         base = compute_bill(setup.model, setup.plan, setup.gpu)
-        render.print_json({
-            "model": {"id": setup.model.id, "params": setup.model.params.total,
-                      "trainable_params": base.states.trainable_params},
-            "gpu": gpu_json(setup.gpu, setup.plan.world_size),
-            "headroom_fraction": HEADROOM,
-            "fixed": sorted(setup.explicit),
-            "given": {"plan": setup.plan.to_dict(), "process_total": base.process_total,
-                      "time": step_time(setup.model, setup.plan, setup.gpu).to_json(setup.plan.world_size)},
-            "plans": [c.to_json() for c in found],
-            **({"emitted": emitted} if emitted is not None else {}),
-        })
+        render.print_json(
+            {
+                "model": {
+                    "id": setup.model.id,
+                    "params": setup.model.params.total,
+                    "trainable_params": base.states.trainable_params,
+                },
+                "gpu": gpu_json(setup.gpu, setup.plan.world_size),
+                "headroom_fraction": HEADROOM,
+                "fixed": sorted(setup.explicit),
+                "given": {
+                    "plan": setup.plan.to_dict(),
+                    "process_total": base.process_total,
+                    "time": step_time(setup.model, setup.plan, setup.gpu).to_json(setup.plan.world_size),
+                },
+                "plans": [c.to_json() for c in found],
+                **({"emitted": emitted} if emitted is not None else {}),
+            }
+        )
     else:
         render.render_plans(setup, found, HEADROOM)
         if emit_format and found:
@@ -106,8 +132,16 @@ def _emit(setup, chosen, fmt: str, output: Optional[str], force: bool, *, captur
         fmt_value = Format(fmt)
     except ValueError:
         raise PlanError(f"--emit {fmt!r} is not one of: {', '.join(f.value for f in Format)}") from None
-    args = dict(fmt=fmt_value, output=Path(output) if output else None, fit=False, force=force,
-                dataset=None, output_dir=None, json_out=capture, **_flags_of(chosen, setup.gpu))
+    args = dict(
+        fmt=fmt_value,
+        output=Path(output) if output else None,
+        fit=False,
+        force=force,
+        dataset=None,
+        output_dir=None,
+        json_out=capture,
+        **_flags_of(chosen, setup.gpu),
+    )
     if not capture:
         emit(setup.model.id, **args)
         return None

@@ -29,11 +29,15 @@ Examples:
 @command("prescribe", epilog=EXAMPLES)
 @plan_options
 def prescribe(
-    model: Annotated[Optional[str], typer.Argument(metavar="MODEL", help="Optional model: quantify each prescription with the bill.")] = None,
+    model: Annotated[
+        Optional[str], typer.Argument(metavar="MODEL", help="Optional model: quantify each prescription with the bill.")
+    ] = None,
     *,
     plan: PlanArgs,
     symptom: Annotated[Optional[str], typer.Option("--symptom", help="Symptom id (see --list).")] = None,
-    log: Annotated[Optional[str], typer.Option("--log", help="Training log with an OOM traceback; '-' reads stdin.")] = None,
+    log: Annotated[
+        Optional[str], typer.Option("--log", help="Training log with an OOM traceback; '-' reads stdin.")
+    ] = None,
     list_all: Annotated[bool, typer.Option("--list", help="List the symptoms.")] = False,
     json_out: JsonOpt = False,
     kv_cache: KvCacheOpt = "auto",
@@ -73,8 +77,10 @@ def prescribe(
             raise ConfigError(f"cannot read log {log}: {exc.strerror or exc}") from None
         oom = first_oom(text)
         if oom is None and symptom is None:
-            raise ConfigError("no CUDA/HIP out-of-memory message found in the log",
-                              hint="pass --symptom NAME (see memdoc prescribe --list)")
+            raise ConfigError(
+                "no CUDA/HIP out-of-memory message found in the log",
+                hint="pass --symptom NAME (see memdoc prescribe --list)",
+            )
         guess = infer_symptom(oom, text)
     chosen = get_symptom(symptom or guess.symptom)
     quantified = base = setup = culprit = None
@@ -91,7 +97,9 @@ def prescribe(
 
                 from memdoc.core.doctor.oom_symptom import LARGE_BLOCK_UNKNOWN
 
-                guess = dataclasses.replace(guess, unknowns=tuple(u for u in guess.unknowns if u != LARGE_BLOCK_UNKNOWN))
+                guess = dataclasses.replace(
+                    guess, unknowns=tuple(u for u in guess.unknowns if u != LARGE_BLOCK_UNKNOWN)
+                )
             if symptom is None:
                 chosen = get_symptom(symptom_for_culprit(chosen.id, culprit))
             if gpu is None and oom.total:
@@ -104,8 +112,9 @@ def prescribe(
             from memdoc.core.billing.inference import InferencePlan, KvCache, Weights
             from memdoc.core.doctor.quantify import quantify_inference
 
-            inference = InferencePlan(plan=setup.plan, kv_cache=KvCache(kv_cache), weights=Weights(weights),
-                                      prefill_chunk=prefill_chunk)
+            inference = InferencePlan(
+                plan=setup.plan, kv_cache=KvCache(kv_cache), weights=Weights(weights), prefill_chunk=prefill_chunk
+            )
             base, quantified = quantify_inference(chosen.prescriptions, setup.model, inference, gpu)
         else:
             from memdoc.core.doctor.quantify import quantify

@@ -191,8 +191,10 @@ class MemdocCallback(TrainerCallback):
             device = f"{args.device} ({torch.cuda.get_device_name(args.device)})"
         self.record = RunRecord(device=device, memory_source="cuda-allocated" if self._cuda else "cpu-rss")
         if earlier is not None:  # auto_find_batch_size retries the loop with a smaller batch after an OOM
-            self.record.note(f"an earlier attempt ran out of memory in step {earlier['step']} (batch {earlier['batch']}, "
-                             f"{earlier['symptom']}); the Trainer restarted with a smaller batch")
+            self.record.note(
+                f"an earlier attempt ran out of memory in step {earlier['step']} (batch {earlier['batch']}, "
+                f"{earlier['symptom']}); the Trainer restarted with a smaller batch"
+            )
         self._install_wrappers()
 
     @_safe
@@ -276,8 +278,15 @@ class MemdocCallback(TrainerCallback):
     def _report_oom(self, exc: BaseException, where: str) -> None:
         record = self.record
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        oom = oom_record(str(exc), text, step=self._step, where=where, batch=self._step_batch,
-                         longest_before=record.max_seq_before(self._step), first_step=self._steps_begun <= 1)
+        oom = oom_record(
+            str(exc),
+            text,
+            step=self._step,
+            where=where,
+            batch=self._step_batch,
+            longest_before=record.max_seq_before(self._step),
+            first_step=self._steps_begun <= 1,
+        )
         quantified = None
         bill = self._bill(self._step_batch) if self._step_batch else None
         if bill is not None:
@@ -298,8 +307,10 @@ class MemdocCallback(TrainerCallback):
         record.oom = oom
         record.status = "oom"
         self._write()
-        logger.warning(f"memdoc: out of memory in step {self._step} ({where}); looks like {oom['symptom']}: "
-                       f"{oom['prescribe']}; report: {self._path}")
+        logger.warning(
+            f"memdoc: out of memory in step {self._step} ({where}); looks like {oom['symptom']}: "
+            f"{oom['prescribe']}; report: {self._path}"
+        )
 
     # ------------------------------------------------------------------ the measured step
     def _memory_now(self) -> int | None:
@@ -326,8 +337,10 @@ class MemdocCallback(TrainerCallback):
             if self._args.skip_memory_metrics:
                 torch.cuda.reset_peak_memory_stats(self._args.device)
             else:
-                self.record.note("the Trainer tracks memory (skip_memory_metrics=False): the peak counters "
-                                 "were not reset, the measured peak is the run's so far")
+                self.record.note(
+                    "the Trainer tracks memory (skip_memory_metrics=False): the peak counters "
+                    "were not reset, the measured peak is the run's so far"
+                )
         else:
             stack.enter_context(make_tracker(session))  # every tensor op: the CPU's allocated bytes
         self._measuring = (stack, session)
@@ -357,12 +370,16 @@ class MemdocCallback(TrainerCallback):
             record.billed = billed_json(bill)
             gap = bill.peak_allocated / measured["peak_allocated"] - 1 if measured["peak_allocated"] else 0.0
             if abs(gap) > MISMATCH:
-                record.note(f"the bill is {gap:+.0%} off the measured peak: the step runs code the bill does not model "
-                            "(a trainer's own loss head, custom kernels, extra tensors kept); the measurement is what ran")
-            line = (f"memdoc: step {self._step} ({self._step_batch[0]} × {self._step_batch[1]} tokens) measured "
-                    f"{format_bytes(measured['peak_allocated'])} peak allocated, billed {format_bytes(bill.peak_allocated)} "
-                    f"({bill.plan.method.value}, {bill.plan.precision.value}, {bill.plan.optimizer.value}, "
-                    f"checkpointing {bill.plan.checkpointing.value}); report: {self._path}")
+                record.note(
+                    f"the bill is {gap:+.0%} off the measured peak: the step runs code the bill does not model "
+                    "(a trainer's own loss head, custom kernels, extra tensors kept); the measurement is what ran"
+                )
+            line = (
+                f"memdoc: step {self._step} ({self._step_batch[0]} × {self._step_batch[1]} tokens) measured "
+                f"{format_bytes(measured['peak_allocated'])} peak allocated, billed {format_bytes(bill.peak_allocated)} "
+                f"({bill.plan.method.value}, {bill.plan.precision.value}, {bill.plan.optimizer.value}, "
+                f"checkpointing {bill.plan.checkpointing.value}); report: {self._path}"
+            )
         else:
             line = f"memdoc: step {self._step} measured {format_bytes(measured['peak_allocated'])} peak allocated; report: {self._path}"
         logger.info(line)
@@ -371,9 +388,11 @@ class MemdocCallback(TrainerCallback):
 
             total = torch.cuda.mem_get_info(self._args.device)[1]
             if record.headroom_bytes < self.warn_headroom * total:
-                logger.warning(f"memdoc: only {format_bytes(record.headroom_bytes)} of {format_bytes(total)} left at the "
-                               f"peak of step {self._step}: a longer batch will run out of memory "
-                               f"(memdoc prescribe --symptom long-sample-oom)")
+                logger.warning(
+                    f"memdoc: only {format_bytes(record.headroom_bytes)} of {format_bytes(total)} left at the "
+                    f"peak of step {self._step}: a longer batch will run out of memory "
+                    f"(memdoc prescribe --symptom long-sample-oom)"
+                )
         self._write()
 
     def _cuda_measured(self, session) -> dict:
@@ -385,8 +404,13 @@ class MemdocCallback(TrainerCallback):
         # free now, less what the allocator reserved at the peak beyond what it holds now
         self.record.headroom_bytes = int(free - (peak_reserved - torch.cuda.memory_reserved(dev)))
         weights, _grads, opt = session.state_bytes()
-        return {"source": "cuda-allocator", "peak_allocated": int(torch.cuda.max_memory_allocated(dev)),
-                "peak_reserved": peak_reserved, "weights": sum(weights.values()), "optimizer": sum(opt.values())}
+        return {
+            "source": "cuda-allocator",
+            "peak_allocated": int(torch.cuda.max_memory_allocated(dev)),
+            "peak_reserved": peak_reserved,
+            "weights": sum(weights.values()),
+            "optimizer": sum(opt.values()),
+        }
 
     # ------------------------------------------------------------------ the plan and its bill
     def _bill(self, shape: tuple[int, int] | None):
@@ -412,7 +436,8 @@ class MemdocCallback(TrainerCallback):
         hf, peft_model = found
         args = self._args
         plan, detected = detect_plan(
-            hf, peft_model,
+            hf,
+            peft_model,
             autocast="bf16" if args.bf16 else ("fp16" if args.fp16 else None),
             checkpointing=bool(_checkpointing_asked(args) or _checkpointing_on(hf)),
             optimizer=_optimizer_info(self._optimizer),

@@ -70,7 +70,9 @@ class RunRecord:
     # ---- the step log
     def log_step(self, step: int, start_bytes: int | None, batch: tuple[int, int] | None) -> Finding | None:
         """Record one optimizer step; returns a new `memory-growth` finding when it first appears."""
-        if batch is not None and (self.largest_batch is None or batch_key(batch) > batch_key(tuple(self.largest_batch["shape"]))):
+        if batch is not None and (
+            self.largest_batch is None or batch_key(batch) > batch_key(tuple(self.largest_batch["shape"]))
+        ):
             self.largest_batch = {"shape": list(batch), "step": step}
         if step % self.stride:
             return None
@@ -118,8 +120,16 @@ class RunRecord:
         os.replace(tmp, path)
 
 
-def oom_record(message: str, traceback_text: str, *, step: int, where: str, batch: tuple[int, int] | None,
-               longest_before: int | None, first_step: bool) -> dict:
+def oom_record(
+    message: str,
+    traceback_text: str,
+    *,
+    step: int,
+    where: str,
+    batch: tuple[int, int] | None,
+    longest_before: int | None,
+    first_step: bool,
+) -> dict:
     """The report's `oom`: the message's figures, the symptom it shows and why, and its prescriptions.
 
     The doctor (`infer_symptom`) reads the message and the traceback. The run adds two facts a log
@@ -135,12 +145,16 @@ def oom_record(message: str, traceback_text: str, *, step: int, where: str, batc
     reasons = list(guess.reasons)
     if first_step and symptom in (None, "mid-run-oom"):
         symptom = "startup-oom"
-        reasons.append("it happened in the first training step: the weights, gradients and optimizer states, "
-                       "or the first batch's activations, do not fit")
+        reasons.append(
+            "it happened in the first training step: the weights, gradients and optimizer states, "
+            "or the first batch's activations, do not fit"
+        )
     elif batch is not None and longest_before is not None and batch[1] > longest_before:
         symptom = "long-sample-oom"
-        reasons.append(f"the failing batch ({batch[0]} × {batch[1]} tokens) is longer than every earlier one "
-                       f"(longest before: {longest_before} tokens)")
+        reasons.append(
+            f"the failing batch ({batch[0]} × {batch[1]} tokens) is longer than every earlier one "
+            f"(longest before: {longest_before} tokens)"
+        )
     symptom = symptom or "mid-run-oom"
     figures = None
     if event is not None:
@@ -167,7 +181,13 @@ def prescriptions_json(symptom: str, quantified) -> list[dict]:
     out = []
     for p in get_symptom(symptom).prescriptions:
         q = by_id.get(p.id)
-        out.append({"id": p.id, "action": p.action, "why": p.why,
-                    "saves_bytes": None if q is None else q.saves_bytes,
-                    "fits_alone": None if q is None else q.fits_alone})
+        out.append(
+            {
+                "id": p.id,
+                "action": p.action,
+                "why": p.why,
+                "saves_bytes": None if q is None else q.saves_bytes,
+                "fits_alone": None if q is None else q.fits_alone,
+            }
+        )
     return out

@@ -47,7 +47,9 @@ def _cannot_build(model_type, exc: BaseException) -> ConfigError:
     text = " ".join(str(exc).split())
     if len(text) > 200:
         text = text[:199] + "…"
-    return ConfigError(f"transformers cannot build a {model_type!r} model from this config: {type(exc).__name__}: {text}")
+    return ConfigError(
+        f"transformers cannot build a {model_type!r} model from this config: {type(exc).__name__}: {text}"
+    )
 
 
 def _selective_context_fn():
@@ -98,7 +100,9 @@ def build_model(config: dict, plan: TrainingPlan, layers: int | None = None, not
                     raise
                 model = AutoModelForCausalLM.from_config(conf, dtype=torch_dtype(store), attn_implementation="eager")
                 if notes is not None:
-                    notes.append(f"{type(model).__name__} has no SDPA attention in transformers: traced eager attention")
+                    notes.append(
+                        f"{type(model).__name__} has no SDPA attention in transformers: traced eager attention"
+                    )
         except (ValueError, KeyError, TypeError, AttributeError, IndexError, ZeroDivisionError, OverflowError) as exc:
             # the config passed memdoc's checks but transformers' model code refuses it
             raise _cannot_build(config.get("model_type"), exc) from None

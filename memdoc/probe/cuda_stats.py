@@ -38,7 +38,9 @@ def digest_stats(stats: dict) -> dict:
     }
 
 
-def snapshot_timeline(snapshot: dict, categories: dict[int, str] | None = None, *, device: int | None = None) -> list[dict]:
+def snapshot_timeline(
+    snapshot: dict, categories: dict[int, str] | None = None, *, device: int | None = None
+) -> list[dict]:
     """Replay one device's trace: a list of {"t", "action", <category>: bytes…, "total"} after each event.
 
     `categories` maps block addresses to a category (weights/gradients/optimizer) as known at the
@@ -80,7 +82,9 @@ def snapshot_timeline(snapshot: dict, categories: dict[int, str] | None = None, 
         else:
             if action not in ("oom", "snapshot"):
                 continue
-        out.append({"t": int(ev.get("time_us", len(out)) or 0), "action": action, **totals, "total": sum(totals.values())})
+        out.append(
+            {"t": int(ev.get("time_us", len(out)) or 0), "action": action, **totals, "total": sum(totals.values())}
+        )
     return out
 
 

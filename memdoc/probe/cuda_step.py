@@ -21,7 +21,9 @@ def require_cuda(plan: TrainingPlan) -> None:
     import torch
 
     if not torch.cuda.is_available():
-        raise NoCudaError("--device cuda: no CUDA device is available here", hint="omit --device to trace the step under fake tensors")
+        raise NoCudaError(
+            "--device cuda: no CUDA device is available here", hint="omit --device to trace the step under fake tensors"
+        )
     if plan.shard is not Shard.NONE or plan.offload is not Offload.NONE:
         raise PlanError("--device cuda runs on one GPU: drop --shard/--offload (the fake-tensor trace covers them)")
 
@@ -34,8 +36,8 @@ def run_cuda_step(config: dict, plan: TrainingPlan) -> dict:
     import torch
 
     require_cuda(plan)
-    from memdoc.probe.cuda_stats import digest_stats
     from memdoc.probe.build import build_model, build_optimizer, torch_dtype
+    from memdoc.probe.cuda_stats import digest_stats
     from memdoc.probe.tracer import training_step
 
     vocab = int(config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size") or 32000)

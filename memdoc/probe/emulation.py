@@ -79,9 +79,13 @@ class NF4Linear(nn.Module):
         device = linear.weight.device
         n = self.in_features * self.out_features
         blocks = math.ceil(n / NF4_BLOCK)
-        self.weight = nn.Parameter(torch.empty((math.ceil(n / 2), 1), dtype=torch.uint8, device=device), requires_grad=False)
+        self.weight = nn.Parameter(
+            torch.empty((math.ceil(n / 2), 1), dtype=torch.uint8, device=device), requires_grad=False
+        )
         self.register_buffer("absmax", torch.empty(blocks, dtype=torch.uint8, device=device))
-        self.register_buffer("absmax2", torch.empty(math.ceil(blocks / NF4_NESTED_BLOCK), dtype=torch.float32, device=device))
+        self.register_buffer(
+            "absmax2", torch.empty(math.ceil(blocks / NF4_NESTED_BLOCK), dtype=torch.float32, device=device)
+        )
         self.register_buffer("code2", torch.empty(256, dtype=torch.float32, device=device))
         self.register_buffer("offset", torch.empty((), dtype=torch.float32, device=device))
         self.register_buffer("code", torch.empty(16, dtype=torch.float32, device=device))

@@ -29,8 +29,12 @@ class InferenceTrace:
         return self.peak - self.weights - self.kv_cache
 
     def to_json(self) -> dict:
-        return {"weights": self.weights, "kv_cache": self.kv_cache, "activations": self.activations,
-                "peak_allocated": self.peak}
+        return {
+            "weights": self.weights,
+            "kv_cache": self.kv_cache,
+            "activations": self.activations,
+            "peak_allocated": self.peak,
+        }
 
 
 def trace_prefill(config: dict, plan: TrainingPlan, *, chunk: int | None = None, vocab_size: int) -> InferenceTrace:
@@ -53,6 +57,10 @@ def trace_prefill(config: dict, plan: TrainingPlan, *, chunk: int | None = None,
                 model(piece, cache=cache, use_cache=True, logits_to_keep=1)
                 tracker.reset_mod_stats()  # MemTracker refuses a second forward otherwise
         weights = sum(p.untyped_storage().nbytes() for p in model.parameters())
-        kv = sum(t.untyped_storage().nbytes() for layer in cache.layers for t in (layer.keys, layer.values)
-                 if t is not None and t.dim())
+        kv = sum(
+            t.untyped_storage().nbytes()
+            for layer in cache.layers
+            for t in (layer.keys, layer.values)
+            if t is not None and t.dim()
+        )
         return InferenceTrace(peak=tracker.peak_bytes, weights=weights, kv_cache=kv)

@@ -117,7 +117,6 @@ class PhaseMemTracker(_PhaseMixin, MemTracker):
         return param_memory, buffer_memory
 
 
-
 if FSDPMemTracker is not None:
 
     class PhaseFSDPMemTracker(_PhaseMixin, FSDPMemTracker):
@@ -169,7 +168,11 @@ def snapshot_items(snap: dict[str, int], optimizer_state_bytes: int) -> dict[str
         "gradients": get("Gradient") + get("Sharded Grad") + get("Unsharded Grad"),
         "optimizer": optimizer,
         "activations": get("Activation"),
-        "other": get("Temp") + get("Other") + get("Inputs") + get("All Gather") + get("Reduce Scatter")
+        "other": get("Temp")
+        + get("Other")
+        + get("Inputs")
+        + get("All Gather")
+        + get("Reduce Scatter")
         + (opt_total - optimizer),
         "_opt_temp": opt_total - optimizer,
         "_sharded_weights": get("Sharded Param"),
@@ -177,7 +180,14 @@ def snapshot_items(snap: dict[str, int], optimizer_state_bytes: int) -> dict[str
     return items
 
 
-__all__ = ["PhaseFSDPMemTracker", "PhaseMemTracker", "masks_as_in_eager_execution", "plain_module_to", "snapshot_items", "deepcopy"]
+__all__ = [
+    "PhaseFSDPMemTracker",
+    "PhaseMemTracker",
+    "masks_as_in_eager_execution",
+    "plain_module_to",
+    "snapshot_items",
+    "deepcopy",
+]
 
 
 @contextlib.contextmanager

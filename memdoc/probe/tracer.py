@@ -73,6 +73,7 @@ EXTRAPOLATION_TOLERANCE = 1e-3
 
 Progress = Callable[[str, float], None]
 
+
 # ---------------------------------------------------------------------------------------- layers
 def layer_count(config: dict) -> int:
     """Decoder layers of an HF config dict."""
@@ -273,9 +274,7 @@ def _extrapolate(a: dict, b: dict, ka: int, kb: int, n: int) -> dict:
     """Per phase, per item: value(n) on the line through (ka, a) and (kb, b)."""
     out = {}
     for phase in set(a) & set(b):
-        out[phase] = {
-            k: a[phase][k] + (b[phase][k] - a[phase][k]) * (n - ka) // (kb - ka) for k in a[phase]
-        }
+        out[phase] = {k: a[phase][k] + (b[phase][k] - a[phase][k]) * (n - ka) // (kb - ka) for k in a[phase]}
     return out
 
 
@@ -322,7 +321,9 @@ def _derive_sharding_and_offload(phases: dict, plan: TrainingPlan, notes: list[s
         rule = "optimizer states" + (" and gradients" if plan.shard is Shard.ZERO2 else "")
         notes.append(f"{plan.shard.value}: derived from the unsharded trace: {rule} divided by {n} GPUs")
     if plan.offload is not Offload.NONE:
-        notes.append(f"offload: optimizer states, gradients ({host} bytes per GPU) and the step moved to host {plan.offload_to.value}")
+        notes.append(
+            f"offload: optimizer states, gradients ({host} bytes per GPU) and the step moved to host {plan.offload_to.value}"
+        )
     if plan.offload is Offload.OPTIMIZER_PARAMS:
         notes.append("offload of parameters: sharded weights live off the GPU; only gathered layers count")
     return out
@@ -380,13 +381,17 @@ def trace_training_step(
     if plan.optimizer in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT, Optimizer.LION):
         notes.append(f"{plan.optimizer.value}: state layout emulated (see memdoc.probe.emulation)")
     if plan.grad_accum > 1:
-        notes.append(f"accumulation: {plan.grad_accum} micro-batches per step; the peak is a later one's, "
-                     "with the accumulated gradients resident")
+        notes.append(
+            f"accumulation: {plan.grad_accum} micro-batches per step; the peak is a later one's, "
+            "with the accumulated gradients resident"
+        )
     if plan.is_peft:
         notes.append(f"lora dropout {plan.lora_dropout:g}; adapters in fp32 (peft default)")
     if plan.loss is not Loss.HF:
-        notes.append(f"loss {plan.loss.value}: Liger's Triton kernels cannot run under fake tensors; traced transformers' "
-                     "loss and layers instead (the bill models Liger's), so measured logits exceed billed ones")
+        notes.append(
+            f"loss {plan.loss.value}: Liger's Triton kernels cannot run under fake tensors; traced transformers' "
+            "loss and layers instead (the bill models Liger's), so measured logits exceed billed ones"
+        )
     clean = {p: {k: int(v) for k, v in items.items() if k in LINE_ITEMS} for p, items in phases.items() if p in PHASES}
     report("done", 1.0)
     notes.append(f"trace took {time.perf_counter() - start:.1f} s")

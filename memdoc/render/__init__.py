@@ -6,9 +6,8 @@ import json
 import sys
 
 from rich import box
-from rich.table import Table
-
 from rich.markup import escape
+from rich.table import Table
 
 from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
 from memdoc.render.layout import (
@@ -24,6 +23,7 @@ from memdoc.render.layout import (
 from memdoc.units import format_bytes
 
 __all__ = ["format_switches", "paragraph", "parts_line", "stderr", "stdout", "title"]
+
 
 def print_json(data) -> None:
     """Machine-readable output: one JSON document on stdout, bytes as integers."""
@@ -57,8 +57,13 @@ def table(heading: str | None, columns: list[tuple[str, str]], rows: list[list],
         narrow = stdout.width < NARROW_COLUMNS
         t = Table(box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, show_edge=not narrow, collapse_padding=narrow)
         for (header, justify), width in zip(columns, widths):  # numbers never wrap; text folds, never "…"
-            t.add_column(header, justify=justify, no_wrap=justify == "right", overflow="fold",
-                         min_width=None if justify == "right" else width)
+            t.add_column(
+                header,
+                justify=justify,
+                no_wrap=justify == "right",
+                overflow="fold",
+                min_width=None if justify == "right" else width,
+            )
         for row in cells:
             t.add_row(*row)
         stdout.print(t)
@@ -98,8 +103,11 @@ def render_time(time, world_size: int, generic_gpu: bool = False) -> None:
     """One line: modelled seconds per optimizer step, tokens/s, and wall time per billion tokens."""
     per_billion = 1e9 / (time.tokens_per_second * world_size)
     gpus = f" on {world_size} GPUs" if world_size > 1 else ""
-    parts_line(f"step time ≈ {duration(time.seconds)} per optimizer step ({time.tokens:,} tokens/GPU)",
-               f"{time.tokens_per_second:,.0f} tokens/s/GPU", f"{duration(per_billion)} per billion tokens{gpus}")
+    parts_line(
+        f"step time ≈ {duration(time.seconds)} per optimizer step ({time.tokens:,} tokens/GPU)",
+        f"{time.tokens_per_second:,.0f} tokens/s/GPU",
+        f"{duration(per_billion)} per billion tokens{gpus}",
+    )
     if generic_gpu:
         stdout.print("  (times at A100 rates: name the GPU, e.g. --gpu rtx-4090, for its own)")
 
@@ -111,7 +119,8 @@ def render_bill(bill, ladder, command_line=None, time=None) -> None:
     plan = bill.plan
     gpu = bill.gpu
     title(
-        bill.model.id, f"{bill.model.params.total / 1e9:.2f}B params",
+        bill.model.id,
+        f"{bill.model.params.total / 1e9:.2f}B params",
         f"{plan.method.value} {plan.precision.value} {plan.optimizer.value}",
         f"batch {plan.micro_batch} × seq {plan.seq_len}",
         f"ckpt {plan.checkpointing.value}" if plan.checkpointing.value != "none" else "",
@@ -128,39 +137,60 @@ def render_bill(bill, ladder, command_line=None, time=None) -> None:
     for item in LINE_ITEMS:
         offloaded = [gib(bill.host[item]) if item in bill.host else ""] if host else []
         t.add_row(f"[{_COLORS[item]}]■[/] {item}", *[gib(getattr(bill.phases[p], item)) for p in PHASES], *offloaded)
-    t.add_row("[b]allocated[/b]", *[f"[b]{gib(bill.phases[p].total)}[/b]" for p in PHASES],
-              *([f"[b]{gib(bill.host_bytes)}[/b]"] if host else []))
+    t.add_row(
+        "[b]allocated[/b]",
+        *[f"[b]{gib(bill.phases[p].total)}[/b]" for p in PHASES],
+        *([f"[b]{gib(bill.host_bytes)}[/b]"] if host else []),
+    )
     stdout.print(t)
     scale = max(bill.phases[p].total for p in PHASES)
     scale = max(scale, gpu.memory_bytes if gpu else 0)
     for phase in PHASES:
         stdout.print(f"  {phase:<10}{_bar(bill.phases[phase], scale)}")
-    parts_line(f"peak allocated {gib(bill.peak_allocated)} ({bill.peak_phase})",
-               f"reserved ≈ {gib(bill.peak_reserved)} (fragmentation {gib(bill.fragmentation_bytes)}, {plan.allocator.value} allocator)",
-               f"process total ≈ {gib(bill.process_total)} (incl. {gib(bill.overhead_bytes)} CUDA context and workspaces)")
+    parts_line(
+        f"peak allocated {gib(bill.peak_allocated)} ({bill.peak_phase})",
+        f"reserved ≈ {gib(bill.peak_reserved)} (fragmentation {gib(bill.fragmentation_bytes)}, {plan.allocator.value} allocator)",
+        f"process total ≈ {gib(bill.process_total)} (incl. {gib(bill.overhead_bytes)} CUDA context and workspaces)",
+    )
     if time is not None:
         render_time(time, plan.world_size, gpu is None or gpu.is_generic)
     explained = other_explained(bill)
     if explained:
         paragraph(explained)
     if bill.host:
-        stdout.print(f"  host {plan.offload_to.value.upper() if plan.offload_to.value == 'nvme' else 'RAM'} needed: "
-                     f"{gib(bill.host_bytes)} per GPU, {gib(bill.host_bytes * plan.gpus_per_node)} per node "
-                     f"({plan.gpus_per_node} GPU{'s' if plan.gpus_per_node > 1 else ''})")
+        stdout.print(
+            f"  host {plan.offload_to.value.upper() if plan.offload_to.value == 'nvme' else 'RAM'} needed: "
+            f"{gib(bill.host_bytes)} per GPU, {gib(bill.host_bytes * plan.gpus_per_node)} per node "
+            f"({plan.gpus_per_node} GPU{'s' if plan.gpus_per_node > 1 else ''})"
+        )
     for line in bill.notes:
         paragraph(f"note: {line}")
     if gpu is None:
         return
     # the smallest GPU (a bisection of simulations) is worth its time only when fragmentation decides
     near = bill.peak_allocated + bill.overhead_bytes <= gpu.memory_bytes and bill.headroom_bytes < 0
-    render_verdict(bill.process_total, gpu, plan.world_size, peak_phase=bill.peak_phase, fits=bill.fits,
-                   min_memory=bill.min_memory_bytes if near else None)
+    render_verdict(
+        bill.process_total,
+        gpu,
+        plan.world_size,
+        peak_phase=bill.peak_phase,
+        fits=bill.fits,
+        min_memory=bill.min_memory_bytes if near else None,
+    )
     if ladder:
         render_ladder(ladder)
 
 
-def render_verdict(process_total: int, gpu, world_size: int = 1, *, peak_phase: str | None = None,
-                   fits: bool | None = None, min_memory: int | None = None, basis: str | None = None) -> None:
+def render_verdict(
+    process_total: int,
+    gpu,
+    world_size: int = 1,
+    *,
+    peak_phase: str | None = None,
+    fits: bool | None = None,
+    min_memory: int | None = None,
+    basis: str | None = None,
+) -> None:
     """✔ fits / ✘ does not fit, with the margin against the bill's benchmarked error (close call inside it).
 
     `fits` is the bill's simulated answer where it has one: a run that fits with a negative margin
@@ -173,17 +203,22 @@ def render_verdict(process_total: int, gpu, world_size: int = 1, *, peak_phase: 
     gpus = f"{world_size} × " if world_size > 1 else ""
     where = f"{gpus}{gpu.name} ({gib(gpu.memory_bytes)})"
     if v.fits and v.margin_bytes < 0:
-        head = (f"[bold yellow]✔ fits[/] {where} only because the allocator releases its cache and retries "
-                f"(the unconstrained run reserves {gib(-v.margin_bytes)} more)")
+        head = (
+            f"[bold yellow]✔ fits[/] {where} only because the allocator releases its cache and retries "
+            f"(the unconstrained run reserves {gib(-v.margin_bytes)} more)"
+        )
     elif v.fits:
         head = f"[bold green]✔ fits[/] {where} with {gib(v.margin_bytes)} headroom per GPU"
     else:
-        head = (f"[bold red]✘ does not fit[/] {where}: {gib(-v.margin_bytes)} over per GPU"
-                + (f", peak in {peak_phase}" if peak_phase else ""))
+        head = f"[bold red]✘ does not fit[/] {where}: {gib(-v.margin_bytes)} over per GPU" + (
+            f", peak in {peak_phase}" if peak_phase else ""
+        )
     band = f"±{VERDICT_ERROR:.0%} (±{gib(v.error_bytes)}); {basis}" if basis else None
     if v.close_call:
-        tail = "[yellow]close call[/]: within " + (band or f"the bill's ±{VERDICT_ERROR:.0%} benchmarked error "
-                                                   f"(±{gib(v.error_bytes)}, measured on real H200 steps)")
+        tail = "[yellow]close call[/]: within " + (
+            band
+            or f"the bill's ±{VERDICT_ERROR:.0%} benchmarked error (±{gib(v.error_bytes)}, measured on real H200 steps)"
+        )
     else:
         tail = "margin beyond " + (band or f"the bill's ±{VERDICT_ERROR:.0%} benchmarked error (±{gib(v.error_bytes)})")
     parts = [head, tail] + ([f"smallest GPU that runs it: {gib(min_memory)}"] if min_memory is not None else [])
@@ -194,13 +229,26 @@ def render_ladder(ladder) -> None:
     narrow = stdout.width < NARROW_COLUMNS
     title("The ladder: cheapest remedies first, each on top of the last")
     t = Table(box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, show_edge=not narrow, collapse_padding=narrow)
-    for header, justify in (("#", "right"), ("remedy", "left"), ("peak" if narrow else "peak alloc.", "right"),
-                            ("process", "right"), ("saves", "right"), ("time" if narrow else "step time", "right"),
-                            ("fits", "left")):
+    for header, justify in (
+        ("#", "right"),
+        ("remedy", "left"),
+        ("peak" if narrow else "peak alloc.", "right"),
+        ("process", "right"),
+        ("saves", "right"),
+        ("time" if narrow else "step time", "right"),
+        ("fits", "left"),
+    ):
         t.add_column(header, justify=justify, no_wrap=header != "remedy", min_width=12 if header == "remedy" else None)
     for i, step in enumerate(ladder, 1):
-        t.add_row(str(i), step.rung.action, gib(step.bill.peak_allocated), gib(step.bill.process_total),
-                  gib(step.saved_bytes), f"×{step.relative_time:.2f} ({duration(step.step_seconds)})", "[green]yes[/]" if step.fits else "no")
+        t.add_row(
+            str(i),
+            step.rung.action,
+            gib(step.bill.peak_allocated),
+            gib(step.bill.process_total),
+            gib(step.saved_bytes),
+            f"×{step.relative_time:.2f} ({duration(step.step_seconds)})",
+            "[green]yes[/]" if step.fits else "no",
+        )
     stdout.print(t)
     if not ladder[-1].fits:
         stdout.print("[red]No rung makes it fit: use more GPUs (--gpus, --shard), a bigger GPU, or a smaller model.[/]")
@@ -216,25 +264,50 @@ def render_plans(setup, candidates, headroom: float) -> None:
     gpu, plan = setup.gpu, setup.plan
     gpus = f"{plan.world_size} × " if plan.world_size > 1 else ""
     if not candidates:
-        stdout.print(f"[bold red]No plan fits[/] {gpus}{gpu.name} ({gib(gpu.memory_bytes)}) with {headroom:.0%} headroom "
-                     "over the knobs left free: free a fixed flag, add GPUs (--gpus) or use a bigger GPU.")
+        stdout.print(
+            f"[bold red]No plan fits[/] {gpus}{gpu.name} ({gib(gpu.memory_bytes)}) with {headroom:.0%} headroom "
+            "over the knobs left free: free a fixed flag, add GPUs (--gpus) or use a bigger GPU."
+        )
         return
     narrow = stdout.width < NARROW_COLUMNS
-    title(f"{setup.model.id} on {gpus}{gpu.name} ({gib(gpu.memory_bytes)})",
-          f"fastest plans that fit with {headroom:.0%} headroom")
+    title(
+        f"{setup.model.id} on {gpus}{gpu.name} ({gib(gpu.memory_bytes)})",
+        f"fastest plans that fit with {headroom:.0%} headroom",
+    )
     t = Table(box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, show_edge=not narrow, collapse_padding=narrow)
-    for header, justify in (("#", "right"), ("changes from your plan", "left"), ("peak alloc.", "right"),
-                            ("process", "right"), ("step time", "right"), ("tokens/s/GPU", "right"),
-                            ("per 1B tokens", "right")):
-        short = {"changes from your plan": "changes", "peak alloc.": "peak", "tokens/s/GPU": "tok/s/GPU",
-                 "per 1B tokens": "per 1B tok"}
-        t.add_column(short.get(header, header) if narrow else header, justify=justify, no_wrap=justify == "right",
-                     min_width=12 if justify == "left" else None)
+    for header, justify in (
+        ("#", "right"),
+        ("changes from your plan", "left"),
+        ("peak alloc.", "right"),
+        ("process", "right"),
+        ("step time", "right"),
+        ("tokens/s/GPU", "right"),
+        ("per 1B tokens", "right"),
+    ):
+        short = {
+            "changes from your plan": "changes",
+            "peak alloc.": "peak",
+            "tokens/s/GPU": "tok/s/GPU",
+            "per 1B tokens": "per 1B tok",
+        }
+        t.add_column(
+            short.get(header, header) if narrow else header,
+            justify=justify,
+            no_wrap=justify == "right",
+            min_width=12 if justify == "left" else None,
+        )
     for i, c in enumerate(candidates, 1):
         changes = "; ".join(_change(*change) for change in c.changes) or "(none: your plan)"
         per_billion = 1e9 / (c.time.tokens_per_second * c.plan.world_size)
-        t.add_row(str(i), changes, gib(c.bill.peak_allocated), gib(c.bill.process_total), duration(c.time.seconds),
-                  f"{c.time.tokens_per_second:,.0f}", duration(per_billion))
+        t.add_row(
+            str(i),
+            changes,
+            gib(c.bill.peak_allocated),
+            gib(c.bill.process_total),
+            duration(c.time.seconds),
+            f"{c.time.tokens_per_second:,.0f}",
+            duration(per_billion),
+        )
     stdout.print(t)
     if setup.explicit:
         stdout.print(f"  kept as given: {', '.join(sorted(setup.explicit))}")
@@ -243,8 +316,12 @@ def render_plans(setup, candidates, headroom: float) -> None:
 
 
 def render_max(knob: str, value, bill, *, inference: bool = False) -> None:
-    name = {("batch", False): "micro-batch", ("seq", False): "sequence length", ("batch", True): "batch",
-            ("seq", True): "context"}[(knob, inference)]
+    name = {
+        ("batch", False): "micro-batch",
+        ("seq", False): "sequence length",
+        ("batch", True): "batch",
+        ("seq", True): "context",
+    }[(knob, inference)]
     if value is None:
         stdout.print(f"No {name} fits: even 1 is over.")
     else:
@@ -254,14 +331,27 @@ def render_max(knob: str, value, bill, *, inference: bool = False) -> None:
 def render_dataset(data: dict) -> None:
     """`bill --dataset`: the token-length distribution against the longest sequence that fits."""
     fits = data["max_seq_that_fits"]
-    rows = [["samples", f"{data['samples']:,}" + (f" ({data['skipped']:,} without text skipped)" if data["skipped"] else "")],
-            ["max", f"{data['max_tokens']:,} tokens"], ["p99", f"{data['p99_tokens']:,} tokens"],
-            ["p50", f"{data['p50_tokens']:,} tokens"],
-            [f"longest that fits (micro-batch {data['micro_batch']})", "none (not even 128 tokens)" if fits is None else f"{fits:,} tokens"],
-            ["longer than that", f"{data['over']:,} samples"]]
+    rows = [
+        [
+            "samples",
+            f"{data['samples']:,}" + (f" ({data['skipped']:,} without text skipped)" if data["skipped"] else ""),
+        ],
+        ["max", f"{data['max_tokens']:,} tokens"],
+        ["p99", f"{data['p99_tokens']:,} tokens"],
+        ["p50", f"{data['p50_tokens']:,} tokens"],
+        [
+            f"longest that fits (micro-batch {data['micro_batch']})",
+            "none (not even 128 tokens)" if fits is None else f"{fits:,} tokens",
+        ],
+        ["longer than that", f"{data['over']:,} samples"],
+    ]
     from rich.markup import escape
 
-    table(escape(f"{data['file']} · {data['text_field']} · tokenizer {data['tokenizer']}"), [("lengths", "left"), ("", "right")], rows)
+    table(
+        escape(f"{data['file']} · {data['text_field']} · tokenizer {data['tokenizer']}"),
+        [("lengths", "left"), ("", "right")],
+        rows,
+    )
     for p in data["prescriptions"]:
         stdout.print(f"• [b]{p['id']}[/b]: {p['action']}")
         for key, value in p["how"].items():
@@ -277,8 +367,14 @@ class _ProgressReporter:
     def __init__(self, title: str):
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-        self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                                  console=stderr, transient=True)
+        self._progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TimeElapsedColumn(),
+            console=stderr,
+            transient=True,
+        )
         self._title = title
         self._task = None
 
@@ -291,7 +387,9 @@ class _ProgressReporter:
         return self._progress.__exit__(*exc)
 
     def __call__(self, message: str, fraction: float) -> None:
-        self._progress.update(self._task, description=f"{self._title}: {message}", completed=max(0.0, min(1.0, fraction)))
+        self._progress.update(
+            self._task, description=f"{self._title}: {message}", completed=max(0.0, min(1.0, fraction))
+        )
 
 
 def progress_reporter(title: str) -> _ProgressReporter:
@@ -333,22 +431,35 @@ def render_traced(measurement, bill, cuda: dict | None = None) -> None:
 
     billed = bill_json(bill)["per_gpu"]
     plan = bill.plan
-    heading = (bill.model.id, "traced step vs bill", f"{plan.method.value} {plan.precision.value} {plan.optimizer.value}",
-               f"batch {plan.micro_batch} × seq {plan.seq_len}",
-               f"ckpt {plan.checkpointing.value}" if plan.checkpointing.value != "none" else "")
+    heading = (
+        bill.model.id,
+        "traced step vs bill",
+        f"{plan.method.value} {plan.precision.value} {plan.optimizer.value}",
+        f"batch {plan.micro_batch} × seq {plan.seq_len}",
+        f"ckpt {plan.checkpointing.value}" if plan.checkpointing.value != "none" else "",
+    )
     measured = {**measurement.line_items, "peak_allocated": measurement.peak_allocated}
     _compare_table(heading, measured, billed)
-    parts_line(f"peak in [b]{measurement.peak_phase}[/b] (bill: {bill.peak_phase})",
-               f"peak allocated {format_bytes(measurement.peak_allocated)} ≈ torch.cuda.max_memory_allocated()")
+    parts_line(
+        f"peak in [b]{measurement.peak_phase}[/b] (bill: {bill.peak_phase})",
+        f"peak allocated {format_bytes(measurement.peak_allocated)} ≈ torch.cuda.max_memory_allocated()",
+    )
     if measurement.phases:
-        stdout.print("  per phase: " + " · ".join(f"{p} {format_bytes(v['peak_allocated'])}" for p, v in measurement.phases.items()))
+        stdout.print(
+            "  per phase: "
+            + " · ".join(f"{p} {format_bytes(v['peak_allocated'])}" for p, v in measurement.phases.items())
+        )
     if cuda:
         d, pct = _delta(cuda["peak_allocated"], measurement.peak_allocated)
-        stdout.print(f"  real CUDA step on {cuda.get('device')}: max_memory_allocated {format_bytes(cuda['peak_allocated'])}, "
-                     f"max_memory_reserved {format_bytes(cuda['peak_reserved'])} (trace − real: {d}, {pct})")
+        stdout.print(
+            f"  real CUDA step on {cuda.get('device')}: max_memory_allocated {format_bytes(cuda['peak_allocated'])}, "
+            f"max_memory_reserved {format_bytes(cuda['peak_reserved'])} (trace − real: {d}, {pct})"
+        )
     if measurement.modules:
         rows = [[name, format_bytes(b)] for name, b in measurement.modules[:8]]
-        table("Top modules by activations kept after their forward", [("module", "left"), ("activations", "right")], rows)
+        table(
+            "Top modules by activations kept after their forward", [("module", "left"), ("activations", "right")], rows
+        )
     for line in measurement.notes:
         paragraph(f"note: {line}")
 
@@ -370,13 +481,19 @@ def render_script_report(result, bill=None, *, summary: bool = False, written: l
         "oom": f"[bold red]OUT OF MEMORY[/] in {(result.oom or {}).get('phase')} of step {(result.oom or {}).get('step')}",
         "error": f"[red]the script raised an exception[/] after {result.steps} optimizer step(s) (traceback above)",
     }[result.stop_reason]
-    parts_line(how, ", ".join(result.models) or "no nn.Module called",
-               ", ".join(o["class"] for o in result.optimizers) or "no optimizer step", f"{result.elapsed_s:.1f} s")
+    parts_line(
+        how,
+        ", ".join(result.models) or "no nn.Module called",
+        ", ".join(o["class"] for o in result.optimizers) or "no optimizer step",
+        f"{result.elapsed_s:.1f} s",
+    )
     if result.oom:
         stdout.print(f"  [red]{escape(result.oom['message'])}[/]")
         for i, cause in enumerate(result.oom.get("causes") or [], 1):
             stdout.print(f"      cause {i}: {escape(cause['title'])}: {escape(cause['evidence'])}")
-        stdout.print(f"      → [b]{result.oom.get('prescribe', 'memdoc prescribe --symptom mid-run-oom')}[/b] (or `memdoc prescribe --log` with the full error)")
+        stdout.print(
+            f"      → [b]{result.oom.get('prescribe', 'memdoc prescribe --symptom mid-run-oom')}[/b] (or `memdoc prescribe --log` with the full error)"
+        )
     if result.peak_phase is None:
         stdout.print("  no forward pass of an nn.Module was seen: nothing to attribute")
     else:
@@ -391,12 +508,21 @@ def render_script_report(result, bill=None, *, summary: bool = False, written: l
         t.add_row("[b]allocated[/b]", *[f"[b]{format_bytes(result.phases[p]['peak_allocated'])}[/b]" for p in phases])
         stdout.print(t)
         s = result.states
-        parts_line(f"model states at the stop: weights {format_bytes(s['weights'])}", f"gradients {format_bytes(s['gradients'])}",
-                   f"optimizer {format_bytes(s['optimizer'])}", f"trainable {format_bytes(s['trainable'])}")
+        parts_line(
+            f"model states at the stop: weights {format_bytes(s['weights'])}",
+            f"gradients {format_bytes(s['gradients'])}",
+            f"optimizer {format_bytes(s['optimizer'])}",
+            f"trainable {format_bytes(s['trainable'])}",
+        )
     if result.cuda:
         c = result.cuda
-        parts_line(f"CUDA: peak allocated {format_bytes(c['allocated_peak'])}", f"peak reserved {format_bytes(c['reserved_peak'])}",
-                   f"inactive split {format_bytes(c['inactive_split'])}", f"alloc retries {c['num_alloc_retries']}", f"OOMs {c['num_ooms']}")
+        parts_line(
+            f"CUDA: peak allocated {format_bytes(c['allocated_peak'])}",
+            f"peak reserved {format_bytes(c['reserved_peak'])}",
+            f"inactive split {format_bytes(c['inactive_split'])}",
+            f"alloc retries {c['num_alloc_retries']}",
+            f"OOMs {c['num_ooms']}",
+        )
         if summary and result.cuda_summary:
             stdout.print(result.cuda_summary, markup=False)
     elif summary:
@@ -405,17 +531,28 @@ def render_script_report(result, bill=None, *, summary: bool = False, written: l
         from memdoc.core.billing.bill import bill_json
 
         det = result.hf["detected"]
-        heading = (result.hf["model_id"], "measured vs billed for the detected plan:",
-                   *(f"{k}={v if not isinstance(v, (list, tuple)) else ','.join(v)}" for k, v in det.items()))
-        _compare_table(heading, result.measured, bill_json(bill)["per_gpu"],
-                       caption=f"measured peak in {result.peak_phase}, bill peak in {bill.peak_phase}; the bill counts the "
-                               "steady state at the bill's own peak phase, the script's data tensors count as other")
+        heading = (
+            result.hf["model_id"],
+            "measured vs billed for the detected plan:",
+            *(f"{k}={v if not isinstance(v, (list, tuple)) else ','.join(v)}" for k, v in det.items()),
+        )
+        _compare_table(
+            heading,
+            result.measured,
+            bill_json(bill)["per_gpu"],
+            caption=f"measured peak in {result.peak_phase}, bill peak in {bill.peak_phase}; the bill counts the "
+            "steady state at the bill's own peak phase, the script's data tensors count as other",
+        )
     if result.findings:
         stdout.print("[b]Findings[/b]")
         for f in result.findings:
-            markup_paragraph(f"[{_SEVERITY_STYLE.get(f.severity, '')}]{f.severity}[/] [b]{escape(f.id)}[/b]: {escape(f.message)}")
+            markup_paragraph(
+                f"[{_SEVERITY_STYLE.get(f.severity, '')}]{f.severity}[/] [b]{escape(f.id)}[/b]: {escape(f.message)}"
+            )
             if f.modules:
-                markup_paragraph(f"modules: {escape(', '.join(f.modules[:8]))}" + (" …" if len(f.modules) > 8 else ""), indent=6)
+                markup_paragraph(
+                    f"modules: {escape(', '.join(f.modules[:8]))}" + (" …" if len(f.modules) > 8 else ""), indent=6
+                )
             markup_paragraph(f"→ [b]{escape(f.prescribe)}[/b]", indent=6)
     else:
         stdout.print("  no findings")
@@ -430,9 +567,11 @@ def render_prescriptions(symptom, oom, guess, quantified, base, *, order=None, c
     from memdoc.units import format_bytes
 
     if oom is not None:
-        figures = [f"{name.replace('_', ' ')} {format_bytes(getattr(oom, name))}"
-                   for name in ("requested", "total", "free", "allowed", "allocated_by_pytorch", "reserved_unallocated")
-                   if getattr(oom, name, None) is not None]
+        figures = [
+            f"{name.replace('_', ' ')} {format_bytes(getattr(oom, name))}"
+            for name in ("requested", "total", "free", "allowed", "allocated_by_pytorch", "reserved_unallocated")
+            if getattr(oom, name, None) is not None
+        ]
         stdout.print(f"[b]OOM found[/b] ({oom.format}): " + (", ".join(figures) or oom.status or ""))
     if guess is not None:
         for i, cause in enumerate(guess.causes, 1):
@@ -457,14 +596,18 @@ def render_prescriptions(symptom, oom, guess, quantified, base, *, order=None, c
     by_id = {q.prescription.id: q for q in quantified or []}
     heading = "Prescriptions, cheapest first"
     if base is not None:
-        heading += f" (your plan: {gib(base.process_total)} per GPU" + ("" if base.fits is None else (", fits)" if base.fits else ", does not fit)"))
+        heading += f" (your plan: {gib(base.process_total)} per GPU" + (
+            "" if base.fits is None else (", fits)" if base.fits else ", does not fit)")
+        )
 
     def quantity(p) -> list[str]:
         if quantified is None:
             return []
         q = by_id[p.id]
-        return [gib(q.saves_bytes) if q.saves_bytes is not None else q.note,
-                {True: "[green]yes[/]", False: "no", None: "—"}[q.fits_alone]]
+        return [
+            gib(q.saves_bytes) if q.saves_bytes is not None else q.note,
+            {True: "[green]yes[/]", False: "no", None: "—"}[q.fits_alone],
+        ]
 
     if stdout.width < NARROW_COLUMNS:  # one block per prescription: a table's text columns would be a few letters wide
         title(heading)

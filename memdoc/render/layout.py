@@ -53,8 +53,9 @@ def parts_line(*parts: str, indent: str = "  ") -> None:
 def paragraph(text: str, indent: str = "  ", hang: str = "    ") -> None:
     """Plain text wrapped at the console width between words, continuation lines indented by `hang`."""
     width = max(40, stdout.width)
-    for line in textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=hang,
-                              break_long_words=False, break_on_hyphens=False):
+    for line in textwrap.wrap(
+        text, width=width, initial_indent=indent, subsequent_indent=hang, break_long_words=False, break_on_hyphens=False
+    ):
         stdout.print(line, markup=False, soft_wrap=True)
 
 

@@ -27,7 +27,9 @@ def _svg(points: list[dict], width: int = 900, height: int = 300, marks: list[tu
     def y(v: float) -> float:
         return 10 + h - h * v / top
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">'
+    ]
     below = [0] * n
     for cat in TIMELINE_CATEGORIES:
         upper = [below[i] + points[i].get(cat, 0) for i in range(n)]
@@ -35,24 +37,31 @@ def _svg(points: list[dict], width: int = 900, height: int = 300, marks: list[tu
             continue
         path = " ".join(f"{x(i):.1f},{y(upper[i]):.1f}" for i in range(n))
         back = " ".join(f"{x(i):.1f},{y(below[i]):.1f}" for i in reversed(range(n)))
-        parts.append(f'<polygon points="{path} {back}" fill="{_COLORS[cat]}" opacity="0.85"><title>{cat}</title></polygon>')
+        parts.append(
+            f'<polygon points="{path} {back}" fill="{_COLORS[cat]}" opacity="0.85"><title>{cat}</title></polygon>'
+        )
         below = upper
     for frac in (0, 0.5, 1):
         v = top * frac
         parts.append(f'<line x1="{pad_l}" x2="{pad_l + w}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#ccc"/>')
         parts.append(f'<text x="{pad_l - 4}" y="{y(v) + 4:.1f}" text-anchor="end">{v / 2**20:.1f} MiB</text>')
     for i, label in marks or []:
-        parts.append(f'<line x1="{x(i):.1f}" x2="{x(i):.1f}" y1="10" y2="{10 + h}" stroke="#d33" stroke-dasharray="3,3"/>')
+        parts.append(
+            f'<line x1="{x(i):.1f}" x2="{x(i):.1f}" y1="10" y2="{10 + h}" stroke="#d33" stroke-dasharray="3,3"/>'
+        )
         parts.append(f'<text x="{x(i) + 3:.1f}" y="20" fill="#d33">{html.escape(label)}</text>')
     parts.append(f'<text x="{pad_l}" y="{height - 6}">allocation events →  ({n} events)</text>')
     parts.append("</svg>")
     return "".join(parts)
 
 
-def timeline_html(points: list[dict], *, title: str, notes: list[str] | None = None, marks: list[tuple[int, str]] | None = None) -> str:
+def timeline_html(
+    points: list[dict], *, title: str, notes: list[str] | None = None, marks: list[tuple[int, str]] | None = None
+) -> str:
     """A self-contained HTML page (inline SVG, no scripts, no network) of allocated memory by category."""
     legend = " ".join(
-        f'<span style="display:inline-block;width:12px;height:12px;background:{_COLORS[c]}"></span> {c}&nbsp;&nbsp;' for c in TIMELINE_CATEGORIES
+        f'<span style="display:inline-block;width:12px;height:12px;background:{_COLORS[c]}"></span> {c}&nbsp;&nbsp;'
+        for c in TIMELINE_CATEGORIES
     )
     peak = max((p["total"] for p in points), default=0)
     body = [

@@ -51,7 +51,9 @@ def read_records(path: Path) -> list[dict]:
     """The records of a dataset file, as dicts."""
     suffix = path.suffix.lower()
     if suffix not in FORMATS:
-        raise DatasetError(f"--dataset {path}: unknown format {suffix or '(no extension)'!r}; use one of {', '.join(FORMATS)}")
+        raise DatasetError(
+            f"--dataset {path}: unknown format {suffix or '(no extension)'!r}; use one of {', '.join(FORMATS)}"
+        )
     if not path.is_file():
         raise DatasetError(f"--dataset {path} does not exist")
     try:
@@ -102,8 +104,10 @@ def _read_parquet(path: Path) -> list[dict]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise DatasetError("reading Parquet needs the pyarrow package, which is not installed",
-                           hint="pip install pyarrow (or memdoc[dataset]), or convert the file to JSONL") from None
+        raise DatasetError(
+            "reading Parquet needs the pyarrow package, which is not installed",
+            hint="pip install pyarrow (or memdoc[dataset]), or convert the file to JSONL",
+        ) from None
     try:
         return pq.read_table(path).to_pylist()
     except (OSError, ValueError) as exc:  # pyarrow.ArrowInvalid is a ValueError
@@ -115,7 +119,9 @@ def pick_field(record: dict, text_field: str | None) -> tuple[str, ...]:
     """The field(s) holding a sample's text: `text_field`, or the first known one in `record`."""
     if text_field is not None:
         if text_field not in record:
-            raise DatasetError(f"--text-field {text_field!r} is not in the dataset (fields: {', '.join(map(str, record))})")
+            raise DatasetError(
+                f"--text-field {text_field!r} is not in the dataset (fields: {', '.join(map(str, record))})"
+            )
         return (text_field,)
     for name in CHAT_FIELDS + TEXT_FIELDS:
         if name in record:
@@ -133,7 +139,10 @@ def _chat(value) -> list[dict] | None:
     if all("role" in m for m in value):
         return [{"role": m["role"], "content": m.get("content") or ""} for m in value]
     if all("from" in m and "value" in m for m in value):
-        return [{"role": _SHAREGPT_ROLES.get(str(m["from"]).lower(), str(m["from"])), "content": m["value"] or ""} for m in value]
+        return [
+            {"role": _SHAREGPT_ROLES.get(str(m["from"]).lower(), str(m["from"])), "content": m["value"] or ""}
+            for m in value
+        ]
     return None
 
 
@@ -170,14 +179,17 @@ def load_tokenizer(name: str):
         tokenizer = AutoTokenizer.from_pretrained(name, use_fast=True)
     except (OSError, ValueError, TypeError, KeyError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DatasetError(f"cannot load the tokenizer {name!r}: {first}",
-                           hint="pass --tokenizer DIR (a directory with tokenizer.json / tokenizer_config.json)") from None
+        raise DatasetError(
+            f"cannot load the tokenizer {name!r}: {first}",
+            hint="pass --tokenizer DIR (a directory with tokenizer.json / tokenizer_config.json)",
+        ) from None
     tokenizer.model_max_length = 1 << 62  # count, never truncate (and no "longer than the maximum" warning)
     return tokenizer
 
 
-def count_tokens(path: Path, tokenizer_name: str, text_field: str | None = None,
-                 progress: Callable[[str, float], None] | None = None) -> TokenCounts:
+def count_tokens(
+    path: Path, tokenizer_name: str, text_field: str | None = None, progress: Callable[[str, float], None] | None = None
+) -> TokenCounts:
     """Tokens per sample of the dataset at `path`, tokenized in batches of `BATCH`."""
     records = read_records(path)
     if not records:
@@ -191,11 +203,13 @@ def count_tokens(path: Path, tokenizer_name: str, text_field: str | None = None,
     tokenizer = load_tokenizer(tokenizer_name)
     chat = any(isinstance(s, list) for s in kept)
     if chat and not getattr(tokenizer, "chat_template", None):
-        raise DatasetError(f"{'+'.join(fields)} holds conversations but the tokenizer {tokenizer_name!r} has no chat template",
-                           hint="pass --tokenizer of the chat model you fine-tune, or --text-field with plain text")
+        raise DatasetError(
+            f"{'+'.join(fields)} holds conversations but the tokenizer {tokenizer_name!r} has no chat template",
+            hint="pass --tokenizer of the chat model you fine-tune, or --text-field with plain text",
+        )
     counts: list[int] = []
     for start in range(0, len(kept), BATCH):
-        batch = kept[start:start + BATCH]
+        batch = kept[start : start + BATCH]
         texts = [s for s in batch if isinstance(s, str)]
         convs = [s for s in batch if isinstance(s, list)]
         lengths = {}
@@ -208,6 +222,8 @@ def count_tokens(path: Path, tokenizer_name: str, text_field: str | None = None,
             lengths.update(zip((i for i, s in enumerate(batch) if isinstance(s, list)), map(len, ids)))
         counts.extend(lengths[i] for i in range(len(batch)))
         if progress is not None:
-            progress(f"{min(start + BATCH, len(kept)):,} / {len(kept):,} samples", min(1.0, (start + BATCH) / len(kept)))
+            progress(
+                f"{min(start + BATCH, len(kept)):,} / {len(kept):,} samples", min(1.0, (start + BATCH) / len(kept))
+            )
     name = "+".join(fields) + (" (chat template)" if chat else "")
     return TokenCounts(counts=counts, field=name, skipped=skipped)

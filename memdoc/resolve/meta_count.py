@@ -14,7 +14,6 @@ from memdoc.core.model.model_spec import ModelSpec, spec_from_config
 from memdoc.core.model.params import ParamCounts
 from memdoc.errors import ConfigError
 
-
 MAX_META_LAYERS = 1024
 """Most decoder layers built on the meta device to count an unknown architecture (real models have < 200)."""
 
@@ -22,7 +21,9 @@ MAX_META_LAYERS = 1024
 def meta_param_counts(config: dict) -> ParamCounts:
     """Count the parameters of `config` by building it on the meta device."""
     model_type = config.get("model_type")
-    layers = next((config[k] for k in ("num_hidden_layers", "n_layer", "num_layers") if isinstance(config.get(k), int)), 0)
+    layers = next(
+        (config[k] for k in ("num_hidden_layers", "n_layer", "num_layers") if isinstance(config.get(k), int)), 0
+    )
     if layers > MAX_META_LAYERS:
         raise ConfigError(
             f"model_type {model_type!r} has no analytic layout in memdoc, and {layers:,} layers are too many "
@@ -34,7 +35,9 @@ def meta_param_counts(config: dict) -> ParamCounts:
 
     if model_type not in CONFIG_MAPPING_NAMES:
         close = difflib.get_close_matches(str(model_type), list(CONFIG_MAPPING_NAMES), n=3, cutoff=0.6)
-        hint = f"did you mean {', '.join(close)}?" if close else "see `memdoc models` for the architectures memdoc bills"
+        hint = (
+            f"did you mean {', '.join(close)}?" if close else "see `memdoc models` for the architectures memdoc bills"
+        )
         raise ConfigError(f"unknown model_type {model_type!r}: neither memdoc nor transformers knows it", hint=hint)
     try:
         with warnings.catch_warnings():  # transformers' deprecation chatter is not about the user's plan
@@ -45,7 +48,9 @@ def meta_param_counts(config: dict) -> ParamCounts:
     except Exception as exc:  # transformers raises many types for configs it cannot build
         text = " ".join(str(exc).split())
         text = text if len(text) <= 200 else text[:199] + "…"
-        raise ConfigError(f"transformers cannot build model_type {model_type!r}: {type(exc).__name__}: {text}") from None
+        raise ConfigError(
+            f"transformers cannot build model_type {model_type!r}: {type(exc).__name__}: {text}"
+        ) from None
     total = sum(p.numel() for p in model.parameters())
     embedding = model.get_input_embeddings().weight.numel()
     output = model.get_output_embeddings()

@@ -131,13 +131,13 @@ def _safe(check) -> bool:
         return False
 
 
-
 def load_config(model: str) -> tuple[str, dict, str]:
     """(canonical id, config dict, source) for MODEL, in the documented resolution order."""
     if not model or len(model) > MAX_MODEL_ARG or "\0" in model:
         raise UnknownModelError(
             f"model {quoted(model, 80)} is not a model id or a path ({len(model)} characters; ids and paths are at most {MAX_MODEL_ARG})"
-            if model else "MODEL is empty (pass a model id, a config.json path, or --recipe FILE)"
+            if model
+            else "MODEL is empty (pass a model id, a config.json path, or --recipe FILE)"
         )
     path = Path(model).expanduser()
     if _safe(path.is_dir):

@@ -1,13 +1,13 @@
 """memdoc recipe files: a YAML of model + GPU + plan, with the batch arithmetic in comments.
 
-    model: meta-llama/Llama-2-7b-hf
-    gpu: rtx-4090          # a GPU table name or a size in GiB
-    gpus: 1                # optional, GPUs per node
-    description: 7B LoRA on one 24 GB card
-    plan:
-      method: lora
-      micro_batch: 2
-      ...
+model: meta-llama/Llama-2-7b-hf
+gpu: rtx-4090          # a GPU table name or a size in GiB
+gpus: 1                # optional, GPUs per node
+description: 7B LoRA on one 24 GB card
+plan:
+  method: lora
+  micro_batch: 2
+  ...
 """
 
 from __future__ import annotations
@@ -51,12 +51,16 @@ def _parse(path: Path) -> object:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"recipe {path} is not UTF-8 text (byte {exc.start}: {raw[exc.start:exc.start + 1]!r})") from None
+        raise ConfigError(
+            f"recipe {path} is not UTF-8 text (byte {exc.start}: {raw[exc.start : exc.start + 1]!r})"
+        ) from None
     try:
         for event in yaml.parse(text, Loader=_LOADER):
             if isinstance(event, yaml.AliasEvent):
                 mark = event.start_mark
-                raise ConfigError(f"recipe {path}:{mark.line + 1}: YAML aliases (*{event.anchor}) are not allowed in recipes")
+                raise ConfigError(
+                    f"recipe {path}:{mark.line + 1}: YAML aliases (*{event.anchor}) are not allowed in recipes"
+                )
         return yaml.load(text, Loader=_LOADER)
     except yaml.YAMLError as exc:
         raise ConfigError(f"recipe {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
@@ -73,7 +77,6 @@ def _text(value, what: str, path: Path, *, numbers: bool = False) -> str:
     raise ConfigError(f"recipe {path}: {what} must be a string, got {quoted(value)}")
 
 
-
 def load_recipe(path: str | Path) -> Recipe:
     """Read and shape-check a recipe (plan values are validated, strictly typed, by TrainingPlan)."""
     path = Path(path)
@@ -82,10 +85,14 @@ def load_recipe(path: str | Path) -> Recipe:
         raise ConfigError(f"recipe {path} must be a mapping with model, gpu and plan")
     for key in data:
         if not isinstance(key, str):
-            raise ConfigError(f"recipe {path}: key {quoted(key)} is not a name (allowed: {', '.join(sorted(_TOP_KEYS))})")
+            raise ConfigError(
+                f"recipe {path}: key {quoted(key)} is not a name (allowed: {', '.join(sorted(_TOP_KEYS))})"
+            )
     unknown = set(data) - _TOP_KEYS
     if unknown:
-        raise ConfigError(f"recipe {path}: unknown key(s) {', '.join(sorted(unknown))} (allowed: {', '.join(sorted(_TOP_KEYS))})")
+        raise ConfigError(
+            f"recipe {path}: unknown key(s) {', '.join(sorted(unknown))} (allowed: {', '.join(sorted(_TOP_KEYS))})"
+        )
     if not data.get("model"):
         raise ConfigError(f"recipe {path} has no model")
     plan = data.get("plan") or {}

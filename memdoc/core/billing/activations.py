@@ -29,9 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memdoc.core.billing.kbit import activation_plan, head_weight_copy, stream_bytes
+from memdoc.core.model.lora import adapted_names, is_trained
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.params import Linear
-from memdoc.core.model.lora import adapted_names, is_trained
 from memdoc.core.model.plan import Attention, Checkpointing, Loss, Method, Precision, TrainingPlan
 
 FP32 = 4
@@ -91,8 +91,18 @@ def liger_glu(model: ModelSpec, plan: TrainingPlan) -> bool:
     return liger_layers(model, plan) and model.family in LIGER_GLU_FAMILIES and not model.is_moe
 
 
-def _norm(layer: _Layer, name: str, T: int, width: int, *, dt: int, trainable: bool, gemma: bool, amp: bool,
-          liger: bool = False) -> None:
+def _norm(
+    layer: _Layer,
+    name: str,
+    T: int,
+    width: int,
+    *,
+    dt: int,
+    trainable: bool,
+    gemma: bool,
+    amp: bool,
+    liger: bool = False,
+) -> None:
     """RMSNorm: fp32 copy of the input (pow/mul), rsqrt (T floats), normalised output if the weight trains.
 
     LlamaRMSNorm: `x32 = x.float(); x32 * rsqrt(mean(x32²)); weight * y.to(dtype)`. In fp32 the
@@ -115,7 +125,9 @@ def eager_attention(model: ModelSpec, plan: TrainingPlan) -> bool:
     return plan.attention is Attention.EAGER or model.family == "gemma2"
 
 
-def _attention_saved(layer: _Layer, model: ModelSpec, plan: TrainingPlan, linears: list[Linear], targets, *, dt: int, amp: bool) -> None:
+def _attention_saved(
+    layer: _Layer, model: ModelSpec, plan: TrainingPlan, linears: list[Linear], targets, *, dt: int, amp: bool
+) -> None:
     T = plan.micro_batch * plan.seq_len
     b, s, heads = plan.micro_batch, plan.seq_len, model.num_heads
     q_dim = model.q_dim
@@ -137,8 +149,17 @@ def _attention_saved(layer: _Layer, model: ModelSpec, plan: TrainingPlan, linear
     elif savers:
         layer.add("attention.input", dt * T * model.hidden_size)
     if family in ("qwen3", "qwen3_moe"):  # q_norm / k_norm: RMSNorm over each head's q and k
-        _norm(layer, "attention.qk_norm", T, q_dim + kv_dim, dt=dt, trainable=targets is None, gemma=False, amp=amp,
-              liger=liger_layers(model, plan))
+        _norm(
+            layer,
+            "attention.qk_norm",
+            T,
+            q_dim + kv_dim,
+            dt=dt,
+            trainable=targets is None,
+            gemma=False,
+            amp=amp,
+            liger=liger_layers(model, plan),
+        )
     if family == "deepseek_v2":  # MLA: compressed kv (kv_lora_rank) normed, then expanded
         rank = int(model.config["kv_lora_rank"])
         layer.add("attention.kv_compress", FP32 * T * rank + dt * T * rank * 2)
@@ -166,7 +187,9 @@ def _attention_saved(layer: _Layer, model: ModelSpec, plan: TrainingPlan, linear
         layer.add("attention.o_proj_input", 2 * T * o_proj.in_features if amp else dt * T * o_proj.in_features)
 
 
-def _mlp_saved(layer: _Layer, model: ModelSpec, plan: TrainingPlan, linears: list[Linear], targets, *, dt: int, amp: bool) -> None:
+def _mlp_saved(
+    layer: _Layer, model: ModelSpec, plan: TrainingPlan, linears: list[Linear], targets, *, dt: int, amp: bool
+) -> None:
     T = plan.micro_batch * plan.seq_len
     h = model.hidden_size
     dense = [l for l in linears if l.group == "mlp"]
@@ -186,7 +209,11 @@ def _mlp_saved(layer: _Layer, model: ModelSpec, plan: TrainingPlan, linears: lis
         per_copy = h + 2 * width + width + (h + width if targets is None else 0)
         layer.add("mlp.experts", k * T * cdt * per_copy)
     if dense:
-        up_in = [l for l in dense if l.name.endswith(("gate_proj", "up_proj", "gate_up_proj", "fc1", "c_fc", "dense_h_to_4h"))]
+        up_in = [
+            l
+            for l in dense
+            if l.name.endswith(("gate_proj", "up_proj", "gate_up_proj", "fc1", "c_fc", "dense_h_to_4h"))
+        ]
         down = [l for l in dense if l not in up_in]
         savers = up_in if targets is None else []
         if amp:
@@ -269,8 +296,17 @@ LAYERNORM_FAMILIES = ("gpt2", "gpt_neox", "falcon", "phi", "bert")
 _PYTHON_GELUS = ("gelu_new", "gelu_fast", "gelu_python", "quick_gelu")
 
 
-def _layernorm_layer(layer: _Layer, model: ModelSpec, plan: TrainingPlan, linears: list[Linear], targets, *, dt: int, amp: bool,
-                     act_dt: int) -> None:
+def _layernorm_layer(
+    layer: _Layer,
+    model: ModelSpec,
+    plan: TrainingPlan,
+    linears: list[Linear],
+    targets,
+    *,
+    dt: int,
+    amp: bool,
+    act_dt: int,
+) -> None:
     """GPT-2, GPT-NeoX, Falcon, Phi-2 (and BERT) decoder layers, from autograd's saved tensors.
 
     LayerNorm saves its input and per-token mean/rstd; parallel-residual layers (NeoX, Falcon,
@@ -289,8 +325,10 @@ def _layernorm_layer(layer: _Layer, model: ModelSpec, plan: TrainingPlan, linear
     b, s, heads = plan.micro_batch, plan.seq_len, model.num_heads
     full = targets is None
     cdt = 2 if amp else dt
-    parallel = family == "phi" or (family == "gpt_neox" and cfg.get("use_parallel_residual", True)) or (
-        family == "falcon" and (cfg.get("parallel_attn", True) or cfg.get("new_decoder_architecture"))
+    parallel = (
+        family == "phi"
+        or (family == "gpt_neox" and cfg.get("use_parallel_residual", True))
+        or (family == "falcon" and (cfg.get("parallel_attn", True) or cfg.get("new_decoder_architecture")))
     )
     one_norm = family == "phi" or (family == "falcon" and not cfg.get("new_decoder_architecture"))
     layer.add("layernorm", (1 if parallel else 2) * ((FP32 if amp else dt) * T * h + 2 * FP32 * T))
@@ -460,7 +498,9 @@ def _partial_checkpointing(model: ModelSpec, plan: TrainingPlan, saved: dict, re
     `partial` with the number of layers above j, whose gradients exist by then.
     """
     n, every = model.num_layers, plan.checkpoint_every
-    by_layout = {layout: saved[first] for first, layout, _ in model.layer_groups}  # `saved` is keyed by a group's first layer
+    by_layout = {
+        layout: saved[first] for first, layout, _ in model.layer_groups
+    }  # `saved` is keyed by a group's first layer
     kept = [residual if i % every == 0 else by_layout[model.layouts[i]] for i in range(n)]
     top = n - 1
     if top % every == 0:

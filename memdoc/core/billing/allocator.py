@@ -86,7 +86,9 @@ class _Segment:
 class _Block:
     __slots__ = ("addr", "size", "stream", "small", "allocated", "prev", "next", "mapped", "seg")
 
-    def __init__(self, addr: int, size: int, stream: int, small: bool, seg: _Segment | None = None, mapped: bool = True):
+    def __init__(
+        self, addr: int, size: int, stream: int, small: bool, seg: _Segment | None = None, mapped: bool = True
+    ):
         self.addr, self.size, self.stream, self.small = addr, size, stream, small
         self.allocated = False
         self.prev: _Block | None = None
@@ -153,8 +155,14 @@ class AllocatorStats:
 class CachingAllocator:
     """One device's caching allocator. `malloc` returns an address, `free` takes it back."""
 
-    def __init__(self, *, capacity: int | None = None, expandable: bool = False, record: bool = False,
-                 segment_addresses: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        capacity: int | None = None,
+        expandable: bool = False,
+        record: bool = False,
+        segment_addresses: list[int] | None = None,
+    ) -> None:
         """`capacity`: device bytes the allocator may reserve (None: unlimited); `record`: keep segment
         events; `segment_addresses`: addresses for successive new segments (to replay a recorded trace)."""
         self.capacity = capacity
@@ -172,7 +180,11 @@ class CachingAllocator:
 
         (`get_free_block`, `should_split` and `alloc_found_block` are inlined: this is the hot path
         of every bill.)"""
-        size = K_MIN_BLOCK_SIZE if orig_size < K_MIN_BLOCK_SIZE else (orig_size + K_MIN_BLOCK_SIZE - 1) // K_MIN_BLOCK_SIZE * K_MIN_BLOCK_SIZE
+        size = (
+            K_MIN_BLOCK_SIZE
+            if orig_size < K_MIN_BLOCK_SIZE
+            else (orig_size + K_MIN_BLOCK_SIZE - 1) // K_MIN_BLOCK_SIZE * K_MIN_BLOCK_SIZE
+        )
         small = size <= K_SMALL_SIZE
         pool = self._small if small else self._large
         keys, blocks = pool.keys, pool.blocks
@@ -237,16 +249,25 @@ class CachingAllocator:
     def segments(self) -> list[dict]:
         """Mapped segments in address order, as `torch.cuda.memory._snapshot()['segments']` lists them:
         {address, total_size, is_large, blocks: [{address, size, allocated}]}."""
-        heads = [b for b in list(self._active.values()) + list(self._large.blocks.values()) + list(self._small.blocks.values())
-                 if b.mapped and not (b.prev is not None and b.prev.mapped)]
+        heads = [
+            b
+            for b in list(self._active.values()) + list(self._large.blocks.values()) + list(self._small.blocks.values())
+            if b.mapped and not (b.prev is not None and b.prev.mapped)
+        ]
         out = []
         for head in sorted(heads, key=lambda b: b.addr):
             blocks, b = [], head
             while b is not None and b.mapped:
                 blocks.append({"address": b.addr, "size": b.size, "allocated": b.allocated})
                 b = b.next
-            out.append({"address": head.addr, "total_size": sum(x["size"] for x in blocks), "is_large": not head.small,
-                        "blocks": blocks})
+            out.append(
+                {
+                    "address": head.addr,
+                    "total_size": sum(x["size"] for x in blocks),
+                    "is_large": not head.small,
+                    "blocks": blocks,
+                }
+            )
         return out
 
     # -- internals (names follow the C++) -----------------------------------------------------
@@ -373,7 +394,9 @@ class CachingAllocator:
         pool.remove_unmapped(to_map)
         to_map.mapped = True
         if mapped < to_map.size:
-            remaining = _Block(to_map.addr + mapped, to_map.size - mapped, to_map.stream, to_map.small, seg, mapped=False)
+            remaining = _Block(
+                to_map.addr + mapped, to_map.size - mapped, to_map.stream, to_map.small, seg, mapped=False
+            )
             remaining.splice(to_map, to_map.next)
             pool.insert_unmapped(remaining)
             to_map.size = mapped

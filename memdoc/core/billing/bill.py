@@ -30,14 +30,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from memdoc.core.billing.activations import Activations, estimate_activations
+from memdoc.core.billing.reserved import MAX_SIMULATED_LAYERS, ReservedVerdict, reserved_verdict, unsimulated
+from memdoc.core.billing.states import ModelStates, model_states
+from memdoc.core.billing.step_events import training_events
 from memdoc.core.billing.verdict import verdict
+from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
 from memdoc.core.model.gpu import GpuSpec, gpu_json
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Allocator, Method, Offload, Precision, Shard, TrainingPlan
-from memdoc.core.billing.reserved import MAX_SIMULATED_LAYERS, ReservedVerdict, reserved_verdict, unsimulated
-from memdoc.core.billing.step_events import training_events
-from memdoc.core.billing.states import ModelStates, model_states
-from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
 
 PROCESS_OVERHEAD_BYTES = 804_061_184
 """A training process's device memory outside PyTorch's allocator (CUDA context, kernels, cuBLAS
@@ -149,7 +149,11 @@ class Bill:
     @cached_property
     def min_memory_bytes(self) -> int:
         """The smallest device memory (torch-visible) on which the run completes."""
-        return self.allocator.min_memory_bytes() + self.overhead_bytes + (self.peak_allocated - self.allocator.peak_allocated)
+        return (
+            self.allocator.min_memory_bytes()
+            + self.overhead_bytes
+            + (self.peak_allocated - self.allocator.peak_allocated)
+        )
 
 
 def _sharded(value: int, shard: bool, world: int) -> int:
@@ -189,21 +193,31 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
     if model.config_of:
         notes.append(f"billed with the config of {model.config_of}: a fine-tuned variant has its base's layer shapes")
     if gpu is not None and not gpu.supports_bf16 and plan.precision in (Precision.FP16, Precision.AMP_FP16):
-        notes.append(f"{gpu.name} has no bf16 (compute capability {gpu.compute_capability}): it trains in fp16 (with loss scaling)")
+        notes.append(
+            f"{gpu.name} has no bf16 (compute capability {gpu.compute_capability}): it trains in fp16 (with loss scaling)"
+        )
     if model.num_layers > MAX_SIMULATED_LAYERS:
-        notes.append(f"{model.num_layers:,} layers: the caching allocator is not simulated beyond {MAX_SIMULATED_LAYERS} "
-                     "(reserved memory counted as allocated, no fragmentation)")
+        notes.append(
+            f"{model.num_layers:,} layers: the caching allocator is not simulated beyond {MAX_SIMULATED_LAYERS} "
+            "(reserved memory counted as allocated, no fragmentation)"
+        )
     if model.family == "unknown":
-        notes.append(f"no activation model for model_type {model.model_type!r}: activations estimated for a generic "
-                     "decoder layer of its sizes (parameters are exact, from the meta device)")
+        notes.append(
+            f"no activation model for model_type {model.model_type!r}: activations estimated for a generic "
+            "decoder layer of its sizes (parameters are exact, from the meta device)"
+        )
     if plan.method is Method.QLORA and model.is_moe:
-        notes.append("QLoRA leaves the routed experts 16-bit: transformers 5 stores them as fused 3-D tensors, "
-                     "which bitsandbytes does not quantise")
+        notes.append(
+            "QLoRA leaves the routed experts 16-bit: transformers 5 stores them as fused 3-D tensors, "
+            "which bitsandbytes does not quantise"
+        )
     if plan.offload is not Offload.NONE:
         host.update(optimizer=optim, gradients=grads)
         optim = grads = step_temp = 0
-        notes.append("gradients, fp32 master weights, optimizer states and the step live on the host (ZeRO-Offload); "
-                     "DeepSpeed's reduce buckets on the GPU are not counted")
+        notes.append(
+            "gradients, fp32 master weights, optimizer states and the step live on the host (ZeRO-Offload); "
+            "DeepSpeed's reduce buckets on the GPU are not counted"
+        )
     if plan.offload is Offload.OPTIMIZER_PARAMS:
         host["weights"] = weights
         weights = 0
@@ -244,12 +258,27 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
     waiting = embed if model.tie_embeddings else 0  # the head's share of a tied leaf's gradient, in the buffer
     in_flight = 3 * embed if model.tie_embeddings else embed
     candidates = [
-        PhaseBill(weights=weights, gradients=resident, optimizer=optim, activations=saved,
-                  other=acts.loss_backward_peak + acts.weight_copies + gather),
-        PhaseBill(weights=weights, gradients=max(head_grad, resident), optimizer=optim, activations=acts.layers_saved,
-                  other=acts.layer_backward_peak + acts.weight_copies + grad_gather + gather),
-        PhaseBill(weights=weights, gradients=grads if resident else max(grads - embed, 0), optimizer=optim, activations=0,
-                  other=max(acts.layer_backward_peak + waiting, in_flight) + grad_gather + gather),
+        PhaseBill(
+            weights=weights,
+            gradients=resident,
+            optimizer=optim,
+            activations=saved,
+            other=acts.loss_backward_peak + acts.weight_copies + gather,
+        ),
+        PhaseBill(
+            weights=weights,
+            gradients=max(head_grad, resident),
+            optimizer=optim,
+            activations=acts.layers_saved,
+            other=acts.layer_backward_peak + acts.weight_copies + grad_gather + gather,
+        ),
+        PhaseBill(
+            weights=weights,
+            gradients=grads if resident else max(grads - embed, 0),
+            optimizer=optim,
+            activations=0,
+            other=max(acts.layer_backward_peak + waiting, in_flight) + grad_gather + gather,
+        ),
     ]
     if acts.partial is not None:
         # --checkpoint-every N: the highest checkpointed layer recomputes on top of the layers below
@@ -257,17 +286,33 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
         below, recompute, above = acts.partial
         above_grads = 0
         if plan.method is Method.FULL:
-            above_params = sum(model.layouts[i].params() + model.layouts[i].norm_params
-                               for i in range(model.num_layers - above, model.num_layers))
+            above_params = sum(
+                model.layouts[i].params() + model.layouts[i].norm_params
+                for i in range(model.num_layers - above, model.num_layers)
+            )
             above_grads = _sharded(above_params * param_bytes, shard.shards_gradients, world)
         buffers = acts.layer_backward_peak  # no recompute at the top: the gradient buffers only
-        candidates.append(PhaseBill(weights=weights, gradients=max(head_grad + above_grads, resident), optimizer=optim,
-                                    activations=below, other=recompute + buffers + acts.weight_copies + grad_gather + gather))
+        candidates.append(
+            PhaseBill(
+                weights=weights,
+                gradients=max(head_grad + above_grads, resident),
+                optimizer=optim,
+                activations=below,
+                other=recompute + buffers + acts.weight_copies + grad_gather + gather,
+            )
+        )
     if resident:
         # accumulating, an untied LM head's new gradient is a tensor of its own until added into
         # the resident one, while every layer's activations are still saved (trace, Llama-2-7B)
-        candidates.append(PhaseBill(weights=weights, gradients=resident, optimizer=optim, activations=acts.layers_saved,
-                                    other=head_grad + acts.weight_copies + grad_gather + gather))
+        candidates.append(
+            PhaseBill(
+                weights=weights,
+                gradients=resident,
+                optimizer=optim,
+                activations=acts.layers_saved,
+                other=head_grad + acts.weight_copies + grad_gather + gather,
+            )
+        )
     backward = max(candidates, key=lambda phase: phase.total)
     optimizer = PhaseBill(weights=weights, gradients=grads, optimizer=optim, activations=0, other=step_temp)
     return Bill(
@@ -309,6 +354,8 @@ def bill_json(bill: Bill) -> dict:
         "peak_phase": bill.peak_phase,
         "fits": bill.fits,
         "headroom_bytes": bill.headroom_bytes,
-        "verdict": None if bill.gpu is None else verdict(bill.process_total, bill.gpu.memory_bytes, fits=bill.fits).to_json(),
+        "verdict": None
+        if bill.gpu is None
+        else verdict(bill.process_total, bill.gpu.memory_bytes, fits=bill.fits).to_json(),
         "notes": list(bill.notes),
     }

@@ -51,8 +51,12 @@ def length_stats(counts: list[int]) -> LengthStats:
     ordered = sorted(counts)
     if not ordered:
         return LengthStats(samples=0, max_tokens=0, p99_tokens=0, p50_tokens=0)
-    return LengthStats(samples=len(ordered), max_tokens=ordered[-1], p99_tokens=percentile(ordered, 99),
-                       p50_tokens=percentile(ordered, 50))
+    return LengthStats(
+        samples=len(ordered),
+        max_tokens=ordered[-1],
+        p99_tokens=percentile(ordered, 99),
+        p50_tokens=percentile(ordered, 50),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,16 +75,25 @@ class DatasetFit:
 
     def to_json(self) -> dict:
         s = self.stats
-        return {"samples": s.samples, "max_tokens": s.max_tokens, "p99_tokens": s.p99_tokens, "p50_tokens": s.p50_tokens,
-                "max_seq_that_fits": self.max_seq_that_fits, "over": self.over, "max_seq_alone": self.max_seq_alone,
-                "prescriptions": list(self.prescriptions)}
+        return {
+            "samples": s.samples,
+            "max_tokens": s.max_tokens,
+            "p99_tokens": s.p99_tokens,
+            "p50_tokens": s.p50_tokens,
+            "max_seq_that_fits": self.max_seq_that_fits,
+            "over": self.over,
+            "max_seq_alone": self.max_seq_alone,
+            "prescriptions": list(self.prescriptions),
+        }
 
 
 def _capped(value: int | None, cap: int | None) -> int | None:
     return value if value is None or cap is None else min(value, cap)
 
 
-def dataset_fit(counts: list[int], model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec, *, seq_cap: int | None) -> DatasetFit:
+def dataset_fit(
+    counts: list[int], model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec, *, seq_cap: int | None
+) -> DatasetFit:
     """Fit the token `counts` to `plan` on `gpu`; `seq_cap` is the user's --seq (None: only the context caps)."""
     stats = length_stats(counts)
     cap = min(c for c in (seq_cap, model.max_positions) if c) if (seq_cap or model.max_positions) else None
@@ -92,34 +105,59 @@ def dataset_fit(counts: list[int], model: ModelSpec, plan: TrainingPlan, gpu: Gp
     rx: list[dict] = []
     if fits is not None and over:
         share = over / stats.samples
-        rx.append({
-            "id": "long-cap-length",
-            "action": f"Cap the length at {fits} tokens: {over} of {stats.samples} samples ({share:.1%}) are longer "
-                      "and will be truncated (or filter them out).",
-            "how": {"trl": {"max_length": fits}, "axolotl": {"sequence_len": fits}, "llamafactory": {"cutoff_len": fits}},
-        })
+        rx.append(
+            {
+                "id": "long-cap-length",
+                "action": f"Cap the length at {fits} tokens: {over} of {stats.samples} samples ({share:.1%}) are longer "
+                "and will be truncated (or filter them out).",
+                "how": {
+                    "trl": {"max_length": fits},
+                    "axolotl": {"sequence_len": fits},
+                    "llamafactory": {"cutoff_len": fits},
+                },
+            }
+        )
     if fits is not None and alone is not None and stats.max_tokens > fits and alone > fits:
-        rx.append({
-            "id": "per-length-micro-batch",
-            "action": f"Batch by tokens instead of samples: one row of up to {alone} tokens fits (micro-batch 1), so "
-                      f"fill rows to that budget — the longest samples alone, short ones together — instead of "
-                      f"{plan.micro_batch} samples of any length.",
-            "how": {"trl": {"packing": True, "padding_free": True, "per_device_train_batch_size": 1, "max_length": alone},
-                    "axolotl": {"sample_packing": True, "micro_batch_size": 1, "sequence_len": alone}},
-        })
+        rx.append(
+            {
+                "id": "per-length-micro-batch",
+                "action": f"Batch by tokens instead of samples: one row of up to {alone} tokens fits (micro-batch 1), so "
+                f"fill rows to that budget — the longest samples alone, short ones together — instead of "
+                f"{plan.micro_batch} samples of any length.",
+                "how": {
+                    "trl": {
+                        "packing": True,
+                        "padding_free": True,
+                        "per_device_train_batch_size": 1,
+                        "max_length": alone,
+                    },
+                    "axolotl": {"sample_packing": True, "micro_batch_size": 1, "sequence_len": alone},
+                },
+            }
+        )
     if plan.micro_batch > 1 and stats.p50_tokens * 2 < stats.max_tokens:
-        rx.append({
-            "id": "long-group-by-length",
-            "action": f"Group samples of similar length: the median sample ({stats.p50_tokens} tokens) is under half the "
-                      f"longest ({stats.max_tokens}), so random batches are mostly padding.",
-            "how": {"hf": {"train_sampling_strategy": "group_by_length"}, "trl": {"train_sampling_strategy": "group_by_length"}},
-        })
+        rx.append(
+            {
+                "id": "long-group-by-length",
+                "action": f"Group samples of similar length: the median sample ({stats.p50_tokens} tokens) is under half the "
+                f"longest ({stats.max_tokens}), so random batches are mostly padding.",
+                "how": {
+                    "hf": {"train_sampling_strategy": "group_by_length"},
+                    "trl": {"train_sampling_strategy": "group_by_length"},
+                },
+            }
+        )
     if fits is not None and stats.p50_tokens * 2 <= fits:
-        rx.append({
-            "id": "packing",
-            "action": f"Pack samples into rows of {fits} tokens: the median sample is {stats.p50_tokens} tokens, so "
-                      "packing removes padding and every step has the same, fitting size.",
-            "how": {"trl": {"packing": True, "max_length": fits}, "axolotl": {"sample_packing": True, "sequence_len": fits},
-                    "llamafactory": {"packing": True, "cutoff_len": fits}},
-        })
+        rx.append(
+            {
+                "id": "packing",
+                "action": f"Pack samples into rows of {fits} tokens: the median sample is {stats.p50_tokens} tokens, so "
+                "packing removes padding and every step has the same, fitting size.",
+                "how": {
+                    "trl": {"packing": True, "max_length": fits},
+                    "axolotl": {"sample_packing": True, "sequence_len": fits},
+                    "llamafactory": {"packing": True, "cutoff_len": fits},
+                },
+            }
+        )
     return DatasetFit(stats=stats, max_seq_that_fits=fits, over=over, max_seq_alone=alone, prescriptions=rx)

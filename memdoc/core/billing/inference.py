@@ -69,8 +69,10 @@ QUANTO_RESIDUAL = 128
 """QuantizedCache keeps up to `residual_length` = 128 newest tokens in full precision."""
 
 
-INFERENCE_ERROR_SOURCE = ("fake-tensor traces of transformers' forward (benchmarks/inference.py, 14 cases); "
-                          "no GPU measurement of inference yet")
+INFERENCE_ERROR_SOURCE = (
+    "fake-tensor traces of transformers' forward (benchmarks/inference.py, 14 cases); "
+    "no GPU measurement of inference yet"
+)
 """What the inference bill's accuracy rests on (the verdict's band is the training bill's)."""
 
 
@@ -107,15 +109,29 @@ class InferencePlan:
             return Weights.NF4
         return self.weights
 
-    def replace(self, *, batch: int | None = None, context: int | None = None, kv_cache: KvCache | None = None,
-                weights: Weights | None = None, prefill_chunk: int | None = None) -> "InferencePlan":
+    def replace(
+        self,
+        *,
+        batch: int | None = None,
+        context: int | None = None,
+        kv_cache: KvCache | None = None,
+        weights: Weights | None = None,
+        prefill_chunk: int | None = None,
+    ) -> InferencePlan:
         plan = self.plan.replace(micro_batch=batch or self.batch, seq_len=context or self.context)
-        return InferencePlan(plan=plan, kv_cache=kv_cache or self.kv_cache, weights=weights or self.weights,
-                             prefill_chunk=prefill_chunk or self.prefill_chunk)
+        return InferencePlan(
+            plan=plan,
+            kv_cache=kv_cache or self.kv_cache,
+            weights=weights or self.weights,
+            prefill_chunk=prefill_chunk or self.prefill_chunk,
+        )
 
     def to_dict(self) -> dict:
-        return self.plan.to_dict() | {"kv_cache": self.kv_cache.value, "weights": self.weight_format.value,
-                                      "prefill_chunk": self.prefill_chunk}
+        return self.plan.to_dict() | {
+            "kv_cache": self.kv_cache.value,
+            "weights": self.weight_format.value,
+            "prefill_chunk": self.prefill_chunk,
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,13 +176,21 @@ class InferenceBill:
             "model": {"id": self.model.id, "params": self.model.params.total, "trainable_params": 0},
             "gpu": gpu_json(self.gpu, self.plan.world_size),
             "plan": self.inference.to_dict(),
-            "per_gpu": {"weights": self.weights, "kv_cache": self.kv_cache, "activations": self.activations,
-                        "peak_allocated": self.peak_allocated, "process_total": self.process_total},
+            "per_gpu": {
+                "weights": self.weights,
+                "kv_cache": self.kv_cache,
+                "activations": self.activations,
+                "peak_allocated": self.peak_allocated,
+                "process_total": self.process_total,
+            },
             "peak_phase": "prefill",
             "fits": self.fits,
             "headroom_bytes": None if self.gpu is None else self.gpu.memory_bytes - self.process_total,
-            "verdict": None if self.gpu is None else (verdict(self.process_total, self.gpu.memory_bytes).to_json()
-                                                      | {"error_source": INFERENCE_ERROR_SOURCE}),
+            "verdict": None
+            if self.gpu is None
+            else (
+                verdict(self.process_total, self.gpu.memory_bytes).to_json() | {"error_source": INFERENCE_ERROR_SOURCE}
+            ),
         }
 
 
@@ -192,8 +216,9 @@ def inference_kv_bytes(model: ModelSpec, inference: InferencePlan) -> int:
     if inference.kv_cache is not KvCache.INT4:
         return kv_cache_bytes(model, batch=inference.batch, context=inference.context, bytes_per_element=per)
     residual = min(QUANTO_RESIDUAL, inference.context)
-    return (kv_cache_bytes(model, batch=inference.batch, context=inference.context - residual, bytes_per_element=per)
-            + kv_cache_bytes(model, batch=inference.batch, context=residual, bytes_per_element=dt))
+    return kv_cache_bytes(
+        model, batch=inference.batch, context=inference.context - residual, bytes_per_element=per
+    ) + kv_cache_bytes(model, batch=inference.batch, context=residual, bytes_per_element=dt)
 
 
 def inference_weight_bytes(model: ModelSpec, weights: Weights, compute_bytes: int) -> int:
@@ -241,8 +266,17 @@ def eager_attention_bytes(model: ModelSpec, batch: int, chunk: int, context: int
     scores = batch * model.num_heads * chunk * context * (2 * compute_bytes + 4)
     masks = 2 if model.family == "gemma2" else 1  # Gemma-2 alternates sliding and full layers: both masks exist
     mask = masks * batch * chunk * context * compute_bytes
-    repeated = 2 * batch * model.num_heads * context * model.head_dim * compute_bytes if model.num_kv_heads < model.num_heads else 0
-    return scores + mask + repeated + compute_bytes * batch * chunk * (model.q_dim + 2 * model.kv_dim + 3 * model.hidden_size)
+    repeated = (
+        2 * batch * model.num_heads * context * model.head_dim * compute_bytes
+        if model.num_kv_heads < model.num_heads
+        else 0
+    )
+    return (
+        scores
+        + mask
+        + repeated
+        + compute_bytes * batch * chunk * (model.q_dim + 2 * model.kv_dim + 3 * model.hidden_size)
+    )
 
 
 def prefill_transient_bytes(model: ModelSpec, inference: InferencePlan) -> int:
@@ -272,11 +306,19 @@ def inference_bill(model: ModelSpec, inference: InferencePlan, gpu: GpuSpec | No
     if inference.kv_cache is KvCache.INT4:
         # each decode step dequantises one layer's K and V and concatenates the new token: two
         # full-precision copies of that layer's cache (`QuantizedLayer.update`)
-        full_layer = kv_cache_bytes(model, batch=inference.batch, context=inference.context, bytes_per_element=dt) // model.num_layers
+        full_layer = (
+            kv_cache_bytes(model, batch=inference.batch, context=inference.context, bytes_per_element=dt)
+            // model.num_layers
+        )
         transient = max(transient, 2 * full_layer)
     else:
         # a decode step's `torch.cat` holds one layer's old V next to the new one (`DynamicLayer.update`)
         transient = max(transient, kv // (2 * model.num_layers))
-    return InferenceBill(model=model, inference=inference, gpu=gpu, kv_cache=kv, activations=max(transient, logits),
-                        weights=inference_weight_bytes(model, inference.weight_format, dt))
-
+    return InferenceBill(
+        model=model,
+        inference=inference,
+        gpu=gpu,
+        kv_cache=kv,
+        activations=max(transient, logits),
+        weights=inference_weight_bytes(model, inference.weight_format, dt),
+    )

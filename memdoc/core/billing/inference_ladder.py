@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memdoc.core.billing.bill import process_overhead_bytes
 from memdoc.core.billing.inference import (
     InferenceBill,
     InferencePlan,
@@ -22,16 +23,20 @@ from memdoc.core.billing.inference import (
     kv_cache_bytes,
     prefill_activation_bytes,
 )
-from memdoc.core.billing.bill import process_overhead_bytes
 from memdoc.core.billing.ladder import largest_fitting, largest_value
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 
+
 def max_inference(model: ModelSpec, inference: InferencePlan, gpu: GpuSpec, knob: str) -> int | None:
     """Largest batch ('batch') or context ('seq', multiples of 128 up to the model's context) that fits."""
     field = "batch" if knob == "batch" else "context"
-    return largest_value(knob, model, inference.plan.allow_long,
-                         lambda value: bool(inference_bill(model, inference.replace(**{field: value}), gpu).fits))
+    return largest_value(
+        knob,
+        model,
+        inference.plan.allow_long,
+        lambda value: bool(inference_bill(model, inference.replace(**{field: value}), gpu).fits),
+    )
 
 
 @dataclass(frozen=True)
@@ -45,10 +50,16 @@ PREFILL_CHUNK = 2048
 """The chunk the ladder prefills in (`generate(prefill_chunk_size=2048)`; vLLM's scheduler chunks too)."""
 
 RUNGS = (
-    InferenceRung("chunked-prefill", f"prefill in chunks of {PREFILL_CHUNK} tokens (generate prefill_chunk_size)", "none; slightly slower prefill"),
+    InferenceRung(
+        "chunked-prefill",
+        f"prefill in chunks of {PREFILL_CHUNK} tokens (generate prefill_chunk_size)",
+        "none; slightly slower prefill",
+    ),
     InferenceRung("batch", "fewer sequences at once", "lower throughput"),
     InferenceRung("kv-fp8", "KV cache in fp8 (vLLM/SGLang kv_cache_dtype: fp8)", "little accuracy"),
-    InferenceRung("kv-int4", "4-bit KV cache (transformers cache_implementation='quantized')", "some accuracy; slower decode"),
+    InferenceRung(
+        "kv-int4", "4-bit KV cache (transformers cache_implementation='quantized')", "some accuracy; slower decode"
+    ),
     InferenceRung("weights-int8", "8-bit weights (bitsandbytes load_in_8bit)", "some accuracy; slower"),
     InferenceRung("weights-nf4", "4-bit NF4 weights (bitsandbytes load_in_4bit)", "more accuracy; slower"),
     InferenceRung("context", "shorter context (prompt + generated tokens)", "changes what can be generated"),
@@ -67,9 +78,16 @@ class InferenceStep:
         return bool(self.bill.fits)
 
     def to_json(self) -> dict:
-        return {"rung": self.rung.id, "action": self.rung.action, "cost": self.rung.cost,
-                "plan": self.bill.inference.to_dict(), "peak_allocated": self.bill.peak_allocated,
-                "process_total": self.bill.process_total, "saved_bytes": self.saved_bytes, "fits": self.fits}
+        return {
+            "rung": self.rung.id,
+            "action": self.rung.action,
+            "cost": self.rung.cost,
+            "plan": self.bill.inference.to_dict(),
+            "peak_allocated": self.bill.peak_allocated,
+            "process_total": self.bill.process_total,
+            "saved_bytes": self.saved_bytes,
+            "fits": self.fits,
+        }
 
 
 def _changed(rung_id: str, current: InferencePlan) -> InferencePlan | None:
@@ -171,18 +189,24 @@ class VllmFit:
     """The utilization at which the plan's batch × context fits the cache."""
 
     def to_json(self) -> dict:
-        return {"gpu_memory_utilization": self.utilization, "kv_budget_bytes": self.kv_budget_bytes,
-                "kv_bytes_per_token": self.kv_bytes_per_token, "kv_cache_tokens": self.kv_tokens,
-                "max_model_len": self.max_model_len, "sequences_at_context": self.sequences,
-                "gpu_memory_utilization_needed": round(self.utilization_needed, 3)}
+        return {
+            "gpu_memory_utilization": self.utilization,
+            "kv_budget_bytes": self.kv_budget_bytes,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "kv_cache_tokens": self.kv_tokens,
+            "max_model_len": self.max_model_len,
+            "sequences_at_context": self.sequences,
+            "gpu_memory_utilization_needed": round(self.utilization_needed, 3),
+        }
 
 
 def vllm_fit(model: ModelSpec, inference: InferencePlan, gpu: GpuSpec) -> VllmFit:
     dt = inference.plan.precision.compute_bits // 8
     batched_tokens, max_seqs = vllm_defaults(gpu)
     weights = inference_weight_bytes(model, inference.weight_format, dt)
-    profiled = max(prefill_activation_bytes(model, batched_tokens, dt),
-                   min(max_seqs, batched_tokens) * model.vocab_size * (dt + 4))
+    profiled = max(
+        prefill_activation_bytes(model, batched_tokens, dt), min(max_seqs, batched_tokens) * model.vocab_size * (dt + 4)
+    )
     outside = process_overhead_bytes(gpu)
     fixed = weights + profiled + outside
     kv = KvCache.AUTO if inference.kv_cache is KvCache.INT4 else inference.kv_cache  # vLLM has no 4-bit cache
@@ -191,6 +215,12 @@ def vllm_fit(model: ModelSpec, inference: InferencePlan, gpu: GpuSpec) -> VllmFi
     tokens = max(0, budget) // (per_token * VLLM_BLOCK_TOKENS) * VLLM_BLOCK_TOKENS
     longest = min(tokens, model.max_positions or tokens)
     wanted = inference.batch * inference.context
-    return VllmFit(utilization=VLLM_UTILIZATION, kv_budget_bytes=budget, kv_bytes_per_token=per_token, kv_tokens=tokens,
-                   max_model_len=longest, sequences=tokens // inference.context,
-                   utilization_needed=(fixed + wanted * per_token) / gpu.memory_bytes)
+    return VllmFit(
+        utilization=VLLM_UTILIZATION,
+        kv_budget_bytes=budget,
+        kv_bytes_per_token=per_token,
+        kv_tokens=tokens,
+        max_model_len=longest,
+        sequences=tokens // inference.context,
+        utilization_needed=(fixed + wanted * per_token) / gpu.memory_bytes,
+    )

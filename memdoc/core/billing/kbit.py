@@ -57,7 +57,10 @@ def _quantised_linears(model: ModelSpec):
 def quantised_params(model: ModelSpec) -> int:
     """Parameters bitsandbytes stores in 4 (or 8) bit: those linears' weights — not their biases
     (`Linear4bit.bias` is a plain 16-bit `Parameter`)."""
-    return sum(layers * linear.copies * linear.in_features * linear.out_features for layers, linear in _quantised_linears(model))
+    return sum(
+        layers * linear.copies * linear.in_features * linear.out_features
+        for layers, linear in _quantised_linears(model)
+    )
 
 
 def quantised_rows(model: ModelSpec) -> int:

@@ -24,11 +24,21 @@ from dataclasses import dataclass
 from typing import Callable
 
 from memdoc.core.billing.bill import Bill, compute_bill
-from memdoc.core.model.gpu import GpuSpec
-from memdoc.core.model.model_spec import ModelSpec
-from memdoc.core.model.lora import fit_lora_targets
-from memdoc.core.model.plan import Allocator, Checkpointing, Loss, Method, Offload, Optimizer, Precision, Shard, TrainingPlan
 from memdoc.core.billing.steptime import step_seconds
+from memdoc.core.model.gpu import GpuSpec
+from memdoc.core.model.lora import fit_lora_targets
+from memdoc.core.model.model_spec import ModelSpec
+from memdoc.core.model.plan import (
+    Allocator,
+    Checkpointing,
+    Loss,
+    Method,
+    Offload,
+    Optimizer,
+    Precision,
+    Shard,
+    TrainingPlan,
+)
 from memdoc.errors import PlanError
 
 
@@ -113,10 +123,18 @@ def _offload_params(p: TrainingPlan) -> TrainingPlan | None:
 
 
 RUNGS: tuple[Rung, ...] = (
-    Rung("expandable", "expandable segments in the CUDA allocator (--allocator expandable): less fragmentation", _expandable),
+    Rung(
+        "expandable",
+        "expandable segments in the CUDA allocator (--allocator expandable): less fragmentation",
+        _expandable,
+    ),
     Rung("accumulate", "gradient accumulation: micro-batch 1, same effective batch", _accumulate),
-    Rung("no-kbit-upcast", "QLoRA without prepare_model_for_kbit_training's fp32 upcast: embeddings, LM head and norms "
-         "stay 16-bit (as TRL, Axolotl and LLaMA-Factory run it)", _no_kbit_upcast),
+    Rung(
+        "no-kbit-upcast",
+        "QLoRA without prepare_model_for_kbit_training's fp32 upcast: embeddings, LM head and norms "
+        "stay 16-bit (as TRL, Axolotl and LLaMA-Factory run it)",
+        _no_kbit_upcast,
+    ),
     Rung("fused-loss", "fused linear cross-entropy (Liger): the logits are never stored whole", _fused_loss),
     Rung("fused-adamw", "fused AdamW: one kernel, no foreach temporaries", _fused_adamw),
     Rung("bf16", "bf16 weights, gradients and states", _bf16_from_fp32),
@@ -195,7 +213,11 @@ def climb(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec) -> list[LadderStep
     while remaining and not previous.fits:
         for rung in list(remaining):
             candidate = _apply(rung, previous.plan, model)
-            if candidate is not None and candidate.precision in (Precision.BF16, Precision.AMP_BF16) and not gpu.supports_bf16:
+            if (
+                candidate is not None
+                and candidate.precision in (Precision.BF16, Precision.AMP_BF16)
+                and not gpu.supports_bf16
+            ):
                 # No bf16 on this card (T4, V100): a LoRA plan goes to fp16 instead; a full fine-tune keeps its
                 # fp32 master weights (the HF loss scaler refuses pure-fp16 gradients) — the rung may apply after LoRA.
                 if not candidate.is_peft:
@@ -215,8 +237,16 @@ def climb(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec) -> list[LadderStep
                 saved = previous.process_total - bill.process_total
                 remaining.remove(rung)
                 seconds = step_seconds(model, candidate, gpu)
-                steps.append(LadderStep(rung=rung, plan=candidate, bill=bill, saved_bytes=saved, step_seconds=seconds,
-                                        relative_time=seconds / base_time))
+                steps.append(
+                    LadderStep(
+                        rung=rung,
+                        plan=candidate,
+                        bill=bill,
+                        saved_bytes=saved,
+                        step_seconds=seconds,
+                        relative_time=seconds / base_time,
+                    )
+                )
                 previous = bill
                 break
         else:
@@ -239,8 +269,9 @@ def _reverts(plan: TrainingPlan, steps: list[LadderStep]) -> list[tuple[str, dic
     return out
 
 
-def _drop_unneeded(model: ModelSpec, plan: TrainingPlan, steps: list[LadderStep], gpu: GpuSpec,
-                   base_time: float) -> LadderStep | None:
+def _drop_unneeded(
+    model: ModelSpec, plan: TrainingPlan, steps: list[LadderStep], gpu: GpuSpec, base_time: float
+) -> LadderStep | None:
     """A last step without the remedies the final plan does not need, or None when each is needed.
 
     A remedy is dropped when the plan without it still fits and is at most `DROP_TOLERANCE`
@@ -274,15 +305,22 @@ def _drop_unneeded(model: ModelSpec, plan: TrainingPlan, steps: list[LadderStep]
         return None
     rung = Rung("drop-unneeded", "drop what the final plan does not need: " + ", ".join(dropped), lambda p: None)
     seconds = step_seconds(model, current, gpu)
-    return LadderStep(rung=rung, plan=current, bill=current_bill, saved_bytes=steps[-1].bill.process_total - current_bill.process_total,
-                      step_seconds=seconds, relative_time=seconds / base_time)
+    return LadderStep(
+        rung=rung,
+        plan=current,
+        bill=current_bill,
+        saved_bytes=steps[-1].bill.process_total - current_bill.process_total,
+        step_seconds=seconds,
+        relative_time=seconds / base_time,
+    )
 
 
 def max_fitting(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec, knob: str) -> int | None:
     """Largest micro-batch ('batch') or sequence length ('seq', multiples of 128 up to the model's context) that fits; None if even 1 does not."""
     field = "micro_batch" if knob == "batch" else "seq_len"
-    return largest_value(knob, model, plan.allow_long,
-                         lambda value: bool(compute_bill(model, plan.replace(**{field: value}), gpu).fits))
+    return largest_value(
+        knob, model, plan.allow_long, lambda value: bool(compute_bill(model, plan.replace(**{field: value}), gpu).fits)
+    )
 
 
 def largest_value(knob: str, model: ModelSpec, allow_long: bool, fits: Callable[[int], bool]) -> int | None:

@@ -68,7 +68,7 @@ class Measurement:
         modules: list[tuple[str, int]] | None = None,
         mode: str = "traced",
         notes: list[str] | None = None,
-    ) -> "Measurement":
+    ) -> Measurement:
         """Build from per-phase line items; the peak is the phase with the largest total."""
         clean: dict[str, dict[str, int]] = {}
         for phase in PHASES:

@@ -27,9 +27,9 @@ import itertools
 from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, compute_bill
-from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.billing.steptime import StepTime, step_time
 from memdoc.core.model.gpu import GpuSpec
+from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import (
     Checkpointing,
@@ -139,14 +139,25 @@ def search(
     if "grad_accum" in fixed:
         micro_options = [m for m in micro_options if per_gpu // m == base.grad_accum]
     if not micro_options:
-        raise PlanError(f"--batch {base.micro_batch} × --accum {base.grad_accum} × {world} GPUs "
-                        f"does not make the global batch of {global_batch} sequences")
+        raise PlanError(
+            f"--batch {base.micro_batch} × --accum {base.grad_accum} × {world} GPUs "
+            f"does not make the global batch of {global_batch} sequences"
+        )
     combos = []
     for values in itertools.product(*(_values(k, base, fixed) for k in KNOBS)):
         knobs = dict(zip(KNOBS, values))
-        if knobs["offload"] is not Offload.NONE and knobs["optimizer"] is not Optimizer.ADAMW and "optimizer" not in fixed:
+        if (
+            knobs["offload"] is not Offload.NONE
+            and knobs["optimizer"] is not Optimizer.ADAMW
+            and "optimizer" not in fixed
+        ):
             continue  # DeepSpeed's CPU Adam runs the step: the GPU optimizer choice is moot
-        if world == 1 and knobs["shard"] is Shard.ZERO3 and knobs["offload"] is not Offload.OPTIMIZER_PARAMS and "shard" not in fixed:
+        if (
+            world == 1
+            and knobs["shard"] is Shard.ZERO3
+            and knobs["offload"] is not Offload.OPTIMIZER_PARAMS
+            and "shard" not in fixed
+        ):
             continue
         try:
             plan = base.replace(**knobs, micro_batch=micro_options[-1], grad_accum=per_gpu // micro_options[-1])

@@ -131,7 +131,9 @@ def _param_shapes(model: ModelSpec) -> Shapes:
     out[(model.vocab_size, model.params.embedding // model.vocab_size)] += 1
     if model.params.head:
         out[(model.vocab_size, model.params.head // model.vocab_size)] += 1
-    rest = model.params.total - sum(r * c * k for (r, c), k in out.items())  # final norm, position embeddings, head bias
+    rest = model.params.total - sum(
+        r * c * k for (r, c), k in out.items()
+    )  # final norm, position embeddings, head bias
     if rest:
         out[(rest, 1)] += 1
     return out
@@ -172,11 +174,22 @@ def parameter_tensors(model: ModelSpec, plan: TrainingPlan) -> ParameterTensors:
         trainable = layers
     else:
         targets = adapted_names(plan)
-        trainable = [[n for linear in model.layouts[i].linears if is_trained(linear, targets)
-                      for n in (plan.lora_rank * linear.in_features, linear.out_features * plan.lora_rank)]
-                     for i in range(model.num_layers)]
-    return ParameterTensors(embedding=model.params.embedding, layers=layers, head=model.params.head,
-                            other=max(other, 0), trainable=trainable)
+        trainable = [
+            [
+                n
+                for linear in model.layouts[i].linears
+                if is_trained(linear, targets)
+                for n in (plan.lora_rank * linear.in_features, linear.out_features * plan.lora_rank)
+            ]
+            for i in range(model.num_layers)
+        ]
+    return ParameterTensors(
+        embedding=model.params.embedding,
+        layers=layers,
+        head=model.params.head,
+        other=max(other, 0),
+        trainable=trainable,
+    )
 
 
 def model_states(model: ModelSpec, plan: TrainingPlan) -> ModelStates:
@@ -186,8 +199,9 @@ def model_states(model: ModelSpec, plan: TrainingPlan) -> ModelStates:
     checkpointing, attention, loss) set to their defaults: states do not depend on them, and
     `memdoc plan` bills hundreds of plans that differ only there.
     """
-    key = plan.replace(micro_batch=1, seq_len=1, grad_accum=1, checkpointing=Checkpointing.NONE,
-                       attention=Attention.SDPA, loss=Loss.HF)
+    key = plan.replace(
+        micro_batch=1, seq_len=1, grad_accum=1, checkpointing=Checkpointing.NONE, attention=Attention.SDPA, loss=Loss.HF
+    )
     return _model_states(model, key)
 
 

@@ -109,7 +109,9 @@ def training_events(bill) -> Events:
     compute_bytes = plan.precision.compute_bits // 8
     # per-element bytes of stored weights / grads / states, scaled so that each kind sums to the bill's figure
     all_numels = tensors.embedding + tensors.head + tensors.other + sum(map(sum, tensors.layers))
-    trainable_numels = sum(map(sum, tensors.trainable)) + (tensors.embedding + tensors.head + tensors.other if full else 0)
+    trainable_numels = sum(map(sum, tensors.trainable)) + (
+        tensors.embedding + tensors.head + tensors.other if full else 0
+    )
     peak = bill.peak
     w_scale = peak.weights / max(all_numels, 1)
     if not full:  # frozen base + fp32 adapters: keep the base per element, adapters fp32
@@ -122,8 +124,9 @@ def training_events(bill) -> Events:
     layout_items = {}
     for i, layout in enumerate(model.layouts):
         if layout not in layout_items:
-            layout_items[layout] = [t for name, v in layer_activations(model, plan, i).items() if v > 0
-                                    for t in _split(name, v, model, T)]
+            layout_items[layout] = [
+                t for name, v in layer_activations(model, plan, i).items() if v > 0 for t in _split(name, v, model, T)
+            ]
     V, h = model.vocab_size, model.hidden_size
     L = model.num_layers
     s = _Stream()
@@ -143,8 +146,11 @@ def training_events(bill) -> Events:
             for n in layer:
                 s.alloc(4 * n)
 
-    trainable_order = ([tensors.embedding] if full else []) + [n for layer in tensors.trainable for n in layer] + (
-        [tensors.other, tensors.head] if full else [])
+    trainable_order = (
+        ([tensors.embedding] if full else [])
+        + [n for layer in tensors.trainable for n in layer]
+        + ([tensors.other, tensors.head] if full else [])
+    )
     trainable_order = [n for n in trainable_order if n]
     states_made = False
     residual = acts.layers_saved // L if plan.checkpointing is not Checkpointing.NONE else 0
@@ -153,9 +159,15 @@ def training_events(bill) -> Events:
     logits_dt = 2 if plan.precision.is_amp and full else compute_bytes
     logsoftmax = 0 if fused else FP32 * T * V
     # Gemma-2's final logit soft-capping: logits / cap → tanh (saved, part of head_saved) → × cap
-    softcap = logits_dt * T * V if (not fused and model.family == "gemma2" and model.config.get("final_logit_softcapping")) else 0
+    softcap = (
+        logits_dt * T * V
+        if (not fused and model.family == "gemma2" and model.config.get("final_logit_softcapping"))
+        else 0
+    )
     head_rest = max(acts.head_saved - logsoftmax - softcap, 0)
-    grad_buffer = (acts.layer_backward_peak - (acts.layer_saved if plan.checkpointing is not Checkpointing.NONE else 0)) // 3
+    grad_buffer = (
+        acts.layer_backward_peak - (acts.layer_saved if plan.checkpointing is not Checkpointing.NONE else 0)
+    ) // 3
     dx_bytes = (FP32 if plan.precision.is_amp and full else compute_bytes) * T * h
 
     for _ in range(STEPS):
@@ -197,7 +209,7 @@ def training_events(bill) -> Events:
 
         def grad(n: int) -> None:
             if n:
-                grads.append(s.alloc(n * g_scale))
+                grads.append(s.alloc(n * g_scale))  # noqa: B023 (called within this iteration only)
 
         if not fused:
             g1 = s.alloc(FP32 * T * V)  # nll's gradient

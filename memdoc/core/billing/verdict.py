@@ -37,8 +37,13 @@ class Verdict:
         return abs(self.margin_bytes) <= self.error_bytes
 
     def to_json(self) -> dict:
-        return {"fits": self.fits, "margin_bytes": self.margin_bytes, "error_bytes": self.error_bytes,
-                "close_call": self.close_call, "error_source": VERDICT_ERROR_SOURCE}
+        return {
+            "fits": self.fits,
+            "margin_bytes": self.margin_bytes,
+            "error_bytes": self.error_bytes,
+            "close_call": self.close_call,
+            "error_source": VERDICT_ERROR_SOURCE,
+        }
 
 
 def verdict(process_total: int, gpu_memory: int, *, fits: bool | None = None) -> Verdict:
@@ -48,8 +53,11 @@ def verdict(process_total: int, gpu_memory: int, *, fits: bool | None = None) ->
     a run can complete with a negative margin because the allocator frees its cache and retries);
     without it, the process total must fit."""
     margin = gpu_memory - process_total
-    return Verdict(fits=margin >= 0 if fits is None else fits, margin_bytes=margin,
-                   error_bytes=round(VERDICT_ERROR * process_total))
+    return Verdict(
+        fits=margin >= 0 if fits is None else fits,
+        margin_bytes=margin,
+        error_bytes=round(VERDICT_ERROR * process_total),
+    )
 
 
 def other_explained(bill) -> str | None:
@@ -62,20 +70,25 @@ def other_explained(bill) -> str | None:
         temp = bill.states.optimizer_step_temp
         what = {
             "adamw-foreach": "foreach AdamW builds one buffer the size of its states' group (sqrt of exp_avg_sq) "
-                     "during the step; --optimizer adamw-fused does not",
+            "during the step; --optimizer adamw-fused does not",
             "lion": "Lion's foreach step builds one update buffer the size of the parameters",
             "adafactor": "Adafactor's step builds one buffer the size of the largest parameter",
         }.get(bill.plan.optimizer.value, "the optimizer step's temporaries")
         return f"other at the optimizer step: temporaries inside optimizer.step() — {what}" + (
-            "" if temp == other else "; plus all-gather buffers of sharded weights")
+            "" if temp == other else "; plus all-gather buffers of sharded weights"
+        )
     acts = bill.acts
     if phase == "forward":
-        parts = [("the loss's fp32 logits (upcast and log-softmax)", acts.loss_forward_peak),
-                 ("16-bit weight copies made by autocast", acts.weight_copies)]
+        parts = [
+            ("the loss's fp32 logits (upcast and log-softmax)", acts.loss_forward_peak),
+            ("16-bit weight copies made by autocast", acts.weight_copies),
+        ]
         named = [label for label, n in parts if n > 0]
         if other > sum(n for _, n in parts):
             named.append("all-gather buffers of sharded weights")
         return "other in forward: transients — " + ", ".join(named)
-    return ("other in backward: transients — the fp32 gradient of the logits, one layer's gradient buffers "
-            "(and its recomputed activations with checkpointing) or the embedding's gradient, whichever peaks"
-            + ("; autocast weight copies" if acts.weight_copies else ""))
+    return (
+        "other in backward: transients — the fp32 gradient of the logits, one layer's gradient buffers "
+        "(and its recomputed activations with checkpointing) or the embedding's gradient, whichever peaks"
+        + ("; autocast weight copies" if acts.weight_copies else "")
+    )

@@ -25,8 +25,17 @@ from memdoc.core.billing.inference import kv_cache_bytes
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Loss, Method, Optimizer, TrainingPlan
 
-__all__ = ["CULPRIT_LEVERS", "PlanTensor", "allocation_bytes", "culprit_first", "find_culprit", "plan_tensors",
-           "printed_tolerance", "shrinks", "symptom_for_culprit"]
+__all__ = [
+    "CULPRIT_LEVERS",
+    "PlanTensor",
+    "allocation_bytes",
+    "culprit_first",
+    "find_culprit",
+    "plan_tensors",
+    "printed_tolerance",
+    "shrinks",
+    "symptom_for_culprit",
+]
 
 MIN_BLOCK = 512
 """c10 `kMinBlockSize`: every request is rounded up to a multiple of 512 B."""
@@ -73,8 +82,13 @@ class PlanTensor:
     """Why this size is a surprise under the plan (e.g. eager attention under an SDPA plan)."""
 
     def to_json(self) -> dict:
-        return {"name": self.name, "item": self.item, "bytes": self.bytes, "shape": list(self.shape),
-                "note": self.note or None}
+        return {
+            "name": self.name,
+            "item": self.item,
+            "bytes": self.bytes,
+            "shape": list(self.shape),
+            "note": self.note or None,
+        }
 
 
 def _largest_linears(model: ModelSpec) -> list[tuple[str, int, int]]:
@@ -98,54 +112,156 @@ def plan_tensors(model: ModelSpec, plan: TrainingPlan, *, inference: bool = Fals
     out: list[PlanTensor] = []
     if inference:
         k = kv_cache_bytes(model, batch=b, context=s, bytes_per_element=dt) // (2 * model.num_layers)
-        out.append(PlanTensor(name="one layer's K (or V) cache", item="kv_cache", bytes=k,
-                              shape=(b, model.num_kv_heads, s, model.head_dim), phase="generate"))
-        out.append(PlanTensor(name="prefill logits (fp32)", item="logits", bytes=4 * b * V, shape=(b, 1, V), phase="generate"))
+        out.append(
+            PlanTensor(
+                name="one layer's K (or V) cache",
+                item="kv_cache",
+                bytes=k,
+                shape=(b, model.num_kv_heads, s, model.head_dim),
+                phase="generate",
+            )
+        )
+        out.append(
+            PlanTensor(name="prefill logits (fp32)", item="logits", bytes=4 * b * V, shape=(b, 1, V), phase="generate")
+        )
     if plan.loss is Loss.FUSED and not inference:
         chunk = fused_chunk_tokens(b * s, h, V)
-        out.append(PlanTensor(name="one chunk of logits (fused cross-entropy)", item="logits", bytes=act * chunk * V,
-                              shape=(chunk, V), phase="loss"))
+        out.append(
+            PlanTensor(
+                name="one chunk of logits (fused cross-entropy)",
+                item="logits",
+                bytes=act * chunk * V,
+                shape=(chunk, V),
+                phase="loss",
+            )
+        )
     elif not inference:
-        out.append(PlanTensor(name="fp32 logits (loss upcast) or their fp32 gradient", item="logits",
-                              bytes=4 * b * s * V, shape=(b, s, V), phase="loss"))
+        out.append(
+            PlanTensor(
+                name="fp32 logits (loss upcast) or their fp32 gradient",
+                item="logits",
+                bytes=4 * b * s * V,
+                shape=(b, s, V),
+                phase="loss",
+            )
+        )
         if act != 4:
-            out.append(PlanTensor(name=f"logits ({8 * act}-bit lm_head output)", item="logits",
-                                  bytes=act * b * s * V, shape=(b, s, V), phase="forward"))
+            out.append(
+                PlanTensor(
+                    name=f"logits ({8 * act}-bit lm_head output)",
+                    item="logits",
+                    bytes=act * b * s * V,
+                    shape=(b, s, V),
+                    phase="forward",
+                )
+            )
     eager = eager_attention(model, plan)
-    note = "" if eager else (f"your plan runs {plan.attention.value} attention, which never holds b×heads×s² scores: "
-                             "this size means attention ran eager (or SDPA's math kernel)")
-    out.append(PlanTensor(name="attention scores (fp32 softmax, eager attention)", item="activations",
-                          bytes=4 * b * heads * s * s, shape=(b, heads, s, s), phase="forward", note=note))
+    note = (
+        ""
+        if eager
+        else (
+            f"your plan runs {plan.attention.value} attention, which never holds b×heads×s² scores: "
+            "this size means attention ran eager (or SDPA's math kernel)"
+        )
+    )
+    out.append(
+        PlanTensor(
+            name="attention scores (fp32 softmax, eager attention)",
+            item="activations",
+            bytes=4 * b * heads * s * s,
+            shape=(b, heads, s, s),
+            phase="forward",
+            note=note,
+        )
+    )
     if dt != 4:
-        out.append(PlanTensor(name=f"attention probabilities ({8 * dt}-bit copy, eager attention)", item="activations",
-                              bytes=dt * b * heads * s * s, shape=(b, heads, s, s), phase="forward", note=note))
+        out.append(
+            PlanTensor(
+                name=f"attention probabilities ({8 * dt}-bit copy, eager attention)",
+                item="activations",
+                bytes=dt * b * heads * s * s,
+                shape=(b, heads, s, s),
+                phase="forward",
+                note=note,
+            )
+        )
     width = model.intermediate_size
     if model.is_moe and model.moe_intermediate_size:
         width = model.moe_intermediate_size
         tokens = b * s * model.experts_per_token
-        out.append(PlanTensor(name="routed experts' gate/up output (all routed tokens)", item="activations",
-                              bytes=act * tokens * 2 * width, shape=(tokens, 2 * width), phase="forward"))
+        out.append(
+            PlanTensor(
+                name="routed experts' gate/up output (all routed tokens)",
+                item="activations",
+                bytes=act * tokens * 2 * width,
+                shape=(tokens, 2 * width),
+                phase="forward",
+            )
+        )
     if model.intermediate_size:
-        out.append(PlanTensor(name="MLP intermediate (gate, up or activation output, or its gradient)",
-                              item="activations", bytes=act * b * s * model.intermediate_size,
-                              shape=(b, s, model.intermediate_size), phase="forward"))
-    out.append(PlanTensor(name="hidden states (a layer's input/output or its gradient)", item="activations",
-                          bytes=act * b * s * h, shape=(b, s, h), phase="forward"))
+        out.append(
+            PlanTensor(
+                name="MLP intermediate (gate, up or activation output, or its gradient)",
+                item="activations",
+                bytes=act * b * s * model.intermediate_size,
+                shape=(b, s, model.intermediate_size),
+                phase="forward",
+            )
+        )
+    out.append(
+        PlanTensor(
+            name="hidden states (a layer's input/output or its gradient)",
+            item="activations",
+            bytes=act * b * s * h,
+            shape=(b, s, h),
+            phase="forward",
+        )
+    )
     weight_dt = dt if not full else pbytes
     shapes = [("embed_tokens", V, h)] + _largest_linears(model)
     for name, rows, cols in shapes:
         if full and not inference:
-            out.append(PlanTensor(name=f"{name} gradient", item="gradients", bytes=pbytes * rows * cols,
-                                  shape=(rows, cols), phase="backward"))
+            out.append(
+                PlanTensor(
+                    name=f"{name} gradient",
+                    item="gradients",
+                    bytes=pbytes * rows * cols,
+                    shape=(rows, cols),
+                    phase="backward",
+                )
+            )
             if plan.optimizer in (Optimizer.ADAMW, Optimizer.ADAMW_FUSED):
-                what = "AdamW state (exp_avg/exp_avg_sq)" + (" or foreach step temporary" if plan.optimizer is Optimizer.ADAMW else "")
-                out.append(PlanTensor(name=f"{what} of {name}", item="optimizer", bytes=pbytes * rows * cols,
-                                      shape=(rows, cols), phase="optimizer"))
+                what = "AdamW state (exp_avg/exp_avg_sq)" + (
+                    " or foreach step temporary" if plan.optimizer is Optimizer.ADAMW else ""
+                )
+                out.append(
+                    PlanTensor(
+                        name=f"{what} of {name}",
+                        item="optimizer",
+                        bytes=pbytes * rows * cols,
+                        shape=(rows, cols),
+                        phase="optimizer",
+                    )
+                )
             if amp:
-                out.append(PlanTensor(name=f"16-bit autocast copy of {name}", item="activations", bytes=2 * rows * cols,
-                                      shape=(rows, cols), phase="forward"))
-        out.append(PlanTensor(name=f"{name} weight", item="weights", bytes=weight_dt * rows * cols,
-                              shape=(rows, cols), phase="startup"))
+                out.append(
+                    PlanTensor(
+                        name=f"16-bit autocast copy of {name}",
+                        item="activations",
+                        bytes=2 * rows * cols,
+                        shape=(rows, cols),
+                        phase="forward",
+                    )
+                )
+        out.append(
+            PlanTensor(
+                name=f"{name} weight",
+                item="weights",
+                bytes=weight_dt * rows * cols,
+                shape=(rows, cols),
+                phase="startup",
+            )
+        )
     return out
 
 
@@ -158,8 +274,9 @@ def find_culprit(requested: int | None, tensors: list[PlanTensor], phase: str | 
     if requested is None or requested <= LARGE_BUFFER:
         return None
     tol = printed_tolerance(requested)
-    matches = [t for t in tensors
-               if abs(allocation_bytes(t.bytes) - requested) <= tol or abs(t.bytes - requested) <= tol]
+    matches = [
+        t for t in tensors if abs(allocation_bytes(t.bytes) - requested) <= tol or abs(t.bytes - requested) <= tol
+    ]
     if not matches:
         return None
     if phase is not None:

@@ -138,62 +138,84 @@ def lint(f: RunFacts) -> list[Finding]:
         if f.ckpt_not_training:
             why = f" — {_short(f.ckpt_not_training)} ran in eval mode (HF checkpoints only when module.training); call model.train()"
         elif not f.ckpt_calls:
-            why = " — no torch.utils.checkpoint call happened in forward (grad disabled, or the forward ignores the flag)"
-        out.append(Finding(
-            id="ckpt-not-active",
-            severity="error",
-            message=f"gradient checkpointing is switched on for {len(requested)} module(s) but {len(missing)} ran without it{why}",
-            symptom="ckpt-no-savings",
-            modules=tuple(missing),
-            detail="wrapped: " + (_short(sorted(wrapped)) if wrapped else "none"),
-        ))
+            why = (
+                " — no torch.utils.checkpoint call happened in forward (grad disabled, or the forward ignores the flag)"
+            )
+        out.append(
+            Finding(
+                id="ckpt-not-active",
+                severity="error",
+                message=f"gradient checkpointing is switched on for {len(requested)} module(s) but {len(missing)} ran without it{why}",
+                symptom="ckpt-no-savings",
+                modules=tuple(missing),
+                detail="wrapped: " + (_short(sorted(wrapped)) if wrapped else "none"),
+            )
+        )
     if f.ckpt_reentrant_calls:
-        out.append(Finding(
-            id="ckpt-reentrant",
-            severity="warning",
-            message=f"checkpointing uses use_reentrant=True ({f.ckpt_reentrant_calls} call(s)): pass "
-                    "gradient_checkpointing_kwargs={'use_reentrant': False}",
-            symptom="custom-op-error",
-            detail="the reentrant implementation needs inputs that require grad (breaks with frozen embeddings under LoRA) and cannot nest",
-        ))
+        out.append(
+            Finding(
+                id="ckpt-reentrant",
+                severity="warning",
+                message=f"checkpointing uses use_reentrant=True ({f.ckpt_reentrant_calls} call(s)): pass "
+                "gradient_checkpointing_kwargs={'use_reentrant': False}",
+                symptom="custom-op-error",
+                detail="the reentrant implementation needs inputs that require grad (breaks with frozen embeddings under LoRA) and cannot nest",
+            )
+        )
     if f.forward_seen and f.trainable_dtypes and not f.autocast and all(d == "float32" for d in f.trainable_dtypes):
-        out.append(Finding(
-            id="amp-off",
-            severity="warning",
-            message="trainable weights are fp32 and no autocast ran in forward: activations are fp32 (2× bf16) and tensor cores idle",
-            symptom="slow-but-fits",
-            detail="use bf16 mixed precision (TrainingArguments(bf16=True), or torch.autocast('cuda', torch.bfloat16)) or load the model in bf16",
-        ))
+        out.append(
+            Finding(
+                id="amp-off",
+                severity="warning",
+                message="trainable weights are fp32 and no autocast ran in forward: activations are fp32 (2× bf16) and tensor cores idle",
+                symptom="slow-but-fits",
+                detail="use bf16 mixed precision (TrainingArguments(bf16=True), or torch.autocast('cuda', torch.bfloat16)) or load the model in bf16",
+            )
+        )
     opt = int(m.get("optimizer", 0) or 0)
     acts = max(int(m.get("activations", 0) or 0), f.max_activations)
     if peak and opt and opt >= acts and opt >= OPTIMIZER_SHARE * peak:
-        out.append(Finding(
-            id="optimizer-dominates",
-            severity="warning",
-            message=f"optimizer states ({_fmt(opt)}, {opt / peak:.0%} of the peak) outweigh activations ({_fmt(acts)}): "
-                    "checkpointing would not help; shrink the states (8-bit/paged AdamW, LoRA, ZeRO/FSDP, optimizer offload)",
-            symptom="ckpt-no-savings",
-        ))
+        out.append(
+            Finding(
+                id="optimizer-dominates",
+                severity="warning",
+                message=f"optimizer states ({_fmt(opt)}, {opt / peak:.0%} of the peak) outweigh activations ({_fmt(acts)}): "
+                "checkpointing would not help; shrink the states (8-bit/paged AdamW, LoRA, ZeRO/FSDP, optimizer offload)",
+                symptom="ckpt-no-savings",
+            )
+        )
     other = int(m.get("other", 0) or 0)
     # foreach is explicit, or torch's default for CUDA tensors (foreach=None means "default")
-    foreach = any(o.get("foreach") or (o.get("foreach") is None and not o.get("fused") and f.uses_cuda) for o in f.optimizers)
-    if foreach and f.steps and f.peak_phase == "optimizer" and f.trainable_bytes and other >= FOREACH_SHARE * f.trainable_bytes:
-        out.append(Finding(
-            id="foreach-temporaries",
-            severity="warning",
-            message=f"the peak is in the optimizer step, with {_fmt(other)} of step temporaries "
-                    f"({other / f.trainable_bytes:.0%} of the trainable weights); foreach AdamW keeps parameter-sized "
-                    "scratch lists: use fused=True (optim='adamw_torch_fused')",
-            symptom="startup-oom",
-        ))
+    foreach = any(
+        o.get("foreach") or (o.get("foreach") is None and not o.get("fused") and f.uses_cuda) for o in f.optimizers
+    )
+    if (
+        foreach
+        and f.steps
+        and f.peak_phase == "optimizer"
+        and f.trainable_bytes
+        and other >= FOREACH_SHARE * f.trainable_bytes
+    ):
+        out.append(
+            Finding(
+                id="foreach-temporaries",
+                severity="warning",
+                message=f"the peak is in the optimizer step, with {_fmt(other)} of step temporaries "
+                f"({other / f.trainable_bytes:.0%} of the trainable weights); foreach AdamW keeps parameter-sized "
+                "scratch lists: use fused=True (optim='adamw_torch_fused')",
+                symptom="startup-oom",
+            )
+        )
     if any(w == 0 for w in f.dataloader_workers):
-        out.append(Finding(
-            id="dataloader-workers-0",
-            severity="info",
-            message="a DataLoader runs with num_workers=0: batches are prepared in the training process while the GPU waits "
-                    "(set num_workers / dataloader_num_workers ≥ 2, pin_memory=True)",
-            symptom="slow-but-fits",
-        ))
+        out.append(
+            Finding(
+                id="dataloader-workers-0",
+                severity="info",
+                message="a DataLoader runs with num_workers=0: batches are prepared in the training process while the GPU waits "
+                "(set num_workers / dataloader_num_workers ≥ 2, pin_memory=True)",
+                symptom="slow-but-fits",
+            )
+        )
     growth = _growth(f)
     if growth is not None:
         out.append(growth)
@@ -205,14 +227,16 @@ def lint(f: RunFacts) -> list[Finding]:
     expandable = "expandable_segments:true" in conf.replace(" ", "").lower()
     fragmented = (reserved and (reserved - allocated) >= FRAGMENTATION_RATIO * reserved) or retries > 0
     if cuda and fragmented and not expandable:
-        out.append(Finding(
-            id="fragmentation",
-            severity="warning",
-            message=f"the caching allocator is fragmented: reserved {_fmt(reserved)} vs allocated {_fmt(allocated)}, "
-                    f"{_fmt(int(cuda.get('inactive_split', 0) or 0))} in inactive split blocks, {retries} alloc retries; "
-                    "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-            symptom="mid-run-oom",
-        ))
+        out.append(
+            Finding(
+                id="fragmentation",
+                severity="warning",
+                message=f"the caching allocator is fragmented: reserved {_fmt(reserved)} vs allocated {_fmt(allocated)}, "
+                f"{_fmt(int(cuda.get('inactive_split', 0) or 0))} in inactive split blocks, {retries} alloc retries; "
+                "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                symptom="mid-run-oom",
+            )
+        )
     out.sort(key=lambda x: _SEVERITY_ORDER.get(x.severity, 3))
     return out
 
@@ -238,11 +262,11 @@ def _growth(f: RunFacts) -> Finding | None:
         id="memory-growth",
         severity="error",
         message=f"allocated memory grows by {_fmt(per_step)} per step "
-                f"({' → '.join(_fmt(b) for b in starts)} at the start of steps 2–{len(starts) + 1}){where}",
+        f"({' → '.join(_fmt(b) for b in starts)} at the start of steps 2–{len(starts) + 1}){where}",
         symptom="mid-run-oom",
         modules=tuple(ranked[:4]),
         detail="keep Python numbers, not tensors: loss.item() in running sums and lists, evaluation under "
-               "torch.no_grad(), metrics computed in the step (or .detach().cpu()) instead of keeping logits",
+        "torch.no_grad(), metrics computed in the step (or .detach().cpu()) instead of keeping logits",
     )
 
 

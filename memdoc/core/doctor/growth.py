@@ -41,9 +41,13 @@ def memory_growth(starts: list[tuple[int, int]]) -> Finding | None:
     return Finding(
         id="memory-growth",
         severity="warning",
-        message=(f"memory at the start of each step grew by {format_bytes(total)} over {span} steps "
-                 f"(≈ {format_bytes(total / max(span, 1))} per step): something keeps tensors across steps"),
+        message=(
+            f"memory at the start of each step grew by {format_bytes(total)} over {span} steps "
+            f"(≈ {format_bytes(total / max(span, 1))} per step): something keeps tensors across steps"
+        ),
         symptom="mid-run-oom",
-        detail=("look for losses/outputs kept without .item() or .detach(), caches or lists that grow, "
-                "tensors held by hooks; this ends in an out-of-memory error mid-run"),
+        detail=(
+            "look for losses/outputs kept without .item() or .detach(), caches or lists that grow, "
+            "tensors held by hooks; this ends in an out-of-memory error mid-run"
+        ),
     )

@@ -25,8 +25,10 @@ from dataclasses import dataclass
 __all__ = ["Frame", "normalise_log", "traceback_frames"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_TAG = re.compile(r"<(?!(?:module|lambda|listcomp|dictcomp|setcomp|genexpr|string|stdin|frozen |ipython-input)\b)"
-                  r"[A-Za-z/!][^<>\n]{0,400}>")
+_TAG = re.compile(
+    r"<(?!(?:module|lambda|listcomp|dictcomp|setcomp|genexpr|string|stdin|frozen |ipython-input)\b)"
+    r"[A-Za-z/!][^<>\n]{0,400}>"
+)
 """HTML tags, but not Python's `<module>`, `<lambda>`, `<ipython-input-…>` pseudo-file and function names."""
 _LEVEL = r"(?:DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL)"
 # Per-line prefixes; applied repeatedly at the start of each line.
@@ -132,7 +134,12 @@ def traceback_frames(text: str) -> list[Frame]:
         path, name = header.group(1), header.group(2) or "<module>"
         code = ""
         j = i + 1
-        while j < len(lines) and j <= i + 40 and not any(p.match(lines[j]) for p in _HEADERS[1:]) and not _STD.search(lines[j]):
+        while (
+            j < len(lines)
+            and j <= i + 40
+            and not any(p.match(lines[j]) for p in _HEADERS[1:])
+            and not _STD.search(lines[j])
+        ):
             arrow = _ARROW.match(lines[j])
             if arrow and not code:
                 code = arrow.group(1)

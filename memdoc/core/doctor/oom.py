@@ -215,7 +215,12 @@ _EXCEPTION_BEFORE = re.compile(r"([A-Za-z_][\w.]*(?:Error|Exception))\s*(?::|\(\
 
 _GENERIC = (
     # (pattern, format, variant, backend, status group or literal)
-    (_pat(r"(?:CUDA error: )?(CUBLAS_STATUS_ALLOC_FAILED)(?: when calling `([^`\n]{1,200})`)?"), "cublas-alloc", None, "CUDA"),
+    (
+        _pat(r"(?:CUDA error: )?(CUBLAS_STATUS_ALLOC_FAILED)(?: when calling `([^`\n]{1,200})`)?"),
+        "cublas-alloc",
+        None,
+        "CUDA",
+    ),
     (_pat(r"(?:cuDNN error: )?(CUDNN_STATUS_ALLOC_FAILED)(?: when calling `([^`\n]{1,200})`)?"), "cudnn", None, "CUDA"),
     (_pat(r"(CUDA error: out of memory)()"), "cuda-generic", "cuda-runtime-oom", "CUDA"),
     (_pat(r"(cuda runtime error \( ?2 ?\) : out of memory)()"), "cuda-generic", "thc-legacy", "CUDA"),
@@ -225,10 +230,23 @@ _GENERIC = (
 
 _VLLM = (
     (_pat(r"No available memory for the cache blocks"), "no-cache-blocks"),
-    (_pat(r"The model'?s max seq len \( ?(\d+) ?\) is larger than the maximum number of tokens that can be "
-          r"stored in KV cache \( ?(\d+) ?\)"), "max-seq-len"),
-    (_pat(r"To serve at least one request with the models?'?s? max seq len \( ?(\d+) ?\) ?, \( ?" + _SIZE
-          + r" KV cache is needed, which is larger than the available KV cache memory \( ?" + _SIZE + r" ?\)"), "kv-needed"),
+    (
+        _pat(
+            r"The model'?s max seq len \( ?(\d+) ?\) is larger than the maximum number of tokens that can be "
+            r"stored in KV cache \( ?(\d+) ?\)"
+        ),
+        "max-seq-len",
+    ),
+    (
+        _pat(
+            r"To serve at least one request with the models?'?s? max seq len \( ?(\d+) ?\) ?, \( ?"
+            + _SIZE
+            + r" KV cache is needed, which is larger than the available KV cache memory \( ?"
+            + _SIZE
+            + r" ?\)"
+        ),
+        "kv-needed",
+    ),
 )
 
 _TAILS = tuple(
@@ -404,8 +422,11 @@ def _parse_vllm(text: str) -> list[OomEvent]:
             if variant == "max-seq-len":
                 fields = {"max_model_len": int(m.group(1)), "kv_cache_tokens": int(m.group(2))}
             elif variant == "kv-needed":
-                fields = {"max_model_len": int(m.group(1)), "kv_cache_needed": _size(m, 2),
-                          "kv_cache_available": _size(m, 4)}
+                fields = {
+                    "max_model_len": int(m.group(1)),
+                    "kv_cache_needed": _size(m, 2),
+                    "kv_cache_available": _size(m, 4),
+                }
             events.append(
                 OomEvent(
                     format="vllm-kv-cache",

@@ -137,14 +137,20 @@ def _vllm(event: OomEvent, util: float | None) -> Cause | None:
     if event.format != "vllm-kv-cache":
         return None
     if event.variant == "max-seq-len":
-        evidence = (f"the KV cache holds {event.kv_cache_tokens:,} tokens but max_model_len is "
-                    f"{event.max_model_len:,}: one full-length request does not fit")
+        evidence = (
+            f"the KV cache holds {event.kv_cache_tokens:,} tokens but max_model_len is "
+            f"{event.max_model_len:,}: one full-length request does not fit"
+        )
     elif event.variant == "kv-needed":
-        evidence = (f"one request of max_model_len {event.max_model_len:,} tokens needs "
-                    f"{format_bytes(event.kv_cache_needed)} of KV cache, {format_bytes(event.kv_cache_available)} is available")
+        evidence = (
+            f"one request of max_model_len {event.max_model_len:,} tokens needs "
+            f"{format_bytes(event.kv_cache_needed)} of KV cache, {format_bytes(event.kv_cache_available)} is available"
+        )
     else:
-        evidence = ("after loading the weights and profiling one forward pass, no memory was left for KV-cache "
-                    "blocks (\"# GPU blocks: 0\")")
+        evidence = (
+            "after loading the weights and profiling one forward pass, no memory was left for KV-cache "
+            'blocks ("# GPU blocks: 0")'
+        )
     if util is not None:
         evidence += f" (gpu_memory_utilization={util:g})"
     return Cause(
@@ -194,8 +200,10 @@ def _others(event: OomEvent, unknowns: list[str]) -> Cause | None:
     elif reserved is not None:
         outside = T - F - reserved
         floor = 2 * max(OTHER_MIN_BYTES, OTHER_MIN_SHARE * T)
-        how = (f"capacity {format_bytes(T)} − free {format_bytes(F)} − reserved by PyTorch {format_bytes(reserved)}, "
-               "which also counts this process's CUDA context")
+        how = (
+            f"capacity {format_bytes(T)} − free {format_bytes(F)} − reserved by PyTorch {format_bytes(reserved)}, "
+            "which also counts this process's CUDA context"
+        )
     else:
         return None
     if outside < floor:
@@ -295,8 +303,11 @@ def _full(event: OomEvent) -> Cause | None:
     if used is None or not limit or used < FULL_SHARE * limit or (M is not None and M > limit):
         return None
     of = "the allowed" if event.allowed else "the card's"
-    what = (f"this process uses {format_bytes(P)} ({format_bytes(M)} in PyTorch tensors)" if used is P
-            else f"{format_bytes(M)} allocated by PyTorch")
+    what = (
+        f"this process uses {format_bytes(P)} ({format_bytes(M)} in PyTorch tensors)"
+        if used is P
+        else f"{format_bytes(M)} allocated by PyTorch"
+    )
     return Cause(
         id="tensors-fill-the-card",
         title="the live tensors fill the card",

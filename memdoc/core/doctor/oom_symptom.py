@@ -70,41 +70,126 @@ def _rx(pattern: str) -> re.Pattern[str]:
 
 # (phase, function names, source-line pattern, path pattern)
 _RULES: tuple[tuple[str, frozenset[str], re.Pattern[str] | None, re.Pattern[str] | None], ...] = (
-    ("generate", frozenset({
-        "generate", "_sample", "sample", "greedy_search", "beam_search", "_beam_search", "_assisted_decoding",
-        "contrastive_search", "_contrastive_search", "generate_until", "run_engine_loop", "engine_step",
-        "execute_model", "capture_model", "profile_run", "determine_num_available_blocks", "_initialize_kv_caches",
-        "determine_available_memory", "raise_if_cache_size_invalid"}),
-     _rx(r"\.generate\(|\bpipeline\(|\bLLM\(|llm\.generate|inference_mode"),
-     _rx(r"/generation/|/vllm/|/sglang/|/text_generation")),
-    ("startup", frozenset({
-        "from_pretrained", "_load_pretrained_model", "load_state_dict", "_load_state_dict_into_meta_model",
-        "load_checkpoint_in_model", "set_module_tensor_to_device", "dispatch_model", "_move_model_to_device",
-        "prepare_model_for_kbit_training", "initialize_optimizer_states", "_configure_zero_optimizer",
-        "_configure_optimizer", "_configure_distributed_model", "cuda", "_apply", "load_model",
-        "_prepare_deepspeed", "prepare_model", "_wrap_model", "_create_model", "init_device_mesh"}),
-     _rx(r"from_pretrained\(|\b(?:model|module|net|self\.model)\.(?:to|cuda)\(|\bmodel\.cuda\(\)|deepspeed\.initialize\(|"
-         r"accelerator\.prepare\(|load_state_dict\("),
-     None),
-    ("optimizer", frozenset({
-        "_optimizer_step", "optimizer_step", "_multi_tensor_adamw", "_multi_tensor_adam", "_single_tensor_adamw",
-        "_single_tensor_adam", "adamw", "adam", "_fused_adamw", "_fused_adam", "_foreach_add_", "step"}),
-     _rx(r"optimizer\.step\(|\.optimizer\.step\(|opt\.step\("),
-     _rx(r"torch/optim/|bitsandbytes/optim/")),
-    ("backward", frozenset({"backward", "_engine_run_backward", "run_backward", "_backward", "reduce_gradients",
-                            "clip_grad_norm_"}),
-     _rx(r"\.backward\(|accelerator\.backward\(|autograd\.backward\("),
-     _rx(r"torch/autograd/")),
-    ("loss", frozenset({"cross_entropy", "ForCausalLMLoss", "fixed_cross_entropy", "loss_function", "log_softmax",
-                        "_log_softmax", "nll_loss", "cross_entropy_loss"}),
-     _rx(r"cross_entropy|nll_loss|log_softmax|loss_fct\(|self\.loss_function\("),
-     None),
-    ("eval", frozenset({"evaluate", "evaluation_loop", "prediction_step", "predict", "_maybe_log_save_evaluate"}),
-     _rx(r"trainer\.evaluate\("), None),
+    (
+        "generate",
+        frozenset(
+            {
+                "generate",
+                "_sample",
+                "sample",
+                "greedy_search",
+                "beam_search",
+                "_beam_search",
+                "_assisted_decoding",
+                "contrastive_search",
+                "_contrastive_search",
+                "generate_until",
+                "run_engine_loop",
+                "engine_step",
+                "execute_model",
+                "capture_model",
+                "profile_run",
+                "determine_num_available_blocks",
+                "_initialize_kv_caches",
+                "determine_available_memory",
+                "raise_if_cache_size_invalid",
+            }
+        ),
+        _rx(r"\.generate\(|\bpipeline\(|\bLLM\(|llm\.generate|inference_mode"),
+        _rx(r"/generation/|/vllm/|/sglang/|/text_generation"),
+    ),
+    (
+        "startup",
+        frozenset(
+            {
+                "from_pretrained",
+                "_load_pretrained_model",
+                "load_state_dict",
+                "_load_state_dict_into_meta_model",
+                "load_checkpoint_in_model",
+                "set_module_tensor_to_device",
+                "dispatch_model",
+                "_move_model_to_device",
+                "prepare_model_for_kbit_training",
+                "initialize_optimizer_states",
+                "_configure_zero_optimizer",
+                "_configure_optimizer",
+                "_configure_distributed_model",
+                "cuda",
+                "_apply",
+                "load_model",
+                "_prepare_deepspeed",
+                "prepare_model",
+                "_wrap_model",
+                "_create_model",
+                "init_device_mesh",
+            }
+        ),
+        _rx(
+            r"from_pretrained\(|\b(?:model|module|net|self\.model)\.(?:to|cuda)\(|\bmodel\.cuda\(\)|deepspeed\.initialize\(|"
+            r"accelerator\.prepare\(|load_state_dict\("
+        ),
+        None,
+    ),
+    (
+        "optimizer",
+        frozenset(
+            {
+                "_optimizer_step",
+                "optimizer_step",
+                "_multi_tensor_adamw",
+                "_multi_tensor_adam",
+                "_single_tensor_adamw",
+                "_single_tensor_adam",
+                "adamw",
+                "adam",
+                "_fused_adamw",
+                "_fused_adam",
+                "_foreach_add_",
+                "step",
+            }
+        ),
+        _rx(r"optimizer\.step\(|\.optimizer\.step\(|opt\.step\("),
+        _rx(r"torch/optim/|bitsandbytes/optim/"),
+    ),
+    (
+        "backward",
+        frozenset(
+            {"backward", "_engine_run_backward", "run_backward", "_backward", "reduce_gradients", "clip_grad_norm_"}
+        ),
+        _rx(r"\.backward\(|accelerator\.backward\(|autograd\.backward\("),
+        _rx(r"torch/autograd/"),
+    ),
+    (
+        "loss",
+        frozenset(
+            {
+                "cross_entropy",
+                "ForCausalLMLoss",
+                "fixed_cross_entropy",
+                "loss_function",
+                "log_softmax",
+                "_log_softmax",
+                "nll_loss",
+                "cross_entropy_loss",
+            }
+        ),
+        _rx(r"cross_entropy|nll_loss|log_softmax|loss_fct\(|self\.loss_function\("),
+        None,
+    ),
+    (
+        "eval",
+        frozenset({"evaluate", "evaluation_loop", "prediction_step", "predict", "_maybe_log_save_evaluate"}),
+        _rx(r"trainer\.evaluate\("),
+        None,
+    ),
     ("forward", frozenset({"forward", "_call_impl", "_wrapped_call_impl"}), None, None),
-    ("training-step", frozenset({"train", "_inner_training_loop", "training_step", "train_step", "fit",
-                                 "compute_loss"}),
-     _rx(r"\btrainer\.train\(|\.fit\(|train_step\("), None),
+    (
+        "training-step",
+        frozenset({"train", "_inner_training_loop", "training_step", "train_step", "fit", "compute_loss"}),
+        _rx(r"\btrainer\.train\(|\.fit\(|train_step\("),
+        None,
+    ),
 )
 
 _BIG_BLOCK_CODE = re.compile(
@@ -112,16 +197,29 @@ _BIG_BLOCK_CODE = re.compile(
     r"cross_entropy|nll_loss|log_softmax|lm_head|logits|\.float\(\)",
     re.I,
 )
-_BIG_BLOCK_FUNCS = {"eager_attention_forward", "sdpa_attention_forward", "flash_attention_forward",
-                    "cross_entropy", "ForCausalLMLoss", "fixed_cross_entropy", "loss_function",
-                    "log_softmax", "softmax", "_log_softmax"}
+_BIG_BLOCK_FUNCS = {
+    "eager_attention_forward",
+    "sdpa_attention_forward",
+    "flash_attention_forward",
+    "cross_entropy",
+    "ForCausalLMLoss",
+    "fixed_cross_entropy",
+    "loss_function",
+    "log_softmax",
+    "softmax",
+    "_log_softmax",
+}
 
 
 def phase_of(frames: list[Frame]) -> tuple[str | None, Frame | None]:
     """(phase, the frame that decided it), by the priority of `PHASES`."""
     for phase, funcs, code, path in _RULES:
         for f in frames:
-            if f.func in funcs or (code is not None and code.search(f.code)) or (path is not None and path.search(f.path)):
+            if (
+                f.func in funcs
+                or (code is not None and code.search(f.code))
+                or (path is not None and path.search(f.path))
+            ):
                 return phase, f
     return None, None
 
@@ -138,7 +236,9 @@ _SYMPTOM = {
 }
 
 
-def _large_block(event: OomEvent, frames: list[Frame], phase: str | None, reasons: list[str], unknowns: list[str]) -> bool:
+def _large_block(
+    event: OomEvent, frames: list[Frame], phase: str | None, reasons: list[str], unknowns: list[str]
+) -> bool:
     A, T = event.requested, event.total
     if A is None:
         return False
@@ -153,12 +253,16 @@ def _large_block(event: OomEvent, frames: list[Frame], phase: str | None, reason
         share = "card size unknown"
         unknowns.append("the card's capacity (not in the message): the large-block rule used 2 GiB instead")
     if large and phase == "startup":
-        reasons.append(f"one request of {format_bytes(A)} ({share}) during startup: a flattened weight, gradient or "
-                       "optimizer-state buffer, not an activation")
+        reasons.append(
+            f"one request of {format_bytes(A)} ({share}) during startup: a flattened weight, gradient or "
+            "optimizer-state buffer, not an activation"
+        )
     elif large:
         what = "a frame in attention/softmax/loss/logits" if big_frames else "no attention/loss frame to confirm it"
-        reasons.append(f"one request of {format_bytes(A)} ({share}) is a large block, typical of a sequence² attention "
-                       f"score matrix or a tokens × vocabulary logits tensor ({what})")
+        reasons.append(
+            f"one request of {format_bytes(A)} ({share}) is a large block, typical of a sequence² attention "
+            f"score matrix or a tokens × vocabulary logits tensor ({what})"
+        )
         if not big_frames:
             unknowns.append(LARGE_BLOCK_UNKNOWN)
     return large
@@ -219,8 +323,10 @@ def infer_symptom(event: OomEvent | None, log_text: str = "") -> SymptomGuess:
         symptom = _SYMPTOM[phase]
         if phase == "optimizer":
             also.append("startup-oom")
-            reasons.append("an OOM at the optimizer step means weights + gradients + optimizer states do not fit: "
-                           "activation levers will not help")
+            reasons.append(
+                "an OOM at the optimizer step means weights + gradients + optimizer states do not fit: "
+                "activation levers will not help"
+            )
         if phase == "forward":
             also.append("inference-oom")
             unknowns.append("whether the forward pass was training or evaluation/generation")
@@ -230,13 +336,17 @@ def infer_symptom(event: OomEvent | None, log_text: str = "") -> SymptomGuess:
     elif not event.has_sizes:
         symptom = "startup-oom"
         also.extend(["mid-run-oom", "inference-oom"])
-        assumptions.append("no traceback: assumed the card was already full when the first kernels ran "
-                           "(startup-oom); pass --symptom to choose another")
+        assumptions.append(
+            "no traceback: assumed the card was already full when the first kernels ran "
+            "(startup-oom); pass --symptom to choose another"
+        )
     else:
         symptom = "mid-run-oom"
         also.extend(["startup-oom", "inference-oom"])
-        assumptions.append("no traceback: assumed the OOM came in a training step (mid-run-oom, the commonest "
-                           "case); pass --symptom startup-oom or inference-oom if it was loading or generating")
+        assumptions.append(
+            "no traceback: assumed the OOM came in a training step (mid-run-oom, the commonest "
+            "case); pass --symptom startup-oom or inference-oom if it was loading or generating"
+        )
     return SymptomGuess(
         symptom=symptom,
         phase=phase,

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, compute_bill
 from memdoc.core.billing.inference import InferenceBill, InferencePlan, KvCache, Weights, inference_bill
+from memdoc.core.doctor.symptoms import INFERENCE_LEVERS, PLAN_LEVERS, Prescription
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan, parse_plan
-from memdoc.core.doctor.symptoms import INFERENCE_LEVERS, PLAN_LEVERS, Prescription
 from memdoc.errors import PlanError
 
 
@@ -120,8 +120,9 @@ def apply_inference_lever(inference: InferencePlan, lever: dict) -> InferencePla
     return None if changed == inference else changed
 
 
-def quantify_inference(prescriptions, model: ModelSpec, inference: InferencePlan,
-                       gpu: GpuSpec | None) -> tuple[InferenceBill, list[Quantified]]:
+def quantify_inference(
+    prescriptions, model: ModelSpec, inference: InferencePlan, gpu: GpuSpec | None
+) -> tuple[InferenceBill, list[Quantified]]:
     """Bill the inference plan, then each prescription's lever alone on top of it."""
     base = inference_bill(model, inference, gpu)
     out = []

@@ -22,7 +22,17 @@ from typing import Any
 
 import yaml
 
-from memdoc.core.model.plan import Allocator, Attention, Checkpointing, Loss, Method, Offload, Optimizer, Precision, Shard
+from memdoc.core.model.plan import (
+    Allocator,
+    Attention,
+    Checkpointing,
+    Loss,
+    Method,
+    Offload,
+    Optimizer,
+    Precision,
+    Shard,
+)
 from memdoc.errors import KnowledgeBaseError, UnknownSymptomError
 
 __all__ = [

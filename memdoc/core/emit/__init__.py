@@ -34,13 +34,22 @@ def emit(fmt: str, ctx: EmitContext) -> Emitted:
         raise PlanError(f"--format {fmt!r} is not one of: {', '.join(FORMATS)}") from None
     emitted = emitter(ctx)
     if ctx.config_of:
-        emitted.notes.insert(0, f"model {ctx.model_id} is loaded as given; it was billed with the config of {ctx.config_of} (same layer shapes)")
+        emitted.notes.insert(
+            0,
+            f"model {ctx.model_id} is loaded as given; it was billed with the config of {ctx.config_of} (same layer shapes)",
+        )
     elif ctx.asked_id and ctx.asked_id.lower() != ctx.model_id.lower():
-        emitted.notes.insert(0, f"model {ctx.asked_id} is catalogued as {ctx.model_id}, the repository transformers loads: the config names that")
+        emitted.notes.insert(
+            0,
+            f"model {ctx.asked_id} is catalogued as {ctx.model_id}, the repository transformers loads: the config names that",
+        )
     conf = ctx.plan.allocator.alloc_conf
     if conf:  # --allocator expandable: the allocator reads it from the environment at start-up
-        emitted = dataclasses.replace(emitted, launch=f"PYTORCH_CUDA_ALLOC_CONF={conf} {emitted.launch}",
-                                      notes=[*emitted.notes, f"PYTORCH_CUDA_ALLOC_CONF={conf}: export it wherever the trainer starts"])
+        emitted = dataclasses.replace(
+            emitted,
+            launch=f"PYTORCH_CUDA_ALLOC_CONF={conf} {emitted.launch}",
+            notes=[*emitted.notes, f"PYTORCH_CUDA_ALLOC_CONF={conf}: export it wherever the trainer starts"],
+        )
     return emitted
 
 

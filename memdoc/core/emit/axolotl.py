@@ -4,30 +4,30 @@ ZeRO stages point to the DeepSpeed JSON written next to it."""
 from __future__ import annotations
 
 from memdoc.core.emit.base import (
-    LIGER_NOTE,
     DATASET_PLACEHOLDER,
     DS_CONFIG_NAME,
+    HF_OPTIMIZERS,
+    LIGER_NOTE,
+    LR_SCHEDULER,
     OUTPUT_DIR_PLACEHOLDER,
+    SGD_OPTIM_ARGS,
+    WARMUP_RATIO,
     EmitContext,
     Emitted,
-    HF_OPTIMIZERS,
-    LR_SCHEDULER,
-    WARMUP_RATIO,
-    SGD_OPTIM_ARGS,
     SideFile,
     all_linear,
-    uses_liger,
     checkpointing_keys,
     default_learning_rate,
     precision_note,
     uses_deepspeed,
     uses_fsdp,
+    uses_liger,
 )
-from memdoc.core.emit.kbit import kbit_notes
 from memdoc.core.emit.common import multinode_note
-from memdoc.core.model.lora import lora_alpha
 from memdoc.core.emit.deepspeed import deepspeed_config
+from memdoc.core.emit.kbit import kbit_notes
 from memdoc.core.emit.templates import chat_template
+from memdoc.core.model.lora import lora_alpha
 from memdoc.core.model.plan import Loss, Method, Offload, OffloadTarget, Optimizer, Precision
 
 AXOLOTL_DATASET_FORMAT = 'rows {"messages": [{"role": "user", "content": …}, {"role": "assistant", "content": …}]}, rendered with chat_template'
@@ -41,7 +41,9 @@ def _precision(plan, notes: list[str]) -> dict:
         notes.append(precision_note(plan))
         return {"bf16": True, "fp16": False} if p is Precision.BF16 else {"bf16": False, "fp16": True}
     if p is Precision.BF16:
-        notes.append("precision bf16 (pure): Axolotl loads the weights in bfloat16 when bf16 is set; bfloat16: true marks no fp32 master copy")
+        notes.append(
+            "precision bf16 (pure): Axolotl loads the weights in bfloat16 when bf16 is set; bfloat16: true marks no fp32 master copy"
+        )
         return {"bf16": True, "bfloat16": True, "fp16": False}
     if p is Precision.AMP_BF16:
         notes.append(
@@ -61,7 +63,9 @@ def _precision(plan, notes: list[str]) -> dict:
 def _fsdp(plan, notes: list[str]) -> dict:
     offload = plan.offload is not Offload.NONE
     if plan.offload is Offload.OPTIMIZER:
-        notes.append("FSDP cannot offload only the optimizer: offload_params offloads weights, gradients and optimizer states (less GPU memory than billed, slower)")
+        notes.append(
+            "FSDP cannot offload only the optimizer: offload_params offloads weights, gradients and optimizer states (less GPU memory than billed, slower)"
+        )
     if offload and plan.offload_to is OffloadTarget.NVME:
         notes.append("FSDP offloads to CPU memory only: --offload-to nvme emitted as cpu")
     return {
@@ -101,10 +105,18 @@ def emit_axolotl(ctx: EmitContext) -> Emitted:
             config["lora_target_modules"] = list(plan.lora_targets)
     template = chat_template(ctx.model_id)
     config["chat_template"] = template.axolotl if template else "tokenizer_default"
-    comments = {"chat_template": "the family's chat format (Axolotl's ChatTemplate)" if template else "the chat template in the model's tokenizer_config.json"}
+    comments = {
+        "chat_template": "the family's chat format (Axolotl's ChatTemplate)"
+        if template
+        else "the chat template in the model's tokenizer_config.json"
+    }
     if template is None or template.axolotl == "tokenizer_default":
-        notes.append("chat_template: tokenizer_default uses the tokenizer's own chat template (instruct/chat checkpoints ship one; for a base checkpoint without one, set chat_template)")
-    config["datasets"] = [{"path": ctx.dataset or DATASET_PLACEHOLDER, "type": "chat_template", "field_messages": "messages"}]
+        notes.append(
+            "chat_template: tokenizer_default uses the tokenizer's own chat template (instruct/chat checkpoints ship one; for a base checkpoint without one, set chat_template)"
+        )
+    config["datasets"] = [
+        {"path": ctx.dataset or DATASET_PLACEHOLDER, "type": "chat_template", "field_messages": "messages"}
+    ]
     comments["datasets"] = AXOLOTL_DATASET_FORMAT
     if not ctx.dataset:
         placeholders["datasets"] = f"set path (--dataset); {AXOLOTL_DATASET_FORMAT}"
@@ -143,5 +155,7 @@ def emit_axolotl(ctx: EmitContext) -> Emitted:
     multinode_note(ctx, notes)
     launch = f"axolotl train {ctx.config_path}"
     if ctx.multi_gpu:
-        notes.append(f"axolotl train launches on all local GPUs through accelerate ({plan.gpus_per_node} per node billed)")
+        notes.append(
+            f"axolotl train launches on all local GPUs through accelerate ({plan.gpus_per_node} per node billed)"
+        )
     return Emitted("axolotl", config, launch, notes, side, placeholders, comments)

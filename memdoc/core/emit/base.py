@@ -165,8 +165,10 @@ def precision_note(plan: TrainingPlan) -> str:
             f"{p.compute_dtype_name}): less activation memory than this bill; bill --precision {amp} for the exact figure"
         )
     if plan.is_peft and p.is_amp:
-        return (f"precision {p.value}: frozen base weights loaded in {p.compute_dtype_name} (no fp32 copy of a frozen base), "
-                f"adapters fp32 (peft), `{'bf16' if p is Precision.AMP_BF16 else 'fp16'}: true` = autocast")
+        return (
+            f"precision {p.value}: frozen base weights loaded in {p.compute_dtype_name} (no fp32 copy of a frozen base), "
+            f"adapters fp32 (peft), `{'bf16' if p is Precision.AMP_BF16 else 'fp16'}: true` = autocast"
+        )
     if p is Precision.BF16:
         return "precision bf16 (pure): weights loaded in bfloat16, so gradients and optimizer states are bf16 too; `bf16: true` only turns on autocast"
     if p is Precision.AMP_BF16:
@@ -207,8 +209,13 @@ LIGER_NOTE = (
     "loss fused: Liger's fused linear cross-entropy (pip install liger-kernel; needs a CUDA/ROCm GPU with Triton) "
     "keeps the logits from ever being stored whole"
 )
-LIGER_CE_ONLY_CONFIG = {"rope": False, "rms_norm": False, "swiglu": False, "geglu": False,
-                        "fused_linear_cross_entropy": True}
+LIGER_CE_ONLY_CONFIG = {
+    "rope": False,
+    "rms_norm": False,
+    "swiglu": False,
+    "geglu": False,
+    "fused_linear_cross_entropy": True,
+}
 """`liger_kernel_config` for --loss fused-ce: transformers passes it to liger's `_apply_liger_kernel_to_instance`,
 which keeps the keys the model's patch function takes (swiglu for Llama, geglu for Gemma)."""
 

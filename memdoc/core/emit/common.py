@@ -6,8 +6,8 @@ from memdoc.core.emit.accelerate_fsdp import fsdp_accelerate_config
 from memdoc.core.emit.base import (
     DS_CONFIG_NAME,
     FSDP_CONFIG_NAME,
-    OUTPUT_DIR_PLACEHOLDER,
     LR_SCHEDULER,
+    OUTPUT_DIR_PLACEHOLDER,
     WARMUP_RATIO,
     EmitContext,
     SideFile,

@@ -45,7 +45,9 @@ def deepspeed_config(ctx: EmitContext, notes: list[str]) -> dict:
                 param["nvme_path"] = NVME_PLACEHOLDER
             zero["offload_param"] = param
         if target == "nvme":
-            notes.append(f"offload to nvme: set nvme_path ({NVME_PLACEHOLDER}) in {DS_CONFIG_NAME} to a fast local NVMe mount")
+            notes.append(
+                f"offload to nvme: set nvme_path ({NVME_PLACEHOLDER}) in {DS_CONFIG_NAME} to a fast local NVMe mount"
+            )
     if plan.precision in (Precision.BF16, Precision.FP16) and plan.method is Method.FULL:
         notes.append(
             f"precision {plan.precision.value} (pure) with DeepSpeed ZeRO: DeepSpeed keeps fp32 master weights and fp32 "
@@ -68,8 +70,12 @@ def deepspeed_config(ctx: EmitContext, notes: list[str]) -> dict:
                 "type": "AdamW",
                 "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"},
             }
-            notes.append("with offload the optimizer step runs as DeepSpeed's CPU AdamW on the host (the `optimizer` block of the DeepSpeed JSON)")
+            notes.append(
+                "with offload the optimizer step runs as DeepSpeed's CPU AdamW on the host (the `optimizer` block of the DeepSpeed JSON)"
+            )
         else:
             config["zero_force_ds_cpu_optimizer"] = False
-            notes.append(f"optimizer {plan.optimizer.value} with offload: DeepSpeed runs the trainer's optimizer on offloaded states (zero_force_ds_cpu_optimizer: false); slower than its CPU Adam")
+            notes.append(
+                f"optimizer {plan.optimizer.value} with offload: DeepSpeed runs the trainer's optimizer on offloaded states (zero_force_ds_cpu_optimizer: false); slower than its CPU Adam"
+            )
     return config

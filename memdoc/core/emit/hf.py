@@ -7,18 +7,18 @@ quantisation) or for LoRA: those become notes with the exact `from_pretrained` /
 from __future__ import annotations
 
 from memdoc.core.emit.base import (
+    FSDP_CONFIG_NAME,
     LIGER_CE_ONLY_CONFIG,
     LIGER_NOTE,
-    FSDP_CONFIG_NAME,
     TRAIN_SCRIPT_PLACEHOLDER,
     EmitContext,
     Emitted,
     all_linear,
-    uses_liger,
     load_dtype,
     precision_note,
     uses_deepspeed,
     uses_fsdp,
+    uses_liger,
 )
 from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
 from memdoc.core.emit.kbit import kbit_prepare_clause
@@ -34,20 +34,20 @@ def emit_hf(ctx: EmitContext) -> Emitted:
     load = [f"dtype=torch.{load_dtype(plan)}", f'attn_implementation="{plan.attention.value}"']
     if plan.method is Method.QLORA:
         load.append(
-            "quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"nf4\", "
+            'quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", '
             f"bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.{plan.precision.compute_dtype_name}"
             + (f", bnb_4bit_quant_storage=torch.{plan.precision.compute_dtype_name}" if uses_fsdp(plan) else "")
             + ")"
         )
     notes.append(
         f"TrainingArguments cannot load the model: in your script use "
-        f"AutoModelForCausalLM.from_pretrained(\"{ctx.model_id}\", {', '.join(load)}) — {precision_note(plan)}"
+        f'AutoModelForCausalLM.from_pretrained("{ctx.model_id}", {", ".join(load)}) — {precision_note(plan)}'
     )
     if plan.is_peft:
         targets = '"all-linear"' if all_linear(plan) else repr(list(plan.lora_targets))
         notes.append(
             f"TrainingArguments has no LoRA keys: wrap the model with peft get_peft_model(model, LoraConfig(r={plan.lora_rank}, "
-            f"lora_alpha={lora_alpha(plan)}, lora_dropout={plan.lora_dropout}, target_modules={targets}, task_type=\"CAUSAL_LM\"))"
+            f'lora_alpha={lora_alpha(plan)}, lora_dropout={plan.lora_dropout}, target_modules={targets}, task_type="CAUSAL_LM"))'
             + kbit_prepare_clause(plan)
         )
     notes.append(
@@ -55,7 +55,9 @@ def emit_hf(ctx: EmitContext) -> Emitted:
         f"to input_ids (+ labels) truncated/packed to {plan.seq_len} tokens and pass it as Trainer(train_dataset=...)"
     )
     if uses_liger(plan):
-        config["use_liger_kernel"] = True  # all of Liger's kernels for the model: RMSNorm, RoPE, SwiGLU/GeGLU, fused loss
+        config["use_liger_kernel"] = (
+            True  # all of Liger's kernels for the model: RMSNorm, RoPE, SwiGLU/GeGLU, fused loss
+        )
         if plan.loss is Loss.FUSED_CE:
             config["liger_kernel_config"] = dict(LIGER_CE_ONLY_CONFIG)
         notes.append(LIGER_NOTE)

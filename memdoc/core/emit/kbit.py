@@ -21,9 +21,9 @@ from memdoc.core.model.plan import Method, TrainingPlan
 _NOT_RUN = {
     "trl": "TRL's SFTTrainer (≥ 0.26) does not call peft's prepare_model_for_kbit_training and has no key for it",
     "axolotl": "Axolotl calls prepare_model_for_kbit_training but then casts norms, embed_tokens and lm_head back "
-               "to the compute dtype (for every adapter; no key keeps them fp32)",
+    "to the compute dtype (for every adapter; no key keeps them fp32)",
     "llamafactory": "LLaMA-Factory never calls prepare_model_for_kbit_training (upcast_layernorm: true would upcast "
-                    "the norm weights only)",
+    "the norm weights only)",
 }
 
 
@@ -32,10 +32,14 @@ def kbit_prepare_clause(plan: TrainingPlan) -> str:
     if plan.method is not Method.QLORA:
         return ""
     if plan.kbit_upcast:
-        return (" after prepare_model_for_kbit_training(model, use_gradient_checkpointing=...) — its fp32 upcast of "
-                "embeddings, LM head and norms is billed (--kbit-upcast)")
-    return (" — without peft's prepare_model_for_kbit_training, whose fp32 upcast of embeddings, LM head and norms "
-            "this plan does not bill (--kbit-upcast bills it)")
+        return (
+            " after prepare_model_for_kbit_training(model, use_gradient_checkpointing=...) — its fp32 upcast of "
+            "embeddings, LM head and norms is billed (--kbit-upcast)"
+        )
+    return (
+        " — without peft's prepare_model_for_kbit_training, whose fp32 upcast of embeddings, LM head and norms "
+        "this plan does not bill (--kbit-upcast bills it)"
+    )
 
 
 def kbit_notes(fmt: str, plan: TrainingPlan) -> list[str]:
@@ -44,11 +48,15 @@ def kbit_notes(fmt: str, plan: TrainingPlan) -> list[str]:
         return []
     notes = []
     if plan.kbit_upcast and fmt in _NOT_RUN:
-        notes.append(f"--kbit-upcast: {_NOT_RUN[fmt]}, so this config trains without the billed fp32 upcast "
-                     "(less memory than billed); bill it with --no-kbit-upcast")
+        notes.append(
+            f"--kbit-upcast: {_NOT_RUN[fmt]}, so this config trains without the billed fp32 upcast "
+            "(less memory than billed); bill it with --no-kbit-upcast"
+        )
     if fmt == "trl":
-        notes.append("TRL casts a 4-bit model's LoRA adapters to bf16 (billed in fp32, peft's default): "
-                     "adapters, their gradients and AdamW states take about half the billed bytes")
+        notes.append(
+            "TRL casts a 4-bit model's LoRA adapters to bf16 (billed in fp32, peft's default): "
+            "adapters, their gradients and AdamW states take about half the billed bytes"
+        )
     return notes
 
 

@@ -4,23 +4,22 @@ TrainingArguments keys in one file. FSDP runs through `accelerate launch` with t
 from __future__ import annotations
 
 from memdoc.core.emit.base import (
-    LIGER_NOTE,
     DATASET_PLACEHOLDER,
     FSDP_CONFIG_NAME,
+    LIGER_NOTE,
     EmitContext,
     Emitted,
     all_linear,
     precision_note,
-    uses_liger,
     uses_deepspeed,
     uses_fsdp,
+    uses_liger,
 )
-from memdoc.core.emit.kbit import kbit_notes
 from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
+from memdoc.core.emit.kbit import kbit_notes
 from memdoc.core.emit.templates import chat_template
 from memdoc.core.model.lora import lora_alpha
 from memdoc.core.model.plan import Loss, Method, Precision, Shard
-
 
 LF_DATASET_FORMAT = (
     "declared in data/dataset_info.json: alpaca format (instruction/input/output columns) or "
@@ -39,15 +38,21 @@ def _precision(plan, notes: list[str]) -> dict:
                 "(less memory than billed); the adapters are upcast to fp32"
             )
         elif p is not Precision.FP32:
-            notes.append(f"{precision_note(plan)} (LLaMA-Factory upcasts trainable parameters to fp32 unless pure_bf16, which is not set)")
+            notes.append(
+                f"{precision_note(plan)} (LLaMA-Factory upcasts trainable parameters to fp32 unless pure_bf16, which is not set)"
+            )
         return {}
     if p is Precision.BF16 and plan.shard is Shard.ZERO3:
-        notes.append("precision bf16 (pure): LLaMA-Factory refuses pure_bf16 with DeepSpeed ZeRO-3; emitted as bf16 AMP (fp32 master weights in DeepSpeed)")
+        notes.append(
+            "precision bf16 (pure): LLaMA-Factory refuses pure_bf16 with DeepSpeed ZeRO-3; emitted as bf16 AMP (fp32 master weights in DeepSpeed)"
+        )
     elif p is Precision.BF16:
         notes.append("precision bf16 (pure): pure_bf16: true keeps weights, gradients and optimizer states in bf16")
         return {"pure_bf16": True}
     elif p is Precision.AMP_BF16:
-        notes.append("precision amp-bf16: bf16: true; LLaMA-Factory upcasts the trainable weights to fp32 (master copy) and autocasts in bf16")
+        notes.append(
+            "precision amp-bf16: bf16: true; LLaMA-Factory upcasts the trainable weights to fp32 (master copy) and autocasts in bf16"
+        )
     return {}
 
 
@@ -76,7 +81,9 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
     template = chat_template(ctx.model_id)
     if template is None:
         config["template"] = "default"
-        placeholders["template"] = "no registered chat template known for this model: set the one it was trained with (llama3, qwen, mistral, …)"
+        placeholders["template"] = (
+            "no registered chat template known for this model: set the one it was trained with (llama3, qwen, mistral, …)"
+        )
     else:
         config["template"] = template.llamafactory
         comments["template"] = "the family's chat format (LLaMA-Factory's template registry)"
@@ -94,8 +101,10 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
         config["enable_liger_kernel"] = True
         notes.append(LIGER_NOTE)
         if plan.loss is Loss.FUSED_CE:
-            notes.append("loss fused-ce: enable_liger_kernel applies every Liger kernel (RMSNorm, RoPE, SwiGLU too); "
-                         "LLaMA-Factory has no key for the fused cross-entropy alone — bill --loss fused for this config")
+            notes.append(
+                "loss fused-ce: enable_liger_kernel applies every Liger kernel (RMSNorm, RoPE, SwiGLU too); "
+                "LLaMA-Factory has no key for the fused cross-entropy alone — bill --loss fused for this config"
+            )
     notes.extend(kbit_notes("llamafactory", plan))
     multinode_note(ctx, notes)
     side = distributed_side_files(ctx, notes)

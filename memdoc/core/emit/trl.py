@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 from memdoc.core.emit.base import (
-    LIGER_CE_ONLY_CONFIG,
-    LIGER_NOTE,
     DATASET_PLACEHOLDER,
     FSDP_CONFIG_NAME,
+    LIGER_CE_ONLY_CONFIG,
+    LIGER_NOTE,
     TRL_DATASET_FORMAT,
     EmitContext,
     Emitted,
     all_linear,
-    uses_liger,
     load_dtype,
     precision_note,
     uses_deepspeed,
     uses_fsdp,
+    uses_liger,
 )
-from memdoc.core.emit.kbit import kbit_notes
 from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
+from memdoc.core.emit.kbit import kbit_notes
 from memdoc.core.model.lora import lora_alpha
 from memdoc.core.model.plan import Loss, Method
 
@@ -52,7 +52,9 @@ def emit_trl(ctx: EmitContext) -> Emitted:
         if uses_fsdp(plan):
             config["bnb_4bit_quant_storage"] = plan.precision.compute_dtype_name
     if uses_liger(plan):
-        config["use_liger_kernel"] = True  # all of Liger's kernels for the model: RMSNorm, RoPE, SwiGLU/GeGLU, fused loss
+        config["use_liger_kernel"] = (
+            True  # all of Liger's kernels for the model: RMSNorm, RoPE, SwiGLU/GeGLU, fused loss
+        )
         if plan.loss is Loss.FUSED_CE:
             config["liger_kernel_config"] = dict(LIGER_CE_ONLY_CONFIG)
         notes.append(LIGER_NOTE)

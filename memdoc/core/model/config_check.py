@@ -26,19 +26,52 @@ MAX_VALUE = 2**31 - 1
 """Largest integer accepted for any size or count (torch shapes are int32-addressable per dim)."""
 
 _POSITIVE = (
-    "hidden_size", "n_embd", "d_model", "num_hidden_layers", "n_layer", "num_layers",
-    "num_attention_heads", "n_head", "vocab_size", "num_key_value_heads", "num_kv_heads", "head_dim",
-    "intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim", "moe_intermediate_size",
-    "shared_expert_intermediate_size", "decoder_sparse_step", "moe_layer_freq",
-    "max_position_embeddings", "n_positions", "seq_length", "type_vocab_size",
-    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank", "num_ln_in_parallel_attn",
+    "hidden_size",
+    "n_embd",
+    "d_model",
+    "num_hidden_layers",
+    "n_layer",
+    "num_layers",
+    "num_attention_heads",
+    "n_head",
+    "vocab_size",
+    "num_key_value_heads",
+    "num_kv_heads",
+    "head_dim",
+    "intermediate_size",
+    "n_inner",
+    "ffn_hidden_size",
+    "ffn_dim",
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
+    "decoder_sparse_step",
+    "moe_layer_freq",
+    "max_position_embeddings",
+    "n_positions",
+    "seq_length",
+    "type_vocab_size",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "kv_lora_rank",
+    "num_ln_in_parallel_attn",
 )
 _NON_NEGATIVE = (
-    "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "n_shared_experts",
-    "first_k_dense_replace", "q_lora_rank",
+    "num_local_experts",
+    "num_experts",
+    "n_routed_experts",
+    "num_experts_per_tok",
+    "n_shared_experts",
+    "first_k_dense_replace",
+    "q_lora_rank",
 )
 _BOOLEANS = (
-    "tie_word_embeddings", "attention_bias", "mlp_bias", "bias", "multi_query", "new_decoder_architecture",
+    "tie_word_embeddings",
+    "attention_bias",
+    "mlp_bias",
+    "bias",
+    "multi_query",
+    "new_decoder_architecture",
     "parallel_attn",
 )
 # Keys the analytic layout of a family cannot do without (beyond hidden/layers/heads/vocab).
@@ -72,7 +105,6 @@ def _integer(config: dict, key: str, where: str, minimum: int) -> int | None:
     return value
 
 
-
 def _first(config: dict, *keys: str) -> int | None:
     for key in keys:
         if config.get(key) is not None:
@@ -98,7 +130,9 @@ def check_config(config: dict, *, model_id: str, family: str | None = None) -> N
         if config.get(key) is not None and not isinstance(config[key], bool):
             raise ConfigError(f"{where}: {key} must be true or false, got {quoted(config[key])}")
     only = config.get("mlp_only_layers")
-    if only is not None and (not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only)):
+    if only is not None and (
+        not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only)
+    ):
         raise ConfigError(f"{where}: mlp_only_layers must be a list of layer indices, got {quoted(only)}")
     for key in _REQUIRED_BY_FAMILY.get(family or "", ()):
         if config.get(key) is None:

@@ -100,6 +100,7 @@ class GpuSpec:
         if self.compute_capability is None:
             return True
         return int(self.compute_capability.split(".")[0]) >= 8
+
     process_overhead_bytes: int | None = None
     """A training process's device memory outside PyTorch's allocator (CUDA context, kernels,
     library workspaces), where measured on this GPU; None: the bill's default."""
@@ -147,7 +148,9 @@ def _spec_from_entry(entry: dict) -> GpuSpec:
         source=str(entry["source"]),
         notes=entry.get("notes"),
         compute_capability=None if entry.get("compute_capability") is None else str(entry["compute_capability"]),
-        process_overhead_bytes=None if entry.get("process_overhead_bytes") is None else int(entry["process_overhead_bytes"]),
+        process_overhead_bytes=None
+        if entry.get("process_overhead_bytes") is None
+        else int(entry["process_overhead_bytes"]),
     )
 
 
@@ -279,12 +282,17 @@ def choice_note(text: str, spec: GpuSpec) -> str | None:
     if spec.is_generic:
         size = spec.memory_nominal_gb
         sold = [g for g in _table() if g.memory_nominal_gb == size]
-        nearest = sorted(sold, key=lambda g: -g.memory_bytes)[:5] if sold else \
-            sorted(_table(), key=lambda g: abs(g.memory_bytes - spec.memory_bytes))[:3]
+        nearest = (
+            sorted(sold, key=lambda g: -g.memory_bytes)[:5]
+            if sold
+            else sorted(_table(), key=lambda g: abs(g.memory_bytes - spec.memory_bytes))[:3]
+        )
         cards = ", ".join(f"{g.id} {g.memory_bytes / GiB:.2f} GiB" for g in nearest)
         which = f"cards sold as {size:g} GB expose" if sold else "the nearest cards have"
-        return (f"--gpu {raw} is a generic GPU with exactly {spec.memory_bytes / GiB:.2f} GiB; {which} "
-                f"{cards}: pass one (--gpu {nearest[-1].id}) to bill its real memory")
+        return (
+            f"--gpu {raw} is a generic GPU with exactly {spec.memory_bytes / GiB:.2f} GiB; {which} "
+            f"{cards}: pass one (--gpu {nearest[-1].id}) to bill its real memory"
+        )
     if key == _norm(spec.id):
         return None
     variants = [g for g in _table() if g.id != spec.id and _norm(g.id).startswith(key)]

@@ -45,7 +45,7 @@ def default_targets(family: str) -> tuple[str, ...]:
     return FAMILY_DEFAULT_TARGETS.get(family, DEFAULT_TARGETS)
 
 
-def adapted_names(plan: "TrainingPlan") -> frozenset[str] | None:
+def adapted_names(plan: TrainingPlan) -> frozenset[str] | None:
     """Module names that get LoRA adapters (None = everything trains: full fine-tuning)."""
     if not plan.is_peft:
         return None
@@ -54,7 +54,7 @@ def adapted_names(plan: "TrainingPlan") -> frozenset[str] | None:
     return frozenset(plan.lora_targets)
 
 
-def is_trained(linear: "Linear", names: frozenset[str] | None) -> bool:
+def is_trained(linear: Linear, names: frozenset[str] | None) -> bool:
     """Is this linear trained (its weight, or a LoRA adapter on it)? Then it keeps its input for backward.
 
     `names` is `adapted_names(plan)`.
@@ -66,12 +66,12 @@ def is_trained(linear: "Linear", names: frozenset[str] | None) -> bool:
     return _EVERYTHING in names or linear.name.split(".")[-1] in names
 
 
-def is_adaptable(linear: "Linear") -> bool:
+def is_adaptable(linear: Linear) -> bool:
     """Can peft put an adapter on this linear (an nn.Linear of the decoder)?"""
     return linear.group not in _NOT_ADAPTED_GROUPS
 
 
-def fit_lora_targets(plan: "TrainingPlan", model: "ModelSpec") -> "TrainingPlan":
+def fit_lora_targets(plan: TrainingPlan, model: ModelSpec) -> TrainingPlan:
     """A LoRA plan whose targets name no module of `model` gets peft's default targets for it.
 
     The ladder and prescriptions switch plans to LoRA with the default q_proj,v_proj; Phi-3,
@@ -84,12 +84,12 @@ def fit_lora_targets(plan: "TrainingPlan", model: "ModelSpec") -> "TrainingPlan"
     return plan.replace(lora_targets=model.default_lora_targets)
 
 
-def peft_target_modules(plan: "TrainingPlan") -> str | list[str]:
+def peft_target_modules(plan: TrainingPlan) -> str | list[str]:
     """`LoraConfig(target_modules=…)` for this plan: "all-linear" or the list of names."""
     return ALL_LINEAR if ALL_LINEAR in plan.lora_targets else list(plan.lora_targets)
 
 
-def lora_alpha(plan: "TrainingPlan") -> int:
+def lora_alpha(plan: TrainingPlan) -> int:
     """The plan's LoRA alpha; unset means 2 × rank (memory-neutral)."""
     return plan.lora_alpha if plan.lora_alpha is not None else 2 * plan.lora_rank
 

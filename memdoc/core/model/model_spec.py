@@ -25,7 +25,6 @@ from memdoc.core.model.params import (
 from memdoc.errors import ConfigError
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     """What memdoc knows about one model. Counts are exact (see `memdoc.core.model.params`)."""
@@ -93,7 +92,7 @@ class ModelSpec:
         )
 
     @property
-    def layouts(self) -> "LayerLayouts":
+    def layouts(self) -> LayerLayouts:
         """The layout of decoder layer i as `layouts[i]` (a lazy sequence over `layer_groups`)."""
         return LayerLayouts(self)
 

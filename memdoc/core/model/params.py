@@ -105,7 +105,9 @@ def _i(config: dict, *keys: str, default=None) -> int:
     return int(default)
 
 
-def _gated_mlp(h: int, i: int, bias: bool = False, group: str = "mlp", copies: int = 1, prefix: str = "") -> list[Linear]:
+def _gated_mlp(
+    h: int, i: int, bias: bool = False, group: str = "mlp", copies: int = 1, prefix: str = ""
+) -> list[Linear]:
     return [
         Linear(prefix + "gate_proj", h, i, bias, group, copies),
         Linear(prefix + "up_proj", h, i, bias, group, copies),
@@ -164,7 +166,11 @@ def _is_moe_layer(config: dict, family: str, index: int) -> bool:
         return index not in only_dense and _i(config, "num_experts") > 0 and (index + 1) % step == 0
     if family == "deepseek_v2":
         freq = int(config.get("moe_layer_freq", 1) or 1)
-        return bool(config.get("n_routed_experts")) and index >= (config.get("first_k_dense_replace") or 0) and index % freq == 0
+        return (
+            bool(config.get("n_routed_experts"))
+            and index >= (config.get("first_k_dense_replace") or 0)
+            and index % freq == 0
+        )
     return False
 
 

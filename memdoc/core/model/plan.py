@@ -10,8 +10,8 @@ import dataclasses
 from dataclasses import dataclass
 from enum import Enum
 
-from memdoc.errors import PlanError, did_you_mean, quoted
 from memdoc.core.model.lora import ALL_LINEAR, DEFAULT_TARGETS
+from memdoc.errors import PlanError, did_you_mean, quoted
 
 
 class Method(str, Enum):
@@ -250,7 +250,16 @@ class TrainingPlan:
     """CUDA caching-allocator mode (reserved memory and fragmentation)."""
 
     def __post_init__(self) -> None:
-        for name in ("micro_batch", "seq_len", "grad_accum", "gpus_per_node", "nodes", "lora_rank", "lora_alpha", "checkpoint_every"):
+        for name in (
+            "micro_batch",
+            "seq_len",
+            "grad_accum",
+            "gpus_per_node",
+            "nodes",
+            "lora_rank",
+            "lora_alpha",
+            "checkpoint_every",
+        ):
             value = getattr(self, name)
             if value is None and name == "lora_alpha":
                 continue
@@ -258,7 +267,11 @@ class TrainingPlan:
                 raise PlanError(f"{flag_for(name)} must be a positive integer, got {value!r}")
             if value > MAX_PLAN_VALUE:
                 raise PlanError(f"{flag_for(name)} {value} is beyond any real run ({MAX_PLAN_VALUE:,} at most)")
-        if not isinstance(self.lora_dropout, (int, float)) or isinstance(self.lora_dropout, bool) or not 0 <= self.lora_dropout < 1:
+        if (
+            not isinstance(self.lora_dropout, (int, float))
+            or isinstance(self.lora_dropout, bool)
+            or not 0 <= self.lora_dropout < 1
+        ):
             raise PlanError(f"--lora-dropout must be a probability in [0, 1), got {self.lora_dropout!r}")
         if self.lora_alpha is not None and self.lora_alpha < 1:
             raise PlanError(f"--lora-alpha must be a positive integer, got {self.lora_alpha!r}")
@@ -270,12 +283,16 @@ class TrainingPlan:
             raise PlanError("--precision fp32 with --method qlora: QLoRA computes in bf16/fp16; use bf16 or amp-bf16")
         single_gpu_offload = self.shard is Shard.ZERO3 and self.offload is Offload.OPTIMIZER_PARAMS
         if self.shard is not Shard.NONE and self.world_size == 1 and not single_gpu_offload:
-            raise PlanError(f"--shard {self.shard.value} needs more than one GPU (set --gpus N), "
-                            "except zero3 with --offload optimizer+params (DeepSpeed runs it on one GPU)")
+            raise PlanError(
+                f"--shard {self.shard.value} needs more than one GPU (set --gpus N), "
+                "except zero3 with --offload optimizer+params (DeepSpeed runs it on one GPU)"
+            )
         if self.offload is Offload.OPTIMIZER_PARAMS and not self.shard.shards_weights:
             raise PlanError("--offload optimizer+params needs --shard zero3 or fsdp (weights are offloaded per shard)")
         if self.optimizer in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT) and self.offload is not Offload.NONE:
-            raise PlanError("--offload with an 8-bit optimizer: DeepSpeed/FSDP offload runs its own CPU Adam; use adamw")
+            raise PlanError(
+                "--offload with an 8-bit optimizer: DeepSpeed/FSDP offload runs its own CPU Adam; use adamw"
+            )
 
     @property
     def world_size(self) -> int:
@@ -295,7 +312,7 @@ class TrainingPlan:
             and (self.shard is not Shard.NONE or self.offload is not Offload.NONE)
         )
 
-    def replace(self, **changes) -> "TrainingPlan":
+    def replace(self, **changes) -> TrainingPlan:
         """A new, re-validated plan with `changes` applied."""
         return dataclasses.replace(self, **changes)
 
@@ -321,7 +338,7 @@ class TrainingPlan:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict) -> "TrainingPlan":
+    def from_dict(cls, data: dict) -> TrainingPlan:
         """Build from plain data (recipe YAML or --json); unknown keys are refused by name."""
         known = {f.name: f for f in dataclasses.fields(cls)}
         kwargs = {}
@@ -387,7 +404,9 @@ def _coerce(name: str, value):
         if isinstance(value, str):
             value = [t.strip() for t in value.split(",")]
         if not isinstance(value, (list, tuple)) or not all(isinstance(t, str) for t in value):
-            raise PlanError(f"{flag_for(name)} must be module names (a comma-separated string or a list), got {quoted(value)}")
+            raise PlanError(
+                f"{flag_for(name)} must be module names (a comma-separated string or a list), got {quoted(value)}"
+            )
         return tuple(value)
     if name in ("allow_long", "kbit_upcast"):
         if isinstance(value, str) and value.strip().lower() in ("true", "false"):  # as typed on a command line
@@ -406,12 +425,13 @@ def _coerce(name: str, value):
             raise PlanError(f"--lora-dropout must be a number in [0, 1), got {quoted(value)}") from None
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, str) and value.strip().isdigit() and value.strip().isascii():  # "4", as typed on a command line
+    if (
+        isinstance(value, str) and value.strip().isdigit() and value.strip().isascii()
+    ):  # "4", as typed on a command line
         value = int(value.strip())
     if not isinstance(value, int) or isinstance(value, bool):
         raise PlanError(f"{flag_for(name)} must be an integer, got {quoted(value)}")
     return value
-
 
 
 def parse_plan(**values) -> TrainingPlan:
@@ -443,7 +463,9 @@ def check_plan_against_model(
                 f"its modules: {', '.join(sorted(linear_names))}, or all-linear"
             )
     if plan.is_peft and plan.lora_rank >= hidden_size:
-        raise PlanError(f"--lora-rank {plan.lora_rank} must be smaller than the hidden size {hidden_size} of {model_id}")
+        raise PlanError(
+            f"--lora-rank {plan.lora_rank} must be smaller than the hidden size {hidden_size} of {model_id}"
+        )
     if max_positions and plan.seq_len > max_positions and not plan.allow_long:
         raise PlanError(
             f"--seq {plan.seq_len} exceeds {model_id}'s context of {max_positions} tokens "

@@ -19,7 +19,12 @@ def cuda_start(session: Session) -> bool:
         torch.cuda.reset_peak_memory_stats()
 
     def observer(device, alloc, device_alloc, device_free):
-        session.cuda_oom_info = {"device": device, "tried": alloc, "device_allocated": device_alloc, "device_free": device_free}
+        session.cuda_oom_info = {
+            "device": device,
+            "tried": alloc,
+            "device_allocated": device_alloc,
+            "device_free": device_free,
+        }
 
     with contextlib.suppress(Exception):
         torch._C._cuda_attach_out_of_memory_observer(observer)

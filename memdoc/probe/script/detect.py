@@ -57,15 +57,24 @@ def optimizer_kind(info: dict | None, *, cuda: bool):
     return Optimizer.ADAMW
 
 
-def detect_plan(hf, peft_model, *, autocast: str | None, checkpointing: bool, optimizer: dict | None,
-                input_shape: tuple | None, cuda: bool, fused_loss: bool = False):
+def detect_plan(
+    hf,
+    peft_model,
+    *,
+    autocast: str | None,
+    checkpointing: bool,
+    optimizer: dict | None,
+    input_shape: tuple | None,
+    cuda: bool,
+    fused_loss: bool = False,
+):
     """(TrainingPlan, {field: value} detected) for the model `hf` (wrapped by `peft_model`).
 
     `autocast` is the autocast dtype of the forward ('bf16', 'fp16') or None; `input_shape` the
     (batch, sequence) of the input ids.
     """
-    from memdoc.core.model.plan import Attention, Checkpointing, Loss, Method, Precision, TrainingPlan
     from memdoc.core.model.lora import DEFAULT_TARGETS
+    from memdoc.core.model.plan import Attention, Checkpointing, Loss, Method, Precision, TrainingPlan
 
     params = list((peft_model or hf).named_parameters())
     trainable = [(n, p) for n, p in params if p.requires_grad]
@@ -86,7 +95,9 @@ def detect_plan(hf, peft_model, *, autocast: str | None, checkpointing: bool, op
     if lora:
         kwargs["method"] = Method.QLORA if four_bit else Method.LORA
         if four_bit:  # peft's prepare_model_for_kbit_training leaves the embedding (and the norms, the head) fp32
-            embedding = getattr(hf.get_input_embeddings(), "weight", None) if hasattr(hf, "get_input_embeddings") else None
+            embedding = (
+                getattr(hf.get_input_embeddings(), "weight", None) if hasattr(hf, "get_input_embeddings") else None
+            )
             kwargs["kbit_upcast"] = embedding is not None and str(embedding.dtype) == "torch.float32"
         cfg = None
         with contextlib.suppress(Exception):
@@ -127,7 +138,8 @@ def detect_hf(session: Session, result: ScriptResult) -> None:
     hf, peft_model = found
     try:
         plan, detected = detect_plan(
-            hf, peft_model,
+            hf,
+            peft_model,
             autocast="bf16" if session.autocast_seen else None,
             checkpointing=bool(session.ckpt_wrapped),
             optimizer=next(iter(session.opt_info.values()), None),

@@ -55,15 +55,24 @@ def run_script(
         try:
             result = build_result(session, path, "timeout", None, None, None, cuda, want_snapshot)
             result.elapsed_s = time.monotonic() - start
-            result.notes.append("the script ignored memdoc's stop at --timeout (it catches BaseException or "
-                                "SIGALRM): memdoc reported what it measured and ended the process")
+            result.notes.append(
+                "the script ignored memdoc's stop at --timeout (it catches BaseException or "
+                "SIGALRM): memdoc reported what it measured and ended the process"
+            )
         except Exception:  # the script is still running and may have changed what the report reads
             result = None
         on_stuck(result)
 
     try:
-        with restore_stdio(), script_env(path, list(args or []), stdout_to_stderr), instrument(session), \
-                exit_as_stop(), watchdog(timeout, on_stuck and stuck), alarm(timeout), tracker:
+        with (
+            restore_stdio(),
+            script_env(path, list(args or []), stdout_to_stderr),
+            instrument(session),
+            exit_as_stop(),
+            watchdog(timeout, on_stuck and stuck),
+            alarm(timeout),
+            tracker,
+        ):
             try:
                 runpy.run_path(str(path), run_name="__main__")
             except ScriptExit as stop:
@@ -82,7 +91,8 @@ def run_script(
                     "message": str(exc).strip().splitlines()[0] if str(exc).strip() else "out of memory",
                     "phase": session.bucket(),
                     "step": session.step_index + 1,
-                    "prescribe": "memdoc prescribe --symptom " + ("startup-oom" if session.steps == 0 else "mid-run-oom"),
+                    "prescribe": "memdoc prescribe --symptom "
+                    + ("startup-oom" if session.steps == 0 else "mid-run-oom"),
                 }
                 tb_text = filtered_traceback(exc, path)
             except KeyboardInterrupt:
@@ -114,7 +124,9 @@ def build_result(session, path, stop_reason, oom, tb_text, script_exit, cuda, wa
     notes = []
     setup = session.phase_peak.get("setup")
     if setup and setup["peak_allocated"] > measured["peak_allocated"]:
-        notes.append(f"memory peaked before the first forward pass (setup: {setup['peak_allocated']} bytes); the figures are for the training phases")
+        notes.append(
+            f"memory peaked before the first forward pass (setup: {setup['peak_allocated']} bytes); the figures are for the training phases"
+        )
     weights, grads, opt = session.state_bytes()
     trainable = session.trainable()
     trainable_bytes = 0
@@ -173,7 +185,7 @@ def build_result(session, path, stop_reason, oom, tb_text, script_exit, cuda, wa
                         cats[p.grad.data_ptr()] = "gradients"
             for o in list(session.optimizers):
                 for st in o.state.values():
-                    for v in (st.values() if isinstance(st, dict) else []):
+                    for v in st.values() if isinstance(st, dict) else []:
                         if isinstance(v, torch.Tensor) and v.is_cuda:
                             cats[v.data_ptr()] = "optimizer"
             result.categories = cats
@@ -185,9 +197,14 @@ def build_result(session, path, stop_reason, oom, tb_text, script_exit, cuda, wa
             if getattr(m, "gradient_checkpointing", False) is True:
                 flagged.append((name, m))
     # keep the innermost flagged modules (HF also flags the model that holds the layers)
-    requested = [names.get(id(m), name) for name, m in flagged
-                 if not any(o is not m and any(x is o for x in m.modules()) for _, o in flagged)]
-    not_training = [n for n in (names.get(i, type(m).__name__) for i, m in session.ckpt_not_training.items()) if n in requested]
+    requested = [
+        names.get(id(m), name)
+        for name, m in flagged
+        if not any(o is not m and any(x is o for x in m.modules()) for _, o in flagged)
+    ]
+    not_training = [
+        n for n in (names.get(i, type(m).__name__) for i, m in session.ckpt_not_training.items()) if n in requested
+    ]
     facts = RunFacts(
         measured=result.measured,
         max_activations=max((ph.get("activations", 0) for ph in phases.values()), default=0),

@@ -21,7 +21,6 @@ class Stop(BaseException):
         self.reason = reason
 
 
-
 def check_script(path: Path) -> str:
     """The script's source, or ScriptError (exit 2) when it cannot be read or compiled."""
     try:
@@ -34,7 +33,9 @@ def check_script(path: Path) -> str:
         compile(source, str(path), "exec")
     except SyntaxError as exc:
         where = f"{path}:{exc.lineno}" if exc.lineno else str(path)
-        raise ScriptError(f"{where}: {type(exc).__name__}: {exc.msg}", hint="the script does not compile; fix it and rerun") from None
+        raise ScriptError(
+            f"{where}: {type(exc).__name__}: {exc.msg}", hint="the script does not compile; fix it and rerun"
+        ) from None
     except ValueError as exc:  # null bytes
         raise ScriptError(f"cannot compile {path}: {exc}") from None
     return source
@@ -99,7 +100,6 @@ def script_env(path: Path, args: list[str], stdout_to_stderr: bool):
             sys.path.pop(0)
         elif old_path0 is not None and old_path0 not in sys.path:  # pragma: no cover
             sys.path.insert(0, old_path0)
-
 
 
 def is_script_target(target: str) -> bool:

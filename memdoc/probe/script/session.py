@@ -29,7 +29,6 @@ traceback, `torch.OutOfMemoryError` is reported with what was measured until the
 that cannot be read or compiled is memdoc's `ScriptError`.
 """
 
-
 from __future__ import annotations
 
 import contextlib
@@ -39,11 +38,16 @@ import time
 
 from memdoc.probe.script.sandbox import Stop
 
-PHASE_BUCKET = {"setup": "setup", "forward": "forward", "idle": "optimizer", "backward": "backward",
-                "between": "optimizer", "optimizer": "optimizer"}
+PHASE_BUCKET = {
+    "setup": "setup",
+    "forward": "forward",
+    "idle": "optimizer",
+    "backward": "backward",
+    "between": "optimizer",
+    "optimizer": "optimizer",
+}
 """Tracker phase → reported phase. Ops between backward and the step (clipping, unscaling) and after
 the step until the next forward (zero_grad, the next batch) count to the optimizer phase."""
-
 
 
 def storage_key(t):
@@ -63,7 +67,6 @@ def storage_key(t):
 
     ref = StorageWeakRef(st)
     return ref.cdata, st.nbytes(), ref
-
 
 
 class Session:
@@ -308,11 +311,14 @@ class Session:
     def opt_pre(self, opt, args, kwargs) -> None:
         if not any(o is opt for o in self.optimizers):
             self.optimizers.append(opt)
-        self.opt_info.setdefault(id(opt), {
-            "class": type(opt).__name__,
-            "foreach": opt.defaults.get("foreach"),
-            "fused": opt.defaults.get("fused"),
-        })
+        self.opt_info.setdefault(
+            id(opt),
+            {
+                "class": type(opt).__name__,
+                "foreach": opt.defaults.get("foreach"),
+                "fused": opt.defaults.get("fused"),
+            },
+        )
         self.phase = "optimizer"
 
     def opt_post(self, opt, args, kwargs) -> None:
@@ -331,7 +337,11 @@ class Session:
             self.ckpt_reentrant += 1
         target = fn
         if hasattr(fn, "func"):  # functools.partial(forward, module, …)
-            target = fn.args[0] if fn.args and isinstance(fn.args[0], torch.nn.Module) else getattr(fn.func, "__self__", fn.func)
+            target = (
+                fn.args[0]
+                if fn.args and isinstance(fn.args[0], torch.nn.Module)
+                else getattr(fn.func, "__self__", fn.func)
+            )
         target = getattr(target, "__self__", target)
         if isinstance(target, torch.nn.Module):
             self.ckpt_wrapped[id(target)] = target
@@ -345,10 +355,9 @@ class Session:
 
 
 def make_tracker(session: Session):
+    import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
-
-    import torch
 
     class _Tracker(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
