@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memdoc.core.billing.activations import layer_activations
-from memdoc.core.billing.states import parameter_tensors
+from memdoc.core.billing.states import ParameterTensors, parameter_tensors
 from memdoc.core.model.plan import Checkpointing, Loss, Method, Optimizer
 
 FP32 = 4
@@ -101,179 +101,253 @@ def _split(name: str, nbytes: int, model, T: int) -> list[int]:
     return [nbytes]
 
 
-def training_events(bill) -> Events:
-    """The event stream of `STEPS` training steps of `bill`'s plan (see the module docstring)."""
-    model, plan, acts = bill.model, bill.plan, bill.acts
-    tensors = parameter_tensors(model, plan)
-    full = plan.method is Method.FULL
-    compute_bytes = plan.precision.compute_bits // 8
-    # per-element bytes of stored weights / grads / states, scaled so that each kind sums to the bill's figure
-    all_numels = tensors.embedding + tensors.head + tensors.other + sum(map(sum, tensors.layers))
-    trainable_numels = sum(map(sum, tensors.trainable)) + (
-        tensors.embedding + tensors.head + tensors.other if full else 0
-    )
-    peak = bill.peak
-    w_scale = peak.weights / max(all_numels, 1)
-    if not full:  # frozen base + fp32 adapters: keep the base per element, adapters fp32
-        adapters = sum(map(sum, tensors.trainable))
-        w_scale = max(peak.weights - 4 * adapters, 0) / max(all_numels, 1)
-    g_scale = bill.phases["optimizer"].gradients / max(trainable_numels, 1)
-    s_scale = bill.phases["optimizer"].optimizer / max(trainable_numels, 1)
-    t_total = bill.phases["optimizer"].other
+def _layout_items(model, plan) -> dict:
+    """Per distinct layer layout, the sizes of the tensors its forward saves, in `layer_activations` order."""
     T = plan.micro_batch * plan.seq_len
-    layout_items = {}
+    items = {}
     for i, layout in enumerate(model.layouts):
-        if layout not in layout_items:
-            layout_items[layout] = [
+        if layout not in items:
+            items[layout] = [
                 t for name, v in layer_activations(model, plan, i).items() if v > 0 for t in _split(name, v, model, T)
             ]
-    V, h = model.vocab_size, model.hidden_size
-    L = model.num_layers
-    s = _Stream()
+    return items
 
-    # -- build -----------------------------------------------------------------------------
-    def weights(numels: list[int]) -> None:
-        for n in numels:
-            if n:
-                s.alloc(n * w_scale)
 
-    weights([tensors.embedding])
-    for i in range(L):
-        weights(tensors.layers[i])
-    weights([tensors.other, tensors.head])
-    if not full:  # peft adds the fp32 adapters after the model is built
-        for layer in tensors.trainable:
-            for n in layer:
-                s.alloc(4 * n)
-
-    trainable_order = (
+def _trainable_order(tensors: ParameterTensors, full: bool) -> list[int]:
+    """Element counts of the trainable tensors in module order (the optimizer's parameter order)."""
+    order = (
         ([tensors.embedding] if full else [])
         + [n for layer in tensors.trainable for n in layer]
         + ([tensors.other, tensors.head] if full else [])
     )
-    trainable_order = [n for n in trainable_order if n]
-    states_made = False
-    residual = acts.layers_saved // L if plan.checkpointing is not Checkpointing.NONE else 0
-    copies = acts.weight_copies // L
-    fused = plan.loss is not Loss.HF  # fused and fused-ce both run the fused linear cross-entropy
-    logits_dt = 2 if plan.precision.is_amp and full else compute_bytes
-    logsoftmax = 0 if fused else FP32 * T * V
-    # Gemma-2's final logit soft-capping: logits / cap → tanh (saved, part of head_saved) → × cap
-    softcap = (
-        logits_dt * T * V
-        if (not fused and model.family == "gemma2" and model.config.get("final_logit_softcapping"))
-        else 0
-    )
-    head_rest = max(acts.head_saved - logsoftmax - softcap, 0)
-    grad_buffer = (
-        acts.layer_backward_peak - (acts.layer_saved if plan.checkpointing is not Checkpointing.NONE else 0)
-    ) // 3
-    dx_bytes = (FP32 if plan.precision.is_amp and full else compute_bytes) * T * h
+    return [n for n in order if n]
 
-    for _ in range(STEPS):
-        # -- forward -------------------------------------------------------------------------
-        ids = s.alloc(8 * T)
-        x = s.alloc(dx_bytes)  # embedding output
-        saved: list[list[int]] = []
-        for i in range(L):
-            items = layout_items[model.layouts[i]]
-            kept = [s.alloc(copies)] if copies else []
-            if plan.checkpointing is Checkpointing.NONE:
-                kept += [s.alloc(b) for b in items]
-            else:
-                inner = [s.alloc(b) for b in items]
-                s.free_all(inner, reverse=True)
-                kept.append(s.alloc(residual))
-            saved.append(kept)
-        head = [s.alloc(head_rest)]
-        if fused:
-            chunk = s.alloc(acts.loss_forward_peak)
-            s.free(chunk)
-            logits = None
-        else:
-            logits = s.alloc(logits_dt * T * V)
-            tanh = None
-            if softcap:  # each step a new tensor; the one before dies when the name is rebound
-                scaled = s.alloc(softcap)
-                s.free(logits)
-                tanh = s.alloc(softcap)
-                s.free(scaled)
-                logits = s.alloc(softcap)
-            upcast = s.alloc(FP32 * T * V) if logits_dt != FP32 else None
-            head.append(s.alloc(logsoftmax))
-            if upcast is not None:
-                s.free(upcast)
-            s.free(logits)
-        # -- backward -----------------------------------------------------------------------
-        grads: list[int] = []
 
-        def grad(n: int) -> None:
+class _TrainingRun:
+    """The allocation stream of `STEPS` training steps of one bill, one named phase per method.
+
+    Per-element bytes of the stored weights, gradients and optimizer states are scaled so that each
+    kind sums to the bill's figure; the activation, logits and temporary sizes come from `bill.acts`.
+    """
+
+    def __init__(self, bill) -> None:
+        self.stream = _Stream()
+        self.model, self.plan, self.acts = bill.model, bill.plan, bill.acts
+        self.tensors = parameter_tensors(self.model, self.plan)
+        self.full = self.plan.method is Method.FULL
+        self.checkpointing = self.plan.checkpointing is not Checkpointing.NONE
+        self.tokens = self.plan.micro_batch * self.plan.seq_len
+        self.layout_items = _layout_items(self.model, self.plan)
+        self.trainable_order = _trainable_order(self.tensors, self.full)
+        self._scale_states(bill)
+        self._size_loss_head()
+        self.states_made = False
+        self.grads: list[int] = []  # this step's gradient tensors, in the order backward made them
+
+    def _scale_states(self, bill) -> None:
+        """Bytes per element of weights, gradients and optimizer states, so that each sums to the bill's figure."""
+        tensors = self.tensors
+        all_numels = tensors.embedding + tensors.head + tensors.other + sum(map(sum, tensors.layers))
+        trainable_numels = sum(map(sum, tensors.trainable)) + (
+            tensors.embedding + tensors.head + tensors.other if self.full else 0
+        )
+        self.w_scale = bill.peak.weights / max(all_numels, 1)
+        if not self.full:  # frozen base + fp32 adapters: keep the base per element, adapters fp32
+            adapters = sum(map(sum, tensors.trainable))
+            self.w_scale = max(bill.peak.weights - 4 * adapters, 0) / max(all_numels, 1)
+        optimizer = bill.phases["optimizer"]
+        self.g_scale = optimizer.gradients / max(trainable_numels, 1)
+        self.s_scale = optimizer.optimizer / max(trainable_numels, 1)
+        self.step_temp_total = optimizer.other
+
+    def _size_loss_head(self) -> None:
+        """Sizes of the per-layer residuals, the logits and their loss tensors, and the backward buffers."""
+        model, plan, acts, T = self.model, self.plan, self.acts, self.tokens
+        compute_bytes = plan.precision.compute_bits // 8
+        self.residual = acts.layers_saved // model.num_layers if self.checkpointing else 0
+        self.copies = acts.weight_copies // model.num_layers
+        self.fused = plan.loss is not Loss.HF  # fused and fused-ce both run the fused linear cross-entropy
+        self.logits_dt = 2 if plan.precision.is_amp and self.full else compute_bytes
+        self.logits_numel = T * model.vocab_size  # tokens × vocabulary
+        self.logsoftmax = 0 if self.fused else FP32 * self.logits_numel
+        # Gemma-2's final logit soft-capping: logits / cap → tanh (saved, part of head_saved) → × cap
+        self.softcap = (
+            self.logits_dt * self.logits_numel
+            if (not self.fused and model.family == "gemma2" and model.config.get("final_logit_softcapping"))
+            else 0
+        )
+        self.head_rest = max(acts.head_saved - self.logsoftmax - self.softcap, 0)
+        self.grad_buffer = (acts.layer_backward_peak - (acts.layer_saved if self.checkpointing else 0)) // 3
+        self.dx_bytes = (FP32 if plan.precision.is_amp and self.full else compute_bytes) * T * model.hidden_size
+
+    # -- build ---------------------------------------------------------------------------------
+    def build(self) -> None:
+        """Every parameter tensor in module order, then peft's fp32 adapters (added after the model is built)."""
+        tensors = self.tensors
+        self._weights([tensors.embedding])
+        for layer in tensors.layers:
+            self._weights(layer)
+        self._weights([tensors.other, tensors.head])
+        if not self.full:
+            for layer in tensors.trainable:
+                for n in layer:
+                    self.stream.alloc(4 * n)
+
+    def _weights(self, numels: list[int]) -> None:
+        for n in numels:
             if n:
-                grads.append(s.alloc(n * g_scale))  # noqa: B023 (called within this iteration only)
+                self.stream.alloc(n * self.w_scale)
 
-        if not fused:
-            g1 = s.alloc(FP32 * T * V)  # nll's gradient
-            g2 = s.alloc(FP32 * T * V)  # log_softmax's gradient
-            s.free(g1)
-            s.free(head.pop())  # saved log-softmax
-            glog = s.alloc(logits_dt * T * V) if logits_dt != FP32 else None
-            s.free(g2)
-            if tanh is not None:  # backward of × cap, of tanh (then its saved output dies), of / cap
-                for step in ("mul", "tanh", "div"):
-                    new = s.alloc(softcap)
-                    s.free(glog)
-                    glog = new
-                    if step == "tanh":
-                        s.free(tanh)
-        else:
-            glog = None
-        dx = s.alloc(dx_bytes)
-        if full:
-            grad(tensors.head)
-            grad(tensors.other)
-            if model.tie_embeddings:  # the head's weight gradient becomes the shared embedding's .grad
-                grad(tensors.embedding)
+    # -- one training step ---------------------------------------------------------------------
+    def step(self) -> None:
+        """Forward, loss, backward, optimizer step and zero_grad of one micro-batch."""
+        s = self.stream
+        ids = s.alloc(8 * self.tokens)
+        x = s.alloc(self.dx_bytes)  # embedding output
+        saved = [self._layer_forward(i) for i in range(self.model.num_layers)]
+        head, tanh = self._head_forward()
+        self.grads = []
+        glog = self._loss_backward(head, tanh)
+        dx = s.alloc(self.dx_bytes)
+        self._head_gradients()
         if glog is not None:
             s.free(glog)
         s.free_all(head)
-        for i in reversed(range(L)):
+        dx = self._layers_backward(saved, dx)
+        self._embedding_gradient()
+        s.free(dx)
+        s.free(x)
+        s.free(ids)
+        self._optimizer_step()
+
+    def _layer_forward(self, i: int) -> list[int]:
+        """Decoder layer `i`'s forward: the tensors it keeps for backward (AMP copies, saved tensors or residual)."""
+        s = self.stream
+        items = self.layout_items[self.model.layouts[i]]
+        kept = [s.alloc(self.copies)] if self.copies else []
+        if not self.checkpointing:
+            return kept + [s.alloc(b) for b in items]
+        inner = [s.alloc(b) for b in items]
+        s.free_all(inner, reverse=True)
+        kept.append(s.alloc(self.residual))
+        return kept
+
+    def _head_forward(self) -> tuple[list[int], int | None]:
+        """Final norm, LM head and loss: (the tensors kept for backward, the saved soft-capping tanh or None)."""
+        s = self.stream
+        head = [s.alloc(self.head_rest)]
+        if self.fused:
+            s.free(s.alloc(self.acts.loss_forward_peak))  # one chunk of logits at a time
+            return head, None
+        logits = s.alloc(self.logits_dt * self.logits_numel)
+        tanh = None
+        if self.softcap:
+            logits, tanh = self._softcap_forward(logits)
+        upcast = s.alloc(FP32 * self.logits_numel) if self.logits_dt != FP32 else None
+        head.append(s.alloc(self.logsoftmax))
+        if upcast is not None:
+            s.free(upcast)
+        s.free(logits)
+        return head, tanh
+
+    def _softcap_forward(self, logits: int) -> tuple[int, int]:
+        """logits / cap → tanh → × cap: each a new tensor; the one before dies when the name is rebound.
+        Returns (the capped logits, the saved tanh)."""
+        s = self.stream
+        scaled = s.alloc(self.softcap)
+        s.free(logits)
+        tanh = s.alloc(self.softcap)
+        s.free(scaled)
+        return s.alloc(self.softcap), tanh
+
+    def _loss_backward(self, head: list[int], tanh: int | None) -> int | None:
+        """The fp32 gradients of the logits; frees the saved log-softmax. Returns the logits' gradient
+        in their own width (None when fp32, or under the fused loss)."""
+        if self.fused:
+            return None
+        s, TV = self.stream, self.logits_numel
+        g1 = s.alloc(FP32 * TV)  # nll's gradient
+        g2 = s.alloc(FP32 * TV)  # log_softmax's gradient
+        s.free(g1)
+        s.free(head.pop())  # saved log-softmax
+        glog = s.alloc(self.logits_dt * TV) if self.logits_dt != FP32 else None
+        s.free(g2)
+        if tanh is not None:  # backward of × cap, of tanh (then its saved output dies), of / cap
+            for step in ("mul", "tanh", "div"):
+                new = s.alloc(self.softcap)
+                s.free(glog)
+                glog = new
+                if step == "tanh":
+                    s.free(tanh)
+        return glog
+
+    def _grad(self, n: int) -> None:
+        """A parameter gradient of `n` elements (AccumulateGrad keeps the computed tensor)."""
+        if n:
+            self.grads.append(self.stream.alloc(n * self.g_scale))
+
+    def _head_gradients(self) -> None:
+        """Full fine-tuning: the LM head's and final norm's gradients (a tied head's is the embedding's .grad)."""
+        if self.full:
+            self._grad(self.tensors.head)
+            self._grad(self.tensors.other)
+            if self.model.tie_embeddings:
+                self._grad(self.tensors.embedding)
+
+    def _layers_backward(self, saved: list[list[int]], dx: int) -> int:
+        """Each layer in reverse: recompute, gradient buffers, parameter gradients; then its saved tensors
+        die. Returns the gradient of the embedding output."""
+        s = self.stream
+        for i in reversed(range(self.model.num_layers)):
             recompute = []
-            if plan.checkpointing is not Checkpointing.NONE:
-                recompute = [s.alloc(b) for b in layout_items[model.layouts[i]]]
-            buffers = [s.alloc(grad_buffer) for _ in range(3)] if grad_buffer > 0 else []
-            for n in reversed(tensors.trainable[i]):
-                grad(n)
-            new_dx = s.alloc(dx_bytes)
+            if self.checkpointing:
+                recompute = [s.alloc(b) for b in self.layout_items[self.model.layouts[i]]]
+            buffers = [s.alloc(self.grad_buffer) for _ in range(3)] if self.grad_buffer > 0 else []
+            for n in reversed(self.tensors.trainable[i]):
+                self._grad(n)
+            new_dx = s.alloc(self.dx_bytes)
             s.free_all(buffers, reverse=True)
             s.free_all(recompute, reverse=True)
             s.free_all(saved[i], reverse=True)
             s.free(dx)
             dx = new_dx
-        if full and model.tie_embeddings:  # the embedding's dense gradient, accumulated into .grad in place
-            s.free(s.alloc(tensors.embedding * g_scale))
-        elif full:
-            grad(tensors.embedding)
-        s.free(dx)
-        s.free(x)
-        s.free(ids)
-        # -- optimizer -------------------------------------------------------------------------
-        if not states_made:
-            for n in trainable_order:
+        return dx
+
+    def _embedding_gradient(self) -> None:
+        """The embedding's dense gradient, last; tied, it is accumulated into the existing .grad in place."""
+        if self.full and self.model.tie_embeddings:
+            self.stream.free(self.stream.alloc(self.tensors.embedding * self.g_scale))
+        elif self.full:
+            self._grad(self.tensors.embedding)
+
+    def _optimizer_step(self) -> None:
+        """States at the first step, the step's temporaries, then zero_grad (module order)."""
+        s, plan = self.stream, self.plan
+        if not self.states_made:
+            for n in self.trainable_order:
                 if plan.optimizer in (Optimizer.ADAMW, Optimizer.ADAMW_FUSED):
-                    s.alloc(n * s_scale / 2)
-                    s.alloc(n * s_scale / 2)
+                    s.alloc(n * self.s_scale / 2)
+                    s.alloc(n * self.s_scale / 2)
                 else:
-                    s.alloc(n * s_scale)
-            states_made = True
-        if t_total:
+                    s.alloc(n * self.s_scale)
+            self.states_made = True
+        if self.step_temp_total:
             if plan.optimizer in (Optimizer.ADAMW, Optimizer.LION):  # one temporary per parameter tensor
-                per = t_total / max(sum(trainable_order), 1)
-                temps = [s.alloc(n * per) for n in trainable_order]
+                per = self.step_temp_total / max(sum(self.trainable_order), 1)
+                temps = [s.alloc(n * per) for n in self.trainable_order]
             else:  # Adafactor: one update buffer of the largest tensor
-                temps = [s.alloc(t_total)]
+                temps = [s.alloc(self.step_temp_total)]
             s.free_all(temps, reverse=True)
-        s.free_all(grads[::-1])  # zero_grad walks parameters in module order
-    return Events(tuple(s.ids), tuple(s.sizes))
+        s.free_all(self.grads[::-1])  # zero_grad walks parameters in module order
+
+
+def training_events(bill) -> Events:
+    """The event stream of `STEPS` training steps of `bill`'s plan (see the module docstring)."""
+    run = _TrainingRun(bill)
+    run.build()
+    for _ in range(STEPS):
+        run.step()
+    return Events(tuple(run.stream.ids), tuple(run.stream.sizes))
 
 
 __all__ = ["Events", "STEPS", "training_events"]
