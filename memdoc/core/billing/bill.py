@@ -178,17 +178,32 @@ def _gather_bytes(model: ModelSpec, plan: TrainingPlan, states: ModelStates) -> 
     return 2 * unit * bytes_per_param
 
 
-def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = None) -> Bill:
-    """The per-GPU bill of `plan` on `model` (pure arithmetic, no torch)."""
-    states = model_states(model, plan)
-    acts = estimate_activations(model, plan)
-    world = plan.world_size
-    shard = plan.shard
-    weights = _sharded(states.weights, shard.shards_weights, world)
-    grads = _sharded(states.gradients, shard.shards_gradients, world)
-    optim = _sharded(states.optimizer, shard.shards_optimizer, world)
-    step_temp = _sharded(states.optimizer_step_temp, shard.shards_optimizer, world)
-    host: dict[str, int] = {}
+@dataclass(frozen=True, kw_only=True)
+class _StepTerms:
+    """The per-GPU terms every phase of the step shares: model states after sharding and offload,
+    the gradients resident while accumulating, and the all-gather buffers."""
+
+    weights: int
+    gradients: int
+    optimizer: int
+    step_temp: int
+    """The optimizer step's temporaries."""
+    resident: int
+    """Gradients held across micro-batches (gradient accumulation), else 0."""
+    gather: int
+    """Unsharded weights in flight (`_gather_bytes`)."""
+    grad_gather: int
+    """Unsharded gradients of two layers in flight before their reduce-scatter (ZeRO-2/3, full fine-tuning)."""
+
+    def phase(self, *, gradients: int, activations: int, other: int) -> PhaseBill:
+        """A phase with this step's weights and optimizer states."""
+        return PhaseBill(
+            weights=self.weights, gradients=gradients, optimizer=self.optimizer, activations=activations, other=other
+        )
+
+
+def _model_notes(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> list[str]:
+    """What the bill says about the model and card before any figure (config borrowed, no bf16, …)."""
     notes = []
     if model.config_of:
         notes.append(f"billed with the config of {model.config_of}: a fine-tuned variant has its base's layer shapes")
@@ -211,6 +226,19 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
             "QLoRA leaves the routed experts 16-bit: transformers 5 stores them as fused 3-D tensors, "
             "which bitsandbytes does not quantise"
         )
+    return notes
+
+
+def _step_terms(
+    model: ModelSpec, plan: TrainingPlan, states: ModelStates, host: dict[str, int], notes: list[str]
+) -> _StepTerms:
+    """Shard the model states over the GPUs, move the offloaded ones to `host` (saying so in `notes`),
+    and add the gathered weights and gradients in flight."""
+    world, shard = plan.world_size, plan.shard
+    weights = _sharded(states.weights, shard.shards_weights, world)
+    grads = _sharded(states.gradients, shard.shards_gradients, world)
+    optim = _sharded(states.optimizer, shard.shards_optimizer, world)
+    step_temp = _sharded(states.optimizer_step_temp, shard.shards_optimizer, world)
     if plan.offload is not Offload.NONE:
         host.update(optimizer=optim, gradients=grads)
         optim = grads = step_temp = 0
@@ -222,99 +250,120 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
         host["weights"] = weights
         weights = 0
         notes.append("weights live on the host; each layer is fetched to the GPU when used (ZeRO-Infinity)")
-    gather = _gather_bytes(model, plan, states)
     grad_gather = (
         2 * states.largest_layer_params * (plan.precision.param_bits // 8)
         if shard.shards_gradients and plan.method is Method.FULL
         else 0
     )
-    saved = acts.layers_saved + acts.head_saved
     # Gradient accumulation: micro-batches 2..N run forward and backward with the gradients of the
     # earlier ones resident (AccumulateGrad adds into `.grad` in place). The step's peak is that of
     # a later micro-batch: the first one's phases plus every gradient (fake-tensor traces of
     # `diagnose --accum N`: Llama-3.2-1B AMP 2 × 1024 +4.60 GiB, its fp32 gradients).
-    resident = grads if plan.grad_accum > 1 else 0
-    forward = PhaseBill(
+    return _StepTerms(
         weights=weights,
-        gradients=resident,
+        gradients=grads,
         optimizer=optim,
-        activations=saved,
-        other=acts.loss_forward_peak + acts.weight_copies + gather,
+        step_temp=step_temp,
+        resident=grads if plan.grad_accum > 1 else 0,
+        gather=_gather_bytes(model, plan, states),
+        grad_gather=grad_gather,
     )
-    # Backward peaks at one of three moments:
-    # * its start: every saved activation plus the fp32 gradients of the logits;
-    # * the first decoder layer it reaches: the layers' saved tensors, that layer's recompute
-    #   (checkpointing) and gradient buffers, and the LM head's gradient (full fine-tuning);
-    # * its end: every gradient but the embedding's, which arrives last: its dense vocab × hidden
-    #   gradient is built, then stored (or, accumulating, added into the resident one). A tied
-    #   embedding is one leaf used twice: autograd holds the head's gradient in the leaf's input
-    #   buffer from the head's backward on, and sums the two before storing them — three such
-    #   tensors in flight at the end (fake-tensor traces of Llama-3.2-1B, tied, and Llama-2-7B, untied).
+
+
+def _head_and_embedding_gradients(model: ModelSpec, plan: TrainingPlan) -> tuple[int, int]:
+    """Per-GPU bytes of the LM head's and the embedding's gradients (0, 0 unless full fine-tuning)."""
+    if plan.method is not Method.FULL:
+        return 0, 0
     param_bytes = plan.precision.param_bits // 8
-    head_grad = embed = 0
-    if plan.method is Method.FULL:
-        head_grad = _sharded(model.params.head * param_bytes, shard.shards_gradients, world)
-        embed = _sharded(model.params.embedding * param_bytes, shard.shards_gradients, world)
+    shards, world = plan.shard.shards_gradients, plan.world_size
+    return (
+        _sharded(model.params.head * param_bytes, shards, world),
+        _sharded(model.params.embedding * param_bytes, shards, world),
+    )
+
+
+def _backward_candidates(model: ModelSpec, plan: TrainingPlan, acts: Activations, t: _StepTerms) -> list[PhaseBill]:
+    """The moments backward may peak at; the phase bill is the largest (the first of equals).
+
+    Backward peaks at one of three moments:
+    * its start: every saved activation plus the fp32 gradients of the logits;
+    * the first decoder layer it reaches: the layers' saved tensors, that layer's recompute
+      (checkpointing) and gradient buffers, and the LM head's gradient (full fine-tuning);
+    * its end: every gradient but the embedding's, which arrives last: its dense vocab × hidden
+      gradient is built, then stored (or, accumulating, added into the resident one). A tied
+      embedding is one leaf used twice: autograd holds the head's gradient in the leaf's input
+      buffer from the head's backward on, and sums the two before storing them — three such
+      tensors in flight at the end (fake-tensor traces of Llama-3.2-1B, tied, and Llama-2-7B, untied).
+    Partial checkpointing and gradient accumulation add a moment each.
+    """
+    head_grad, embed = _head_and_embedding_gradients(model, plan)
     waiting = embed if model.tie_embeddings else 0  # the head's share of a tied leaf's gradient, in the buffer
     in_flight = 3 * embed if model.tie_embeddings else embed
+    copies, gathers = acts.weight_copies, t.grad_gather + t.gather
     candidates = [
-        PhaseBill(
-            weights=weights,
-            gradients=resident,
-            optimizer=optim,
-            activations=saved,
-            other=acts.loss_backward_peak + acts.weight_copies + gather,
+        t.phase(
+            gradients=t.resident,
+            activations=acts.layers_saved + acts.head_saved,
+            other=acts.loss_backward_peak + copies + t.gather,
         ),
-        PhaseBill(
-            weights=weights,
-            gradients=max(head_grad, resident),
-            optimizer=optim,
+        t.phase(
+            gradients=max(head_grad, t.resident),
             activations=acts.layers_saved,
-            other=acts.layer_backward_peak + acts.weight_copies + grad_gather + gather,
+            other=acts.layer_backward_peak + copies + gathers,
         ),
-        PhaseBill(
-            weights=weights,
-            gradients=grads if resident else max(grads - embed, 0),
-            optimizer=optim,
+        t.phase(
+            gradients=t.gradients if t.resident else max(t.gradients - embed, 0),
             activations=0,
-            other=max(acts.layer_backward_peak + waiting, in_flight) + grad_gather + gather,
+            other=max(acts.layer_backward_peak + waiting, in_flight) + gathers,
         ),
     ]
     if acts.partial is not None:
-        # --checkpoint-every N: the highest checkpointed layer recomputes on top of the layers below
-        # it, with the gradients of the layers above it (and of the head) already there
-        below, recompute, above = acts.partial
-        above_grads = 0
-        if plan.method is Method.FULL:
-            above_params = sum(
-                model.layouts[i].params() + model.layouts[i].norm_params
-                for i in range(model.num_layers - above, model.num_layers)
-            )
-            above_grads = _sharded(above_params * param_bytes, shard.shards_gradients, world)
-        buffers = acts.layer_backward_peak  # no recompute at the top: the gradient buffers only
-        candidates.append(
-            PhaseBill(
-                weights=weights,
-                gradients=max(head_grad + above_grads, resident),
-                optimizer=optim,
-                activations=below,
-                other=recompute + buffers + acts.weight_copies + grad_gather + gather,
-            )
-        )
-    if resident:
+        candidates.append(_partial_checkpointing_phase(model, plan, acts, t, head_grad))
+    if t.resident:
         # accumulating, an untied LM head's new gradient is a tensor of its own until added into
         # the resident one, while every layer's activations are still saved (trace, Llama-2-7B)
         candidates.append(
-            PhaseBill(
-                weights=weights,
-                gradients=resident,
-                optimizer=optim,
-                activations=acts.layers_saved,
-                other=head_grad + acts.weight_copies + grad_gather + gather,
-            )
+            t.phase(gradients=t.resident, activations=acts.layers_saved, other=head_grad + copies + gathers)
         )
-    backward = max(candidates, key=lambda phase: phase.total)
-    optimizer = PhaseBill(weights=weights, gradients=grads, optimizer=optim, activations=0, other=step_temp)
+    return candidates
+
+
+def _partial_checkpointing_phase(
+    model: ModelSpec, plan: TrainingPlan, acts: Activations, t: _StepTerms, head_grad: int
+) -> PhaseBill:
+    """--checkpoint-every N: the highest checkpointed layer recomputes on top of the layers below
+    it, with the gradients of the layers above it (and of the head) already there."""
+    below, recompute, above = acts.partial
+    above_grads = 0
+    if plan.method is Method.FULL:
+        above_params = sum(
+            model.layouts[i].params() + model.layouts[i].norm_params
+            for i in range(model.num_layers - above, model.num_layers)
+        )
+        param_bytes = plan.precision.param_bits // 8
+        above_grads = _sharded(above_params * param_bytes, plan.shard.shards_gradients, plan.world_size)
+    buffers = acts.layer_backward_peak  # no recompute at the top: the gradient buffers only
+    return t.phase(
+        gradients=max(head_grad + above_grads, t.resident),
+        activations=below,
+        other=recompute + buffers + acts.weight_copies + t.grad_gather + t.gather,
+    )
+
+
+def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = None) -> Bill:
+    """The per-GPU bill of `plan` on `model` (pure arithmetic, no torch)."""
+    states = model_states(model, plan)
+    acts = estimate_activations(model, plan)
+    notes = _model_notes(model, plan, gpu)
+    host: dict[str, int] = {}
+    t = _step_terms(model, plan, states, host, notes)
+    forward = t.phase(
+        gradients=t.resident,
+        activations=acts.layers_saved + acts.head_saved,
+        other=acts.loss_forward_peak + acts.weight_copies + t.gather,
+    )
+    backward = max(_backward_candidates(model, plan, acts, t), key=lambda phase: phase.total)
+    optimizer = t.phase(gradients=t.gradients, activations=0, other=t.step_temp)
     return Bill(
         model=model,
         plan=plan,
