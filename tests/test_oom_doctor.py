@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from memdoc.cli import app
 from memdoc.core.doctor.logtext import traceback_frames
-from memdoc.core.doctor.oom import first_oom, parse_oom_log, size_to_bytes
+from memdoc.core.doctor.oom import first_oom, parse_oom_log
+from memdoc.core.doctor.oom_event import size_to_bytes
 from memdoc.core.doctor.oom_symptom import infer_symptom
 
 FIXTURES = Path(__file__).parent / "fixtures"

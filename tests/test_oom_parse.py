@@ -10,7 +10,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memdoc.core.doctor.oom import OomEvent, first_oom, parse_oom_log, size_to_bytes
+from memdoc.core.doctor.oom import first_oom, parse_oom_log
+from memdoc.core.doctor.oom_event import OomEvent, size_to_bytes
 from memdoc.core.doctor.oom_symptom import infer_symptom
 
 CORPUS = yaml.safe_load((Path(__file__).parent / "fixtures" / "oom-corpus.yaml").read_text(encoding="utf-8"))

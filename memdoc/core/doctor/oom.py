@@ -22,163 +22,18 @@ any whitespace between words, so wrapped messages parse; if nothing is found, li
 without separators and parsed again (mid-word breaks). One message repeated (several ranks) is one
 event with a `count`. Parsing never raises. What an event means: `oom_symptom`, `oom_causes`.
 
-Sizes: PyTorch prints sizes with c10's `format_size`: "N bytes" up to 1 KiB, then KiB/MiB/GiB with
-two decimals, all binary (1 GiB = 1024³ bytes), so a parsed figure is exact only to ±0.005 of the
-unit (`size_to_bytes` rounds half-even to whole bytes). The request printed is the allocator's
-segment-sized `alloc_size`, not the tensor's size (c10 `DeviceCachingAllocator::malloc` formats
-`get_allocation_size(round_size(n))`): ≤ 1 MiB shows as 2 MiB, < 10 MiB as 20 MiB, larger ones
-rounded up to 2 MiB.
+Figures and their precision: `memdoc.core.doctor.oom_event`.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from dataclasses import replace
 
 from memdoc.core.doctor.logtext import normalise_log
+from memdoc.core.doctor.oom_event import OomEvent, size_to_bytes
 
-__all__ = [
-    "FORMATS",
-    "OomEvent",
-    "first_oom",
-    "parse_oom_log",
-    "size_to_bytes",
-]
-
-FORMATS = ("cuda-current", "cuda-legacy", "hip", "cublas-alloc", "cudnn", "cuda-generic", "vllm-kv-cache")
-"""Values of `OomEvent.format`. `variant` refines them (see `OomEvent.variant`)."""
-
-_UNIT_BYTES = {
-    "bytes": 1,
-    "byte": 1,
-    "B": 1,
-    "KiB": 1024,
-    "MiB": 1024**2,
-    "GiB": 1024**3,
-    "TiB": 1024**4,
-    "kB": 10**3,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "TB": 10**12,
-}
-
-
-def size_to_bytes(number: str, unit: str) -> int | None:
-    """'23.65', 'GiB' → 25393994138. Decimal units (kB/MB/GB/TB) are powers of 1000. None if unreadable."""
-    scale = _UNIT_BYTES.get(unit)
-    if scale is None:
-        return None
-    try:
-        value = Decimal(number.replace(",", ""))
-    except (InvalidOperation, ValueError):
-        return None
-    return int((value * scale).to_integral_value(rounding=ROUND_HALF_EVEN))
-
-
-@dataclass(frozen=True, kw_only=True)
-class OomEvent:
-    """One out-of-memory message, figures in bytes (None when the message does not state them)."""
-
-    format: str
-    """Message layout: one of `FORMATS`."""
-    variant: str | None = None
-    """Refinement: 'capacty-typo' (2.1-era text), 'no-advice' (legacy text without the advice
-    sentence), 'legacy-cached' (1.0–1.3 text with 'cached'), 'legacy' (HIP in the legacy layout),
-    'cuda-runtime-oom', 'thc-legacy', 'driver-oom', 'hip-runtime-oom' (size-less messages);
-    'no-cache-blocks', 'max-seq-len', 'kv-needed' (vLLM's KV-cache refusals)."""
-    backend: str | None = None
-    """'CUDA', 'HIP' or 'XPU'."""
-    exception_type: str | None = None
-    """The exception class printed before the message ('torch.cuda.OutOfMemoryError', 'RuntimeError', …)."""
-    gpu: int | None = None
-    """Device index as printed (after any CUDA_VISIBLE_DEVICES remapping)."""
-    requested: int | None = None
-    """The single allocation that failed."""
-    total: int | None = None
-    """Total capacity of the device."""
-    free: int | None = None
-    """Free device memory according to the driver at the time of failure."""
-    allocated_by_pytorch: int | None = None
-    """Bytes in live tensors ('allocated by PyTorch'; the legacy 'already allocated')."""
-    reserved_unallocated: int | None = None
-    """Bytes the caching allocator holds but no tensor uses (current text)."""
-    reserved_total: int | None = None
-    """'reserved in total by PyTorch' (legacy text): allocated + cached-but-unused."""
-    already_allocated: int | None = None
-    """'already allocated' (legacy text only; the same quantity as `allocated_by_pytorch`)."""
-    cached: int | None = None
-    """'cached' (1.0–1.3 legacy text): reserved but unallocated bytes."""
-    allowed: int | None = None
-    """'allowed' (legacy text under `set_per_process_memory_fraction`)."""
-    allocated_in_private_pools: int | None = None
-    """'with X allocated in private pools (e.g., CUDA Graphs)'."""
-    this_process_in_use: int | None = None
-    """'Including non-PyTorch memory, this process has X memory in use' (NVML, this PID)."""
-    other_processes: tuple[tuple[int, int], ...] = ()
-    """('Process PID has X memory in use', …) as (pid, bytes). In a container, this process itself
-    can appear here under its host PID."""
-    advice: str | None = None
-    """Allocator advice the message gives: 'expandable_segments' or 'max_split_size_mb'."""
-    alloc_conf_var: str | None = None
-    """The allocator env var the message names (PYTORCH_CUDA_ALLOC_CONF / PYTORCH_HIP_ALLOC_CONF)."""
-    status: str | None = None
-    """Library status for size-less messages ('CUBLAS_STATUS_ALLOC_FAILED', 'CUDA error: out of memory')."""
-    call: str | None = None
-    """The library call named by the message ('cublasCreate(handle)')."""
-    max_model_len: int | None = None
-    """vLLM: the context length the engine must serve ('max seq len (N)'), in tokens."""
-    kv_cache_tokens: int | None = None
-    """vLLM: tokens the KV cache could hold ('… stored in KV cache (M)')."""
-    kv_cache_needed: int | None = None
-    """vLLM v1: KV-cache bytes one max-length request needs."""
-    kv_cache_available: int | None = None
-    """vLLM v1: KV-cache bytes left under `gpu_memory_utilization` after weights and activations."""
-    truncated: bool = False
-    """The text ends inside the message (an excerpt cut mid-sentence)."""
-    count: int = 1
-    """How many times this same message occurs in the log (repeats collapsed)."""
-    position: int = field(default=0, compare=False)
-    """Character offset of the message in the normalised log text."""
-    raw: str = field(default="", compare=False)
-    """The matched message text, whitespace collapsed."""
-
-    @property
-    def unused_reserved(self) -> int | None:
-        """Reserved-but-unallocated bytes, from whichever figures this format gives."""
-        if self.reserved_unallocated is not None:
-            return self.reserved_unallocated
-        if self.cached is not None:
-            return self.cached
-        if self.reserved_total is not None and self.allocated_by_pytorch is not None:
-            return max(0, self.reserved_total - self.allocated_by_pytorch)
-        return None
-
-    @property
-    def reserved(self) -> int | None:
-        """Total bytes reserved by the caching allocator (allocated + unused)."""
-        if self.reserved_total is not None:
-            return self.reserved_total
-        unused = self.unused_reserved
-        if unused is not None and self.allocated_by_pytorch is not None:
-            return self.allocated_by_pytorch + unused
-        return None
-
-    @property
-    def non_pytorch(self) -> int | None:
-        """This process's memory outside the caching allocator (CUDA context, cuBLAS/NCCL workspaces).
-
-        None when the message lacks the figures or they are inconsistent (NVML reporting 0 bytes for
-        a process that holds tensors happens in containers)."""
-        reserved = self.reserved
-        if self.this_process_in_use is None or reserved is None or self.this_process_in_use < reserved:
-            return None
-        return self.this_process_in_use - reserved
-
-    @property
-    def has_sizes(self) -> bool:
-        return self.requested is not None
+__all__ = ["first_oom", "parse_oom_log"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,77 +138,77 @@ def _looks_like_cut(rest: str) -> bool:
     return len(rest) < 400 and any(t.startswith(rest) for t in _TAILS)
 
 
-def _parse_sized(text: str, m: re.Match[str], end_limit: int) -> OomEvent:
-    backend = m.group(1)
-    start = m.start()
-    requested = _size(m, 2)
-    window_end = min(end_limit, m.end() + _CLAUSE_WINDOW)
-    fields: dict = {"requested": requested, "backend": backend or "CUDA", "position": start}
-    fields["exception_type"] = _exception_before(text, start)
-    last = m.end()
-    complete = False
-    variant = None
+_LEGACY_NAMES = {
+    "total capacity": "total",
+    "already allocated": "already_allocated",
+    "free": "free",
+    "allowed": "allowed",
+    "reserved in total by PyTorch": "reserved_total",
+    "cached": "cached",
+}
+"""The legacy text's figure names → `OomEvent` fields."""
 
-    legacy = _LEGACY_OPEN.match(text, m.end())
-    if legacy:
-        layout = "legacy"
-        fields["gpu"] = int(legacy.group(1))
-        close = text.find(")", legacy.end(), window_end)
-        body_end = close if close != -1 else window_end
-        body = text[legacy.end() : body_end]
-        names = {
-            "total capacity": "total",
-            "already allocated": "already_allocated",
-            "free": "free",
-            "allowed": "allowed",
-            "reserved in total by PyTorch": "reserved_total",
-            "cached": "cached",
-        }
-        for item in body.split(";"):
-            im = _LEGACY_ITEM.match(item)
-            if im:
-                key = re.sub(r"\s+", " ", im.group(3))
-                fields[names.get(key, key)] = _size(im, 1)
-        fields["allocated_by_pytorch"] = fields.get("already_allocated")
-        if close != -1:
-            last = close + 1
-            complete = True
+_CURRENT_CLAUSES = (
+    ("total", _CUR_CAPACITY),
+    ("free", _CUR_FREE),
+    ("this_process_in_use", _CUR_THIS),
+    ("allowed", _CUR_ALLOWED),
+    ("allocated_by_pytorch", _CUR_ALLOC),
+    ("allocated_in_private_pools", _CUR_POOLS),
+    ("reserved_unallocated", _CUR_UNALLOC),
+)
+"""The current text's clauses: `OomEvent` field and pattern (the capacity also gives the GPU index)."""
+
+
+def _legacy_figures(text: str, legacy: re.Match[str], window_end: int, fields: dict) -> tuple[int, bool, str | None]:
+    """The legacy '(GPU d; T total capacity; …)' figures into `fields`.
+
+    Returns (where the figures end, whether the parenthesis closed, the variant)."""
+    fields["gpu"] = int(legacy.group(1))
+    close = text.find(")", legacy.end(), window_end)
+    body_end = close if close != -1 else window_end
+    for item in text[legacy.end() : body_end].split(";"):
+        im = _LEGACY_ITEM.match(item)
+        if im:
+            key = re.sub(r"\s+", " ", im.group(3))
+            fields[_LEGACY_NAMES.get(key, key)] = _size(im, 1)
+    fields["allocated_by_pytorch"] = fields.get("already_allocated")
+    variant = "legacy-cached" if fields.get("cached") is not None else None
+    if close != -1:
+        return close + 1, True, variant
+    return body_end, False, variant
+
+
+def _current_figures(text: str, offset: int, window_end: int, fields: dict) -> tuple[int, bool, str | None]:
+    """The current text's clauses after `offset` (the end of 'Tried to allocate A') into `fields`.
+
+    Returns (where the last clause found ends, whether the closing 'reserved … but unallocated'
+    clause is there, the variant)."""
+    region = text[offset:window_end]
+    last, variant = offset, None
+    for name, pattern in _CURRENT_CLAUSES:
+        cm = pattern.search(region)
+        if not cm:
+            continue
+        if name == "total":
+            fields["gpu"] = int(cm.group(1))
+            fields["total"] = _size(cm, 3)
+            if cm.group(2) == "":
+                variant = "capacty-typo"
         else:
-            last = body_end
-        if fields.get("cached") is not None:
-            variant = "legacy-cached"
-    else:
-        layout = "current"
-        region = text[m.end() : window_end]
-        offset = m.end()
-        for name, pattern in (
-            ("total", _CUR_CAPACITY),
-            ("free", _CUR_FREE),
-            ("this_process_in_use", _CUR_THIS),
-            ("allowed", _CUR_ALLOWED),
-            ("allocated_by_pytorch", _CUR_ALLOC),
-            ("allocated_in_private_pools", _CUR_POOLS),
-            ("reserved_unallocated", _CUR_UNALLOC),
-        ):
-            cm = pattern.search(region)
-            if not cm:
-                continue
-            if name == "total":
-                fields["gpu"] = int(cm.group(1))
-                fields["total"] = _size(cm, 3)
-                if cm.group(2) == "":
-                    variant = "capacty-typo"
-            else:
-                fields[name] = _size(cm, 1)
-            last = max(last, offset + cm.end())
-        others = []
-        for pm in _CUR_PROCESS.finditer(region):
-            others.append((int(pm.group(1)), _size(pm, 2)))
-            last = max(last, offset + pm.end())
-        fields["other_processes"] = tuple(others)
-        complete = fields.get("reserved_unallocated") is not None
+            fields[name] = _size(cm, 1)
+        last = max(last, offset + cm.end())
+    others = []
+    for pm in _CUR_PROCESS.finditer(region):
+        others.append((int(pm.group(1)), _size(pm, 2)))
+        last = max(last, offset + pm.end())
+    fields["other_processes"] = tuple(others)
+    return last, fields.get("reserved_unallocated") is not None, variant
 
-    # Advice sentence and documentation pointer, searched just after the figures.
+
+def _advice(text: str, last: int, end_limit: int, fields: dict) -> tuple[int, bool]:
+    """The advice sentence and documentation pointer, searched just after the figures (which end at
+    `last`), into `fields`. Returns (where the message ends, whether the documentation sentence is there)."""
     tail_region_end = min(end_limit, last + 600)
     tail = text[last:tail_region_end]
     exp = _ADVICE_EXPANDABLE.search(tail)
@@ -378,17 +233,31 @@ def _parse_sized(text: str, m: re.Match[str], end_limit: int) -> OomEvent:
         cm = _ALLOC_CONF.search(text, last, min(tail_region_end, end + 80))
         if cm:
             fields["alloc_conf_var"] = cm.group(1)
+    return end, doc is not None
+
+
+def _parse_sized(text: str, m: re.Match[str], end_limit: int) -> OomEvent:
+    """The message whose 'Tried to allocate' is `m`, read no further than `end_limit` (the next message)."""
+    start = m.start()
+    window_end = min(end_limit, m.end() + _CLAUSE_WINDOW)
+    fields: dict = {"requested": _size(m, 2), "backend": m.group(1) or "CUDA", "position": start}
+    fields["exception_type"] = _exception_before(text, start)
+    legacy = _LEGACY_OPEN.match(text, m.end())
+    if legacy:
+        last, complete, variant = _legacy_figures(text, legacy, window_end, fields)
+    else:
+        last, complete, variant = _current_figures(text, m.end(), window_end, fields)
+    end, doc = _advice(text, last, end_limit, fields)
     incomplete = not complete or (fields.get("advice") is not None and not doc)
     fields["truncated"] = incomplete and end_limit >= len(text) and _looks_like_cut(text[last:])
-    if layout == "legacy" and complete and not fields.get("advice"):
+    if legacy and complete and not fields.get("advice"):
         variant = variant or "no-advice"
-
     if fields["backend"] == "HIP":
         fmt = "hip"
-        if layout == "legacy":
+        if legacy:
             variant = "legacy"
     else:
-        fmt = "cuda-legacy" if layout == "legacy" else "cuda-current"
+        fmt = "cuda-legacy" if legacy else "cuda-current"
     fields["raw"] = re.sub(r"\s+", " ", text[start:end]).strip()
     return OomEvent(format=fmt, variant=variant, **fields)
 

@@ -39,7 +39,7 @@ import re
 from dataclasses import dataclass
 
 from memdoc.core.doctor.logtext import normalise_log
-from memdoc.core.doctor.oom import OomEvent
+from memdoc.core.doctor.oom_event import OomEvent
 from memdoc.core.model.gpu import GpuSpec, generic_gpu, load_gpu_table
 from memdoc.units import GiB, format_bytes
 

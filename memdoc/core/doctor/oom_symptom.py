@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass
 
 from memdoc.core.doctor.logtext import Frame, traceback_frames
-from memdoc.core.doctor.oom import OomEvent
 from memdoc.core.doctor.oom_causes import Cause, read_causes
+from memdoc.core.doctor.oom_event import OomEvent
 from memdoc.units import format_bytes
 
 __all__ = ["LARGE_BLOCK_UNKNOWN", "PHASES", "SymptomGuess", "infer_symptom", "phase_of"]
