@@ -102,31 +102,39 @@ def _largest_linears(model: ModelSpec) -> list[tuple[str, int, int]]:
 
 def plan_tensors(model: ModelSpec, plan: TrainingPlan, *, inference: bool = False) -> list[PlanTensor]:
     """The plan's single large tensors, most characteristic first (logits, attention, MLP, states)."""
-    b, s = plan.micro_batch, plan.seq_len
-    V, h, heads = model.vocab_size, model.hidden_size, model.num_heads
     dt = plan.precision.compute_bits // 8
-    full = plan.method is Method.FULL
-    amp = plan.precision.is_amp and full and not plan.sharded_mixed_precision
+    amp = plan.precision.is_amp and plan.method is Method.FULL and not plan.sharded_mixed_precision
     act = 2 if amp else dt  # autocast runs matmuls in 16 bit
-    pbytes = plan.precision.param_bits // 8
-    out: list[PlanTensor] = []
-    if inference:
-        k = kv_cache_bytes(model, batch=b, context=s, bytes_per_element=dt) // (2 * model.num_layers)
-        out.append(
-            PlanTensor(
-                name="one layer's K (or V) cache",
-                item="kv_cache",
-                bytes=k,
-                shape=(b, model.num_kv_heads, s, model.head_dim),
-                phase="generate",
-            )
-        )
-        out.append(
-            PlanTensor(name="prefill logits (fp32)", item="logits", bytes=4 * b * V, shape=(b, 1, V), phase="generate")
-        )
-    if plan.loss is Loss.FUSED and not inference:
+    out = _generate_tensors(model, plan, dt) if inference else _loss_tensors(model, plan, act)
+    out += _attention_tensors(model, plan, dt)
+    out += _mlp_tensors(model, plan, act)
+    for name, rows, cols in [("embed_tokens", model.vocab_size, model.hidden_size)] + _largest_linears(model):
+        out += _parameter_tensors(plan, name, (rows, cols), amp=amp, inference=inference)
+    return out
+
+
+def _generate_tensors(model: ModelSpec, plan: TrainingPlan, dt: int) -> list[PlanTensor]:
+    """Generation: one layer's K (or V) cache and the prefill's fp32 logits of the last position."""
+    b, s, V = plan.micro_batch, plan.seq_len, model.vocab_size
+    k = kv_cache_bytes(model, batch=b, context=s, bytes_per_element=dt) // (2 * model.num_layers)
+    return [
+        PlanTensor(
+            name="one layer's K (or V) cache",
+            item="kv_cache",
+            bytes=k,
+            shape=(b, model.num_kv_heads, s, model.head_dim),
+            phase="generate",
+        ),
+        PlanTensor(name="prefill logits (fp32)", item="logits", bytes=4 * b * V, shape=(b, 1, V), phase="generate"),
+    ]
+
+
+def _loss_tensors(model: ModelSpec, plan: TrainingPlan, act: int) -> list[PlanTensor]:
+    """Training: one chunk of logits under the fused loss, else the fp32 logits and the 16-bit ones."""
+    b, s, h, V = plan.micro_batch, plan.seq_len, model.hidden_size, model.vocab_size
+    if plan.loss is Loss.FUSED:
         chunk = fused_chunk_tokens(b * s, h, V)
-        out.append(
+        return [
             PlanTensor(
                 name="one chunk of logits (fused cross-entropy)",
                 item="logits",
@@ -134,37 +142,42 @@ def plan_tensors(model: ModelSpec, plan: TrainingPlan, *, inference: bool = Fals
                 shape=(chunk, V),
                 phase="loss",
             )
+        ]
+    out = [
+        PlanTensor(
+            name="fp32 logits (loss upcast) or their fp32 gradient",
+            item="logits",
+            bytes=4 * b * s * V,
+            shape=(b, s, V),
+            phase="loss",
         )
-    elif not inference:
+    ]
+    if act != 4:
         out.append(
             PlanTensor(
-                name="fp32 logits (loss upcast) or their fp32 gradient",
+                name=f"logits ({8 * act}-bit lm_head output)",
                 item="logits",
-                bytes=4 * b * s * V,
+                bytes=act * b * s * V,
                 shape=(b, s, V),
-                phase="loss",
+                phase="forward",
             )
         )
-        if act != 4:
-            out.append(
-                PlanTensor(
-                    name=f"logits ({8 * act}-bit lm_head output)",
-                    item="logits",
-                    bytes=act * b * s * V,
-                    shape=(b, s, V),
-                    phase="forward",
-                )
-            )
-    eager = eager_attention(model, plan)
+    return out
+
+
+def _attention_tensors(model: ModelSpec, plan: TrainingPlan, dt: int) -> list[PlanTensor]:
+    """Eager attention's b × heads × s² scores (and their 16-bit probabilities), noted as a surprise
+    when the plan's attention never holds them."""
+    b, s, heads = plan.micro_batch, plan.seq_len, model.num_heads
     note = (
         ""
-        if eager
+        if eager_attention(model, plan)
         else (
             f"your plan runs {plan.attention.value} attention, which never holds b×heads×s² scores: "
             "this size means attention ran eager (or SDPA's math kernel)"
         )
     )
-    out.append(
+    out = [
         PlanTensor(
             name="attention scores (fp32 softmax, eager attention)",
             item="activations",
@@ -173,7 +186,7 @@ def plan_tensors(model: ModelSpec, plan: TrainingPlan, *, inference: bool = Fals
             phase="forward",
             note=note,
         )
-    )
+    ]
     if dt != 4:
         out.append(
             PlanTensor(
@@ -185,7 +198,13 @@ def plan_tensors(model: ModelSpec, plan: TrainingPlan, *, inference: bool = Fals
                 note=note,
             )
         )
-    width = model.intermediate_size
+    return out
+
+
+def _mlp_tensors(model: ModelSpec, plan: TrainingPlan, act: int) -> list[PlanTensor]:
+    """The routed experts' gate/up output (MoE), the MLP intermediate and the hidden states."""
+    b, s, h = plan.micro_batch, plan.seq_len, model.hidden_size
+    out = []
     if model.is_moe and model.moe_intermediate_size:
         width = model.moe_intermediate_size
         tokens = b * s * model.experts_per_token
@@ -217,51 +236,43 @@ def plan_tensors(model: ModelSpec, plan: TrainingPlan, *, inference: bool = Fals
             phase="forward",
         )
     )
-    weight_dt = dt if not full else pbytes
-    shapes = [("embed_tokens", V, h)] + _largest_linears(model)
-    for name, rows, cols in shapes:
-        if full and not inference:
+    return out
+
+
+def _parameter_tensors(
+    plan: TrainingPlan, name: str, shape: tuple[int, int], *, amp: bool, inference: bool
+) -> list[PlanTensor]:
+    """One weight shape's tensors: (training a full fine-tune) its gradient, AdamW state and autocast
+    copy, then the weight itself."""
+    full = plan.method is Method.FULL
+    pbytes = plan.precision.param_bits // 8
+    numel = shape[0] * shape[1]
+    out = []
+    if full and not inference:
+        out.append(
+            PlanTensor(name=f"{name} gradient", item="gradients", bytes=pbytes * numel, shape=shape, phase="backward")
+        )
+        if plan.optimizer in (Optimizer.ADAMW, Optimizer.ADAMW_FUSED):
+            what = "AdamW state (exp_avg/exp_avg_sq)" + (
+                " or foreach step temporary" if plan.optimizer is Optimizer.ADAMW else ""
+            )
             out.append(
                 PlanTensor(
-                    name=f"{name} gradient",
-                    item="gradients",
-                    bytes=pbytes * rows * cols,
-                    shape=(rows, cols),
-                    phase="backward",
+                    name=f"{what} of {name}", item="optimizer", bytes=pbytes * numel, shape=shape, phase="optimizer"
                 )
             )
-            if plan.optimizer in (Optimizer.ADAMW, Optimizer.ADAMW_FUSED):
-                what = "AdamW state (exp_avg/exp_avg_sq)" + (
-                    " or foreach step temporary" if plan.optimizer is Optimizer.ADAMW else ""
+        if amp:
+            out.append(
+                PlanTensor(
+                    name=f"16-bit autocast copy of {name}",
+                    item="activations",
+                    bytes=2 * numel,
+                    shape=shape,
+                    phase="forward",
                 )
-                out.append(
-                    PlanTensor(
-                        name=f"{what} of {name}",
-                        item="optimizer",
-                        bytes=pbytes * rows * cols,
-                        shape=(rows, cols),
-                        phase="optimizer",
-                    )
-                )
-            if amp:
-                out.append(
-                    PlanTensor(
-                        name=f"16-bit autocast copy of {name}",
-                        item="activations",
-                        bytes=2 * rows * cols,
-                        shape=(rows, cols),
-                        phase="forward",
-                    )
-                )
-        out.append(
-            PlanTensor(
-                name=f"{name} weight",
-                item="weights",
-                bytes=weight_dt * rows * cols,
-                shape=(rows, cols),
-                phase="startup",
             )
-        )
+    weight_dt = plan.precision.compute_bits // 8 if not full else pbytes
+    out.append(PlanTensor(name=f"{name} weight", item="weights", bytes=weight_dt * numel, shape=shape, phase="startup"))
     return out
 
 

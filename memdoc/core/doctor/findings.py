@@ -124,101 +124,110 @@ def _short(names: list[str], limit: int = 6) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def lint(f: RunFacts) -> list[Finding]:
-    """All findings for one run, errors first."""
-    out: list[Finding] = []
-    m = f.measured or {}
-    peak = int(m.get("peak_allocated", 0) or 0)
-
+def _ckpt_not_active(f: RunFacts) -> Finding | None:
+    """``ckpt-not-active``: modules asked for checkpointing that did not run under it."""
     requested = list(f.ckpt_requested)
     wrapped = set(f.ckpt_wrapped)
     missing = [name for name in requested if name not in wrapped]
-    if requested and f.forward_seen and missing:
-        why = ""
-        if f.ckpt_not_training:
-            why = f" — {_short(f.ckpt_not_training)} ran in eval mode (HF checkpoints only when module.training); call model.train()"
-        elif not f.ckpt_calls:
-            why = (
-                " — no torch.utils.checkpoint call happened in forward (grad disabled, or the forward ignores the flag)"
-            )
-        out.append(
-            Finding(
-                id="ckpt-not-active",
-                severity="error",
-                message=f"gradient checkpointing is switched on for {len(requested)} module(s) but {len(missing)} ran without it{why}",
-                symptom="ckpt-no-savings",
-                modules=tuple(missing),
-                detail="wrapped: " + (_short(sorted(wrapped)) if wrapped else "none"),
-            )
-        )
-    if f.ckpt_reentrant_calls:
-        out.append(
-            Finding(
-                id="ckpt-reentrant",
-                severity="warning",
-                message=f"checkpointing uses use_reentrant=True ({f.ckpt_reentrant_calls} call(s)): pass "
-                "gradient_checkpointing_kwargs={'use_reentrant': False}",
-                symptom="custom-op-error",
-                detail="the reentrant implementation needs inputs that require grad (breaks with frozen embeddings under LoRA) and cannot nest",
-            )
-        )
-    if f.forward_seen and f.trainable_dtypes and not f.autocast and all(d == "float32" for d in f.trainable_dtypes):
-        out.append(
-            Finding(
-                id="amp-off",
-                severity="warning",
-                message="trainable weights are fp32 and no autocast ran in forward: activations are fp32 (2× bf16) and tensor cores idle",
-                symptom="slow-but-fits",
-                detail="use bf16 mixed precision (TrainingArguments(bf16=True), or torch.autocast('cuda', torch.bfloat16)) or load the model in bf16",
-            )
-        )
+    if not (requested and f.forward_seen and missing):
+        return None
+    why = ""
+    if f.ckpt_not_training:
+        why = f" — {_short(f.ckpt_not_training)} ran in eval mode (HF checkpoints only when module.training); call model.train()"
+    elif not f.ckpt_calls:
+        why = " — no torch.utils.checkpoint call happened in forward (grad disabled, or the forward ignores the flag)"
+    return Finding(
+        id="ckpt-not-active",
+        severity="error",
+        message=f"gradient checkpointing is switched on for {len(requested)} module(s) but {len(missing)} ran without it{why}",
+        symptom="ckpt-no-savings",
+        modules=tuple(missing),
+        detail="wrapped: " + (_short(sorted(wrapped)) if wrapped else "none"),
+    )
+
+
+def _ckpt_reentrant(f: RunFacts) -> Finding | None:
+    """``ckpt-reentrant``: checkpointing ran with use_reentrant=True."""
+    if not f.ckpt_reentrant_calls:
+        return None
+    return Finding(
+        id="ckpt-reentrant",
+        severity="warning",
+        message=f"checkpointing uses use_reentrant=True ({f.ckpt_reentrant_calls} call(s)): pass "
+        "gradient_checkpointing_kwargs={'use_reentrant': False}",
+        symptom="custom-op-error",
+        detail="the reentrant implementation needs inputs that require grad (breaks with frozen embeddings under LoRA) and cannot nest",
+    )
+
+
+def _amp_off(f: RunFacts) -> Finding | None:
+    """``amp-off``: fp32 trainable weights and no autocast in forward."""
+    if not (f.forward_seen and f.trainable_dtypes and not f.autocast):
+        return None
+    if not all(d == "float32" for d in f.trainable_dtypes):
+        return None
+    return Finding(
+        id="amp-off",
+        severity="warning",
+        message="trainable weights are fp32 and no autocast ran in forward: activations are fp32 (2× bf16) and tensor cores idle",
+        symptom="slow-but-fits",
+        detail="use bf16 mixed precision (TrainingArguments(bf16=True), or torch.autocast('cuda', torch.bfloat16)) or load the model in bf16",
+    )
+
+
+def _optimizer_dominates(f: RunFacts) -> Finding | None:
+    """``optimizer-dominates``: states ≥ the largest activations and ≥ OPTIMIZER_SHARE of the peak."""
+    m = f.measured or {}
+    peak = int(m.get("peak_allocated", 0) or 0)
     opt = int(m.get("optimizer", 0) or 0)
     acts = max(int(m.get("activations", 0) or 0), f.max_activations)
-    if peak and opt and opt >= acts and opt >= OPTIMIZER_SHARE * peak:
-        out.append(
-            Finding(
-                id="optimizer-dominates",
-                severity="warning",
-                message=f"optimizer states ({_fmt(opt)}, {opt / peak:.0%} of the peak) outweigh activations ({_fmt(acts)}): "
-                "checkpointing would not help; shrink the states (8-bit/paged AdamW, LoRA, ZeRO/FSDP, optimizer offload)",
-                symptom="ckpt-no-savings",
-            )
-        )
-    other = int(m.get("other", 0) or 0)
+    if not (peak and opt and opt >= acts and opt >= OPTIMIZER_SHARE * peak):
+        return None
+    return Finding(
+        id="optimizer-dominates",
+        severity="warning",
+        message=f"optimizer states ({_fmt(opt)}, {opt / peak:.0%} of the peak) outweigh activations ({_fmt(acts)}): "
+        "checkpointing would not help; shrink the states (8-bit/paged AdamW, LoRA, ZeRO/FSDP, optimizer offload)",
+        symptom="ckpt-no-savings",
+    )
+
+
+def _foreach_temporaries(f: RunFacts) -> Finding | None:
+    """``foreach-temporaries``: an optimizer-step peak with foreach temporaries ≥ FOREACH_SHARE of the weights."""
+    other = int((f.measured or {}).get("other", 0) or 0)
     # foreach is explicit, or torch's default for CUDA tensors (foreach=None means "default")
     foreach = any(
         o.get("foreach") or (o.get("foreach") is None and not o.get("fused") and f.uses_cuda) for o in f.optimizers
     )
-    if (
-        foreach
-        and f.steps
-        and f.peak_phase == "optimizer"
-        and f.trainable_bytes
-        and other >= FOREACH_SHARE * f.trainable_bytes
-    ):
-        out.append(
-            Finding(
-                id="foreach-temporaries",
-                severity="warning",
-                message=f"the peak is in the optimizer step, with {_fmt(other)} of step temporaries "
-                f"({other / f.trainable_bytes:.0%} of the trainable weights); foreach AdamW keeps parameter-sized "
-                "scratch lists: use fused=True (optim='adamw_torch_fused')",
-                symptom="startup-oom",
-            )
-        )
-    if any(w == 0 for w in f.dataloader_workers):
-        out.append(
-            Finding(
-                id="dataloader-workers-0",
-                severity="info",
-                message="a DataLoader runs with num_workers=0: batches are prepared in the training process while the GPU waits "
-                "(set num_workers / dataloader_num_workers ≥ 2, pin_memory=True)",
-                symptom="slow-but-fits",
-            )
-        )
-    growth = _growth(f)
-    if growth is not None:
-        out.append(growth)
+    if not (foreach and f.steps and f.peak_phase == "optimizer" and f.trainable_bytes):
+        return None
+    if other < FOREACH_SHARE * f.trainable_bytes:
+        return None
+    return Finding(
+        id="foreach-temporaries",
+        severity="warning",
+        message=f"the peak is in the optimizer step, with {_fmt(other)} of step temporaries "
+        f"({other / f.trainable_bytes:.0%} of the trainable weights); foreach AdamW keeps parameter-sized "
+        "scratch lists: use fused=True (optim='adamw_torch_fused')",
+        symptom="startup-oom",
+    )
+
+
+def _dataloader_workers_0(f: RunFacts) -> Finding | None:
+    """``dataloader-workers-0``: a DataLoader without worker processes."""
+    if not any(w == 0 for w in f.dataloader_workers):
+        return None
+    return Finding(
+        id="dataloader-workers-0",
+        severity="info",
+        message="a DataLoader runs with num_workers=0: batches are prepared in the training process while the GPU waits "
+        "(set num_workers / dataloader_num_workers ≥ 2, pin_memory=True)",
+        symptom="slow-but-fits",
+    )
+
+
+def _fragmentation(f: RunFacts) -> Finding | None:
+    """``fragmentation``: (CUDA) a fragmented or retrying cache without expandable segments."""
     cuda = f.cuda or {}
     reserved = int(cuda.get("reserved_peak", 0) or 0)
     allocated = int(cuda.get("allocated_peak", 0) or 0)
@@ -226,17 +235,21 @@ def lint(f: RunFacts) -> list[Finding]:
     conf = str(cuda.get("alloc_conf") or "")
     expandable = "expandable_segments:true" in conf.replace(" ", "").lower()
     fragmented = (reserved and (reserved - allocated) >= FRAGMENTATION_RATIO * reserved) or retries > 0
-    if cuda and fragmented and not expandable:
-        out.append(
-            Finding(
-                id="fragmentation",
-                severity="warning",
-                message=f"the caching allocator is fragmented: reserved {_fmt(reserved)} vs allocated {_fmt(allocated)}, "
-                f"{_fmt(int(cuda.get('inactive_split', 0) or 0))} in inactive split blocks, {retries} alloc retries; "
-                "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-                symptom="mid-run-oom",
-            )
-        )
+    if not (cuda and fragmented and not expandable):
+        return None
+    return Finding(
+        id="fragmentation",
+        severity="warning",
+        message=f"the caching allocator is fragmented: reserved {_fmt(reserved)} vs allocated {_fmt(allocated)}, "
+        f"{_fmt(int(cuda.get('inactive_split', 0) or 0))} in inactive split blocks, {retries} alloc retries; "
+        "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+        symptom="mid-run-oom",
+    )
+
+
+def lint(f: RunFacts) -> list[Finding]:
+    """All findings for one run, errors first."""
+    out = [finding for rule in _RULES if (finding := rule(f)) is not None]
     out.sort(key=lambda x: _SEVERITY_ORDER.get(x.severity, 3))
     return out
 
@@ -269,5 +282,17 @@ def _growth(f: RunFacts) -> Finding | None:
         "torch.no_grad(), metrics computed in the step (or .detach().cpu()) instead of keeping logits",
     )
 
+
+_RULES = (
+    _ckpt_not_active,
+    _ckpt_reentrant,
+    _amp_off,
+    _optimizer_dominates,
+    _foreach_temporaries,
+    _dataloader_workers_0,
+    _growth,
+    _fragmentation,
+)
+"""Every rule, in the order findings of one severity are listed."""
 
 __all__ = ["Finding", "RunFacts", "lint"]
