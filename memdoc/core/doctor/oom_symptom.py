@@ -285,8 +285,6 @@ def infer_symptom(event: OomEvent | None, log_text: str = "") -> SymptomGuess:
         return SymptomGuess(symptom=None, unknowns=("no out-of-memory message was found in the log",))
     reasons: list[str] = []
     unknowns: list[str] = []
-    assumptions: list[str] = []
-    also: list[str] = []
     try:
         frames = traceback_frames(log_text or event.raw)
     except Exception:  # pragma: no cover
@@ -299,7 +297,6 @@ def infer_symptom(event: OomEvent | None, log_text: str = "") -> SymptomGuess:
         reasons.append(f"the traceback shows the {phase.replace('-', ' ')} phase: {decided_by.describe()}")
     elif event.format != "vllm-kv-cache":
         unknowns.append("what was running (no traceback frames in the log): startup, a training step, or generation")
-
     if not event.has_sizes and event.format != "vllm-kv-cache":
         reasons.append(
             f"{event.status or 'the error'} reports no sizes: a library could not allocate its handle or workspace, "
@@ -308,45 +305,9 @@ def infer_symptom(event: OomEvent | None, log_text: str = "") -> SymptomGuess:
         )
         unknowns.append("how much memory was in use (the message has no figures): run `memdoc diagnose` or nvidia-smi")
     large = _large_block(event, frames, phase, reasons, unknowns)
-
-    if event.format == "vllm-kv-cache":
-        symptom = "inference-oom"
-        reasons.append("vLLM sizes its KV cache at engine start from gpu_memory_utilization; it found too little room")
-    elif phase in ("generate", "startup"):
-        symptom = _SYMPTOM[phase]
-    elif large:
-        symptom = "long-sample-oom"
-        also.append("mid-run-oom")
-        if phase is None:
-            unknowns.append("whether the OOM happened in a training step or in generation")
-    elif phase is not None:
-        symptom = _SYMPTOM[phase]
-        if phase == "optimizer":
-            also.append("startup-oom")
-            reasons.append(
-                "an OOM at the optimizer step means weights + gradients + optimizer states do not fit: "
-                "activation levers will not help"
-            )
-        if phase == "forward":
-            also.append("inference-oom")
-            unknowns.append("whether the forward pass was training or evaluation/generation")
-    elif fragmentation:
-        symptom = "mid-run-oom"
-        reasons.append("fragmentation builds up over many steps, so this is most likely a mid-run OOM")
-    elif not event.has_sizes:
-        symptom = "startup-oom"
-        also.extend(["mid-run-oom", "inference-oom"])
-        assumptions.append(
-            "no traceback: assumed the card was already full when the first kernels ran "
-            "(startup-oom); pass --symptom to choose another"
-        )
-    else:
-        symptom = "mid-run-oom"
-        also.extend(["startup-oom", "inference-oom"])
-        assumptions.append(
-            "no traceback: assumed the OOM came in a training step (mid-run-oom, the commonest "
-            "case); pass --symptom startup-oom or inference-oom if it was loading or generating"
-        )
+    symptom, also, assumptions = _decide(
+        event, phase, large=large, fragmentation=fragmentation, reasons=reasons, unknowns=unknowns
+    )
     return SymptomGuess(
         symptom=symptom,
         phase=phase,
@@ -356,4 +317,64 @@ def infer_symptom(event: OomEvent | None, log_text: str = "") -> SymptomGuess:
         reasons=tuple(reasons),
         assumptions=tuple(assumptions),
         unknowns=tuple(unknowns),
+    )
+
+
+def _decide(
+    event: OomEvent,
+    phase: str | None,
+    *,
+    large: bool,
+    fragmentation: bool,
+    reasons: list[str],
+    unknowns: list[str],
+) -> tuple[str, list[str], list[str]]:
+    """(symptom, other symptoms that fit, assumptions) by the decision `infer_symptom` documents."""
+    if event.format == "vllm-kv-cache":
+        reasons.append("vLLM sizes its KV cache at engine start from gpu_memory_utilization; it found too little room")
+        return "inference-oom", [], []
+    if phase in ("generate", "startup"):
+        return _SYMPTOM[phase], [], []
+    if large:
+        if phase is None:
+            unknowns.append("whether the OOM happened in a training step or in generation")
+        return "long-sample-oom", ["mid-run-oom"], []
+    if phase is not None:
+        also = []
+        if phase == "optimizer":
+            also.append("startup-oom")
+            reasons.append(
+                "an OOM at the optimizer step means weights + gradients + optimizer states do not fit: "
+                "activation levers will not help"
+            )
+        if phase == "forward":
+            also.append("inference-oom")
+            unknowns.append("whether the forward pass was training or evaluation/generation")
+        return _SYMPTOM[phase], also, []
+    return _decide_without_frames(event, fragmentation=fragmentation, reasons=reasons)
+
+
+def _decide_without_frames(
+    event: OomEvent, *, fragmentation: bool, reasons: list[str]
+) -> tuple[str, list[str], list[str]]:
+    """No traceback and no large block: fragmentation, a size-less failure, or the commonest case."""
+    if fragmentation:
+        reasons.append("fragmentation builds up over many steps, so this is most likely a mid-run OOM")
+        return "mid-run-oom", [], []
+    if not event.has_sizes:
+        return (
+            "startup-oom",
+            ["mid-run-oom", "inference-oom"],
+            [
+                "no traceback: assumed the card was already full when the first kernels ran "
+                "(startup-oom); pass --symptom to choose another"
+            ],
+        )
+    return (
+        "mid-run-oom",
+        ["startup-oom", "inference-oom"],
+        [
+            "no traceback: assumed the OOM came in a training step (mid-run-oom, the commonest "
+            "case); pass --symptom startup-oom or inference-oom if it was loading or generating"
+        ],
     )
