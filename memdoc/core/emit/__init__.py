@@ -41,7 +41,7 @@ def emit(fmt: str, ctx: EmitContext) -> Emitted:
     elif ctx.asked_id and ctx.asked_id.lower() != ctx.model_id.lower():
         emitted.notes.insert(
             0,
-            f"model {ctx.asked_id} is catalogued as {ctx.model_id}, the repository transformers loads: the config names that",
+            f"model {ctx.asked_id} is catalogued as {ctx.model_id}, the repository transformers loads: the config names that repository",
         )
     conf = ctx.plan.allocator.alloc_conf
     if conf:  # --allocator expandable: the allocator reads it from the environment at start-up

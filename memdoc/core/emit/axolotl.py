@@ -82,11 +82,9 @@ def _fsdp(plan, notes: list[str]) -> dict:
     }
 
 
-def emit_axolotl(ctx: EmitContext) -> Emitted:
-    plan = ctx.plan
-    notes: list[str] = []
-    placeholders: dict[str, str] = {}
-    config: dict = {"base_model": ctx.model_id}
+def _adapter_keys(plan) -> dict:
+    """LoRA/QLoRA: the adapter, its 4-bit base and its rank, alpha, dropout and targets."""
+    config: dict = {}
     if plan.method is Method.QLORA:
         config.update(
             adapter="qlora",
@@ -103,17 +101,26 @@ def emit_axolotl(ctx: EmitContext) -> Emitted:
             config["lora_target_linear"] = True
         else:
             config["lora_target_modules"] = list(plan.lora_targets)
+    return config
+
+
+def _chat_template(ctx: EmitContext, config: dict, notes: list[str]) -> dict[str, str]:
+    """The chat_template key (the family's, else the tokenizer's own); returns its comment."""
     template = chat_template(ctx.model_id)
     config["chat_template"] = template.axolotl if template else "tokenizer_default"
-    comments = {
-        "chat_template": "the family's chat format (Axolotl's ChatTemplate)"
-        if template
-        else "the chat template in the model's tokenizer_config.json"
-    }
     if template is None or template.axolotl == "tokenizer_default":
         notes.append(
             "chat_template: tokenizer_default uses the tokenizer's own chat template (instruct/chat checkpoints ship one; for a base checkpoint without one, set chat_template)"
         )
+    return {
+        "chat_template": "the family's chat format (Axolotl's ChatTemplate)"
+        if template
+        else "the chat template in the model's tokenizer_config.json"
+    }
+
+
+def _data_keys(ctx: EmitContext, config: dict, placeholders: dict[str, str], comments: dict[str, str]) -> None:
+    """The dataset and the output directory, or placeholders for them."""
     config["datasets"] = [
         {"path": ctx.dataset or DATASET_PLACEHOLDER, "type": "chat_template", "field_messages": "messages"}
     ]
@@ -123,33 +130,62 @@ def emit_axolotl(ctx: EmitContext) -> Emitted:
     config["output_dir"] = ctx.output_dir or OUTPUT_DIR_PLACEHOLDER
     if not ctx.output_dir:
         placeholders["output_dir"] = "where checkpoints go (--output-dir)"
-    config["sequence_len"] = plan.seq_len
-    config["sample_packing"] = False
-    config["micro_batch_size"] = plan.micro_batch
-    config["gradient_accumulation_steps"] = plan.grad_accum
-    config["num_epochs"] = 1
-    config["learning_rate"] = default_learning_rate(plan)
-    placeholders["learning_rate"] = "a common default for this method; tune it"
-    config["lr_scheduler"] = LR_SCHEDULER
-    config["warmup_ratio"] = WARMUP_RATIO
-    config["optimizer"] = HF_OPTIMIZERS[plan.optimizer]
+
+
+def _batch_and_optimizer_keys(plan) -> dict:
+    """Sequence length, batch, accumulation, schedule and optimizer."""
+    config = {
+        "sequence_len": plan.seq_len,
+        "sample_packing": False,
+        "micro_batch_size": plan.micro_batch,
+        "gradient_accumulation_steps": plan.grad_accum,
+        "num_epochs": 1,
+        "learning_rate": default_learning_rate(plan),
+        "lr_scheduler": LR_SCHEDULER,
+        "warmup_ratio": WARMUP_RATIO,
+        "optimizer": HF_OPTIMIZERS[plan.optimizer],
+    }
     if plan.optimizer is Optimizer.SGD:
         config["optim_args"] = SGD_OPTIM_ARGS
+    return config
+
+
+def _liger_keys(plan, notes: list[str]) -> dict:
+    """The Liger plugin and its fused linear cross-entropy (with every kernel under --loss fused)."""
+    if not uses_liger(plan):
+        return {}
+    config: dict = {"plugins": [LIGER_PLUGIN]}
+    if plan.loss is Loss.FUSED:  # what use_liger_kernel=True applies: every kernel the model has
+        config.update(liger_rope=True, liger_rms_norm=True, liger_glu_activation=True)
+    config["liger_fused_linear_cross_entropy"] = True
+    notes.append(LIGER_NOTE)
+    return config
+
+
+def _sharding(ctx: EmitContext, config: dict, notes: list[str]) -> list[SideFile]:
+    """ZeRO: the DeepSpeed JSON beside the config; FSDP: its keys in the config. Returns the side files."""
+    if uses_deepspeed(ctx.plan):
+        config["deepspeed"] = ctx.side_path(DS_CONFIG_NAME)
+        return [SideFile(DS_CONFIG_NAME, deepspeed_config(ctx, notes), "json")]
+    if uses_fsdp(ctx.plan):
+        config.update(_fsdp(ctx.plan, notes))
+    return []
+
+
+def emit_axolotl(ctx: EmitContext) -> Emitted:
+    plan = ctx.plan
+    notes: list[str] = []
+    placeholders: dict[str, str] = {}
+    config: dict = {"base_model": ctx.model_id, **_adapter_keys(plan)}
+    comments = _chat_template(ctx, config, notes)
+    _data_keys(ctx, config, placeholders, comments)
+    config.update(_batch_and_optimizer_keys(plan))
+    placeholders["learning_rate"] = "a common default for this method; tune it"
     config.update(_precision(plan, notes))
     config["attn_implementation"] = plan.attention.value
-    if uses_liger(plan):
-        config["plugins"] = [LIGER_PLUGIN]
-        if plan.loss is Loss.FUSED:  # what use_liger_kernel=True applies: every kernel the model has
-            config.update(liger_rope=True, liger_rms_norm=True, liger_glu_activation=True)
-        config["liger_fused_linear_cross_entropy"] = True
-        notes.append(LIGER_NOTE)
+    config.update(_liger_keys(plan, notes))
     config.update(checkpointing_keys(plan, notes))
-    side: list[SideFile] = []
-    if uses_deepspeed(plan):
-        config["deepspeed"] = ctx.side_path(DS_CONFIG_NAME)
-        side.append(SideFile(DS_CONFIG_NAME, deepspeed_config(ctx, notes), "json"))
-    elif uses_fsdp(plan):
-        config.update(_fsdp(plan, notes))
+    side = _sharding(ctx, config, notes)
     config["logging_steps"] = 10
     notes.extend(kbit_notes("axolotl", plan))
     multinode_note(ctx, notes)
