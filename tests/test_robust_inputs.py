@@ -10,7 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from memdoc.cli import app
-from memdoc.core.model.params import family_of, layer_groups, layer_layout
+from memdoc.core.model.families import family_of
+from memdoc.core.model.params import layer_groups, layer_layout
 from memdoc.resolve.models import catalog_config
 
 runner = CliRunner()

@@ -34,6 +34,7 @@ from memdoc.core.billing.bill import process_overhead_bytes
 from memdoc.core.billing.kbit import quantised_params, quantised_rows
 from memdoc.core.billing.states import qlora_weight_bytes
 from memdoc.core.billing.verdict import verdict
+from memdoc.core.model.families import Mlp
 from memdoc.core.model.gpu import GpuSpec, gpu_json
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Method, TrainingPlan
@@ -242,7 +243,7 @@ def prefill_activation_bytes(model: ModelSpec, tokens: int, compute_bytes: int) 
     the residual after attention and the normed MLP input (4 × T × hidden). Checked against
     fake-tensor traces of transformers' forward (benchmarks/inference.py)."""
     width = max(model.intermediate_size, model.moe_intermediate_size * max(model.experts_per_token, 1))
-    fused = any(linear.name == "gate_up_proj" for _, layout, _ in model.layer_groups for linear in layout.linears)
+    fused = model.arch.mlp is Mlp.FUSED_GATE_UP  # Phi-3's gate_up_proj output is 2 × intermediate wide
     return compute_bytes * tokens * ((4 if fused else 3) * width + 4 * model.hidden_size)
 
 
@@ -264,7 +265,9 @@ def eager_attention_bytes(model: ModelSpec, batch: int, chunk: int, context: int
     batch × heads × chunk × context at once; plus the additive mask in the compute dtype and what
     `chunk_attention_bytes` counts (eager always repeats K and V to every head)."""
     scores = batch * model.num_heads * chunk * context * (2 * compute_bytes + 4)
-    masks = 2 if model.family == "gemma2" else 1  # Gemma-2 alternates sliding and full layers: both masks exist
+    masks = (
+        2 if model.arch.alternating_sliding_window else 1
+    )  # Gemma-2 alternates sliding and full layers: both masks exist
     mask = masks * batch * chunk * context * compute_bytes
     repeated = (
         2 * batch * model.num_heads * context * model.head_dim * compute_bytes

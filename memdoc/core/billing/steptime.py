@@ -68,6 +68,7 @@ import functools
 from dataclasses import dataclass
 
 from memdoc.core.billing.states import model_states
+from memdoc.core.model.families import Layout, Mlp, Norm
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import (
@@ -106,7 +107,6 @@ DEFAULT_LINK_GBPS = 25.0
 HOST_MEMORY_GBPS = 50.0
 HIDDEN_COMM_FRACTION = 0.5
 
-_TWO_MATRIX_MLP = ("gpt2", "gpt_neox", "falcon", "phi", "bert")
 _OPTIMIZER_ACCESSES = {
     Optimizer.ADAMW: 20,
     Optimizer.ADAMW_FUSED: 7,
@@ -181,10 +181,10 @@ def _shape(model: ModelSpec) -> _Shape:
     p = model.params
     linear = p.active - p.embedding - p.norms - p.head
     mlp_linear = max(0, linear - p.attention)
-    matrices = 2 if model.family in _TWO_MATRIX_MLP else 3
+    matrices = 2 if model.arch.mlp is Mlp.PLAIN else 3
     layers = model.num_layers
-    norms = 4 if model.family == "gemma2" else 2  # Gemma-2 norms before and after each block
-    act = 5 if matrices == 3 else 16 if model.family == "gpt2" else 2  # act·mul; gelu_new's 8 ops; one gelu
+    norms = model.arch.norms_per_layer  # Gemma-2 norms before and after each block
+    act = 5 if matrices == 3 else 16 if model.arch.layout is Layout.GPT2 else 2  # act·mul; gelu_new's 8 ops; one gelu
     return _Shape(
         linear_params=linear,
         head_params=model.hidden_size * model.vocab_size,
@@ -195,7 +195,7 @@ def _shape(model: ModelSpec) -> _Shape:
         q_dim_layers=model.q_dim * layers,
         heads_layers=model.num_heads * layers,
         act_bytes=act,
-        layer_norm=model.family in _TWO_MATRIX_MLP,
+        layer_norm=model.arch.norm is Norm.LAYER,
         expert_loops=model.num_experts * layers,
     )
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from memdoc.core.model.lora import ALL_LINEAR
 from memdoc.core.model.plan import (
+    ALL_LINEAR,
     Checkpointing,
     Loss,
     Method,

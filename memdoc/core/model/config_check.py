@@ -20,6 +20,7 @@ Rules:
 
 from __future__ import annotations
 
+from memdoc.core.model.families import Family, HeadDim
 from memdoc.errors import ConfigError, quoted
 
 MAX_VALUE = 2**31 - 1
@@ -74,19 +75,6 @@ _BOOLEANS = (
     "new_decoder_architecture",
     "parallel_attn",
 )
-# Keys the analytic layout of a family cannot do without (beyond hidden/layers/heads/vocab).
-_REQUIRED_BY_FAMILY = {
-    "deepseek_v2": ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank"),
-    "mixtral": ("num_local_experts", "num_experts_per_tok"),
-    "qwen2_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size"),
-    "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
-    "phi3": ("intermediate_size",),
-    "phi": ("intermediate_size",),
-    "bert": ("intermediate_size", "max_position_embeddings"),
-    "gpt2": ("n_positions",),
-}
-# Families whose code derives the head width as hidden // heads, whatever head_dim says.
-_DERIVED_HEAD_DIM = ("gpt2", "gpt_neox", "falcon", "phi", "bert")
 
 
 def _integer(config: dict, key: str, where: str, minimum: int) -> int | None:
@@ -112,7 +100,7 @@ def _first(config: dict, *keys: str) -> int | None:
     return None
 
 
-def check_config(config: dict, *, model_id: str, family: str | None = None) -> None:
+def check_config(config: dict, *, model_id: str, family: Family | None = None) -> None:
     """Raise `ConfigError` naming the first config value memdoc cannot bill from (see module doc)."""
     where = f"config of {model_id}"
     if not isinstance(config, dict):
@@ -134,15 +122,16 @@ def check_config(config: dict, *, model_id: str, family: str | None = None) -> N
         not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only)
     ):
         raise ConfigError(f"{where}: mlp_only_layers must be a list of layer indices, got {quoted(only)}")
-    for key in _REQUIRED_BY_FAMILY.get(family or "", ()):
+    for key in family.required_keys if family else ():
         if config.get(key) is None:
             raise ConfigError(f"{where} has no {key} (needed for model_type {model_type!r})")
     hidden = _first(config, "hidden_size", "n_embd", "d_model")
     heads = _first(config, "num_attention_heads", "n_head")
     kv_heads = _first(config, "num_key_value_heads", "num_kv_heads")
     if hidden and heads:
-        derived = family in _DERIVED_HEAD_DIM or config.get("head_dim") is None
-        if derived and family != "deepseek_v2" and hidden % heads:
+        head_dim = family.head_dim if family else HeadDim.CONFIG
+        derived = head_dim is HeadDim.HIDDEN_OVER_HEADS or config.get("head_dim") is None
+        if derived and head_dim is not HeadDim.MLA and hidden % heads:
             raise ConfigError(
                 f"{where}: hidden_size {hidden} is not divisible by num_attention_heads {heads} "
                 "(the head width is hidden_size / heads)"

@@ -10,18 +10,10 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from memdoc.core.model import lora
 from memdoc.core.model.config_check import check_config
 from memdoc.core.model.config_keys import CONFIG_KEYS, config_value
-from memdoc.core.model.params import (
-    LayerLayout,
-    ParamCounts,
-    count_params,
-    family_of,
-    generic_layout,
-    layer_groups,
-    layer_layout,
-)
+from memdoc.core.model.families import FAMILIES, Family, HeadDim, Layout, family_of
+from memdoc.core.model.params import LayerLayout, ParamCounts, count_params, generic_layout, layer_groups, layer_layout
 from memdoc.errors import ConfigError
 
 
@@ -34,7 +26,7 @@ class ModelSpec:
     model_type: str
     """HF `model_type` (llama, qwen2, mixtral, …)."""
     family: str
-    """memdoc's architecture family used for counting and activation coefficients."""
+    """memdoc's architecture family (a key of `FAMILIES`); its facts are `arch`."""
     hidden_size: int
     num_layers: int
     num_heads: int
@@ -62,6 +54,11 @@ class ModelSpec:
     """The raw config.json dict."""
 
     @property
+    def arch(self) -> Family:
+        """The family's record: layout, norms, MLP shape, defaults and quirks (`memdoc.core.model.families`)."""
+        return FAMILIES[self.family]
+
+    @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
@@ -83,12 +80,12 @@ class ModelSpec:
         counts come from the meta device, and the activation estimate for them is only as good
         as that generic shape (the bill says so).
         """
-        if self.family == "unknown":
+        if not self.arch.has_layout:
             generic = generic_layout(self.hidden_size, self.q_dim, self.kv_dim, self.intermediate_size)
             return ((0, generic, self.num_layers),)
         return tuple(
-            (index, layer_layout(self.config, self.family, index), count)
-            for index, count in layer_groups(self.config, self.family, self.num_layers)
+            (index, layer_layout(self.config, self.arch, index), count)
+            for index, count in layer_groups(self.config, self.arch, self.num_layers)
         )
 
     @property
@@ -99,19 +96,19 @@ class ModelSpec:
     @property
     def linear_names(self) -> frozenset[str]:
         """Names of the decoder's adaptable linear modules (as LoRA targets match them)."""
-        if self.family == "unknown":
+        if not self.arch.has_layout:
             return frozenset()
         names = set()
         for _, layout, _ in self.layer_groups:
             for linear in layout.linears:
-                if lora.is_adaptable(linear):
+                if linear.adaptable:
                     names.add(linear.name.split(".")[-1])
         return frozenset(names)
 
     @property
     def default_lora_targets(self) -> tuple[str, ...]:
         """The adapters peft puts on this architecture when none are named (its per-model defaults)."""
-        return lora.default_targets(self.family)
+        return self.arch.lora_targets
 
     def summary(self) -> dict:
         """Plain-data form for --json and `memdoc models`."""
@@ -146,7 +143,7 @@ class LayerLayouts:
         groups = self._model.layer_groups
         if len(groups) == 1:
             return groups[0][1]
-        return layer_layout(self._model.config, self._model.family, index)
+        return layer_layout(self._model.config, self._model.arch, index)
 
 
 def _get(config: dict, name: str, model_id: str) -> int:
@@ -165,7 +162,8 @@ def spec_from_config(
     """
     check_config(config, model_id=model_id)
     model_type = config["model_type"]
-    check_config(config, model_id=model_id, family=family_of(model_type))
+    family = family_of(model_type)
+    check_config(config, model_id=model_id, family=family)
     hidden = _get(config, "hidden_size", model_id)
     layers = _get(config, "num_layers", model_id)
     heads = _get(config, "num_heads", model_id)
@@ -176,10 +174,10 @@ def spec_from_config(
         or (1 if config.get("multi_query") else None)
         or heads
     )
-    if model_type == "falcon" and not config.get("new_decoder_architecture"):
+    if family.layout is Layout.FALCON and not config.get("new_decoder_architecture"):
         kv_heads = 1 if config.get("multi_query", True) else heads  # num_kv_heads only counts in the new layout
     head_dim = int(config.get("head_dim") or hidden // heads)
-    if model_type == "deepseek_v2":
+    if family.head_dim is HeadDim.MLA:
         head_dim = int(config["qk_nope_head_dim"]) + int(config["qk_rope_head_dim"])
     intermediate = int(
         config.get("intermediate_size")
@@ -188,7 +186,6 @@ def spec_from_config(
         or config.get("ffn_dim")
         or 4 * hidden
     )
-    family = family_of(model_type)
     params = params or count_params(config, family=family, model_id=model_id)
     num_experts = int(
         config.get("num_local_experts") or config.get("num_experts") or config.get("n_routed_experts") or 0
@@ -196,7 +193,7 @@ def spec_from_config(
     return ModelSpec(
         id=model_id,
         model_type=model_type,
-        family=family,
+        family=family.name,
         hidden_size=hidden,
         num_layers=layers,
         num_heads=heads,
@@ -205,7 +202,7 @@ def spec_from_config(
         intermediate_size=intermediate,
         vocab_size=vocab,
         max_positions=config.get("max_position_embeddings") or config.get("n_positions") or config.get("seq_length"),
-        tie_embeddings=bool(config.get("tie_word_embeddings", family in ("gpt2", "gemma", "falcon", "bert"))),
+        tie_embeddings=bool(config.get("tie_word_embeddings", family.tied_default)),
         num_experts=num_experts,
         experts_per_token=int(config.get("num_experts_per_tok") or 0) if num_experts else 0,
         moe_intermediate_size=int(config.get("moe_intermediate_size") or intermediate) if num_experts else 0,

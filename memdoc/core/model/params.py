@@ -4,43 +4,21 @@ Each family's decoder layer is described as the list of its linear layers (`Line
 module name HF uses, so LoRA targets can be matched) plus its norm parameters; counts are sums
 over that layout. The layouts follow the `modeling_*.py` files of transformers 5.x; the test
 suite builds every catalog model on the meta device and asserts equality to the parameter.
-Unknown families raise `UnsupportedArchitecture`, and callers fall back to the meta-device count
-(`memdoc.resolve.meta_count`).
+Which layout a family has, and its variations (norms, MLP shape, attention, MoE), are the fields of
+its `Family` record (`memdoc.core.model.families`). Families without a layout raise
+`UnsupportedArchitecture`, and callers fall back to the meta-device count (`memdoc.resolve.meta_count`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memdoc.core.model.families import Family, Layout, Mlp, MoeLayout, Norm, QkvLayout, SharedExpert
 from memdoc.errors import ConfigError
-
-_LLAMA_LIKE = {
-    "llama": "llama",
-    "mistral": "llama",
-    "qwen2": "qwen2",
-    "qwen3": "qwen3",
-    "gemma": "gemma",
-    "gemma2": "gemma2",
-    "phi3": "phi3",
-    "mixtral": "mixtral",
-    "qwen2_moe": "qwen2_moe",
-    "qwen3_moe": "qwen3_moe",
-    "deepseek_v2": "deepseek_v2",
-    "gpt2": "gpt2",
-    "gpt_neox": "gpt_neox",
-    "falcon": "falcon",
-    "phi": "phi",
-    "bert": "bert",
-}
 
 
 class UnsupportedArchitecture(ConfigError):
     """No analytic layout for this model_type; count on the meta device instead."""
-
-
-def family_of(model_type: str) -> str:
-    """memdoc's family name for an HF model_type ('unknown' when there is no analytic layout)."""
-    return _LLAMA_LIKE.get(model_type, "unknown")
 
 
 @dataclass(frozen=True)
@@ -56,6 +34,11 @@ class Linear:
     """'attention', 'mlp', 'experts' or 'router'."""
     copies: int = 1
     """Identical matrices (routed experts); `copies` × in × out parameters."""
+
+    @property
+    def adaptable(self) -> bool:
+        """Can peft put an adapter on it? Fused MoE expert tensors and routers are not `nn.Linear` modules."""
+        return self.group not in ("experts", "router")
 
     @property
     def params(self) -> int:
@@ -115,13 +98,13 @@ def _gated_mlp(
     ]
 
 
-def _attention(config: dict, family: str) -> tuple[list[Linear], int]:
+def _attention(config: dict, family: Family) -> tuple[list[Linear], int]:
     """Attention projections and any q/k norm parameters of one layer."""
     h = _i(config, "hidden_size", "n_embd")
     heads = _i(config, "num_attention_heads", "n_head")
     hd = _i(config, "head_dim", default=h // heads)
     kv = _i(config, "num_key_value_heads", default=heads)
-    if family == "deepseek_v2":
+    if family.attention is QkvLayout.MLA:
         nope, rope, v_hd = _i(config, "qk_nope_head_dim"), _i(config, "qk_rope_head_dim"), _i(config, "v_head_dim")
         kv_rank, q_rank = _i(config, "kv_lora_rank"), config.get("q_lora_rank")
         bias = bool(config.get("attention_bias", False))
@@ -139,32 +122,31 @@ def _attention(config: dict, family: str) -> tuple[list[Linear], int]:
             Linear("o_proj", heads * v_hd, h, bias, "attention"),
         ]
         return linears, kv_rank + (q_rank or 0)
-    if family == "phi3":
+    if family.attention is QkvLayout.FUSED:
         return [
             Linear("qkv_proj", h, (heads + 2 * kv) * hd, False, "attention"),
             Linear("o_proj", heads * hd, h, False, "attention"),
         ], 0
-    qwen2_bias = family in ("qwen2", "qwen2_moe")  # Qwen2 attention: q/k/v with bias, o without
-    qkv_bias = qwen2_bias or bool(config.get("attention_bias", False))
-    o_bias = bool(config.get("attention_bias", False)) and not qwen2_bias
+    qkv_bias = family.qkv_bias or bool(config.get("attention_bias", False))
+    o_bias = bool(config.get("attention_bias", False)) and not family.qkv_bias
     linears = [
         Linear("q_proj", h, heads * hd, qkv_bias, "attention"),
         Linear("k_proj", h, kv * hd, qkv_bias, "attention"),
         Linear("v_proj", h, kv * hd, qkv_bias, "attention"),
         Linear("o_proj", heads * hd, h, o_bias, "attention"),
     ]
-    qk_norm = 2 * hd if family in ("qwen3", "qwen3_moe") else 0
+    qk_norm = 2 * hd if family.qk_norm else 0
     return linears, qk_norm
 
 
-def _is_moe_layer(config: dict, family: str, index: int) -> bool:
-    if family == "mixtral":
+def _is_moe_layer(config: dict, family: Family, index: int) -> bool:
+    if family.moe is MoeLayout.EVERY_LAYER:
         return True
-    if family in ("qwen2_moe", "qwen3_moe"):
+    if family.moe is MoeLayout.SPARSE_STEP:
         step = int(config.get("decoder_sparse_step", 1) or 1)
         only_dense = config.get("mlp_only_layers") or []
         return index not in only_dense and _i(config, "num_experts") > 0 and (index + 1) % step == 0
-    if family == "deepseek_v2":
+    if family.moe is MoeLayout.DENSE_PREFIX:
         freq = int(config.get("moe_layer_freq", 1) or 1)
         return (
             bool(config.get("n_routed_experts"))
@@ -174,21 +156,21 @@ def _is_moe_layer(config: dict, family: str, index: int) -> bool:
     return False
 
 
-def _moe_layer_count(config: dict, family: str, layers: int) -> int:
+def _moe_layer_count(config: dict, family: Family, layers: int) -> int:
     """How many of `layers` decoder layers are MoE layers, in closed form (no per-layer loop).
 
     The patterns of `_is_moe_layer`: Qwen-MoE layers i with (i + 1) % step == 0 except
     `mlp_only_layers`; DeepSeek-V2 layers i ≥ first_k_dense_replace with i % moe_layer_freq == 0.
     """
-    if family == "mixtral":
+    if family.moe is MoeLayout.EVERY_LAYER:
         return layers
-    if family in ("qwen2_moe", "qwen3_moe"):
+    if family.moe is MoeLayout.SPARSE_STEP:
         if _i(config, "num_experts") == 0:
             return 0
         step = int(config.get("decoder_sparse_step", 1) or 1)
         exempt = {i for i in (config.get("mlp_only_layers") or []) if 0 <= i < layers and (i + 1) % step == 0}
         return layers // step - len(exempt)
-    if family == "deepseek_v2":
+    if family.moe is MoeLayout.DENSE_PREFIX:
         if not config.get("n_routed_experts"):
             return 0
         freq = int(config.get("moe_layer_freq", 1) or 1)
@@ -200,7 +182,7 @@ def _moe_layer_count(config: dict, family: str, layers: int) -> int:
     return 0
 
 
-def _first_layer(config: dict, family: str, layers: int, moe: bool) -> int:
+def _first_layer(config: dict, family: Family, layers: int, moe: bool) -> int:
     """Index of the first layer that is (moe=True) or is not an MoE layer; the count says one exists.
 
     The first layer of each kind is among few candidates: 0 and 1, the first multiple of
@@ -218,13 +200,13 @@ def _first_layer(config: dict, family: str, layers: int, moe: bool) -> int:
     raise AssertionError("no layer of the counted kind")  # pragma: no cover (the counts say one exists)
 
 
-def _mlp(config: dict, family: str, index: int, *, active: bool) -> list[Linear]:
+def _mlp(config: dict, family: Family, index: int, *, active: bool) -> list[Linear]:
     """MLP of one layer; with `active`, routed experts are counted top-k times instead of E."""
     h = _i(config, "hidden_size")
     i = _i(config, "intermediate_size", default=4 * h)
     if not _is_moe_layer(config, family, index):
         return _gated_mlp(h, i, bool(config.get("mlp_bias", False)))
-    if family == "mixtral":
+    if family.moe is MoeLayout.EVERY_LAYER:
         experts, top_k = _i(config, "num_local_experts"), _i(config, "num_experts_per_tok")
         width = i
     else:
@@ -233,24 +215,23 @@ def _mlp(config: dict, family: str, index: int, *, active: bool) -> list[Linear]
         width = _i(config, "moe_intermediate_size")
     linears = [Linear("gate", h, experts, False, "router")]
     linears += _gated_mlp(h, width, False, "experts", top_k if active else experts, "experts.")
-    if family == "qwen2_moe":
+    if family.shared_expert is SharedExpert.GATED:
         linears += _gated_mlp(h, _i(config, "shared_expert_intermediate_size"), False, "mlp", 1, "shared_expert.")
         linears.append(Linear("shared_expert_gate", h, 1, False, "router"))
-    if family == "deepseek_v2" and config.get("n_shared_experts"):
+    if family.shared_expert is SharedExpert.SCALED and config.get("n_shared_experts"):
         linears += _gated_mlp(h, width * _i(config, "n_shared_experts"), False, "mlp", 1, "shared_experts.")
     return linears
 
 
-def _llama_like_layer(config: dict, family: str, index: int, *, active: bool = False) -> LayerLayout:
+def _llama_like_layer(config: dict, family: Family, index: int, *, active: bool = False) -> LayerLayout:
     h = _i(config, "hidden_size")
     attn, qk_norm = _attention(config, family)
-    if family == "phi3":
+    if family.mlp is Mlp.FUSED_GATE_UP:
         i = _i(config, "intermediate_size")
         mlp = [Linear("gate_up_proj", h, 2 * i, False, "mlp"), Linear("down_proj", i, h, False, "mlp")]
     else:
         mlp = _mlp(config, family, index, active=active)
-    norms_per_layer = 4 if family == "gemma2" else 2
-    return LayerLayout(tuple(attn + mlp), norms_per_layer * h + qk_norm)
+    return LayerLayout(tuple(attn + mlp), family.norms_per_layer * h + qk_norm)
 
 
 def _gpt2_layer(config: dict) -> LayerLayout:
@@ -356,43 +337,44 @@ def generic_layout(hidden: int, q_dim: int, kv_dim: int, intermediate: int) -> L
     )
 
 
-def layer_layout(config: dict, family: str, index: int, *, active: bool = False) -> LayerLayout:
+_OTHER_LAYOUTS = {
+    Layout.GPT2: _gpt2_layer,
+    Layout.GPT_NEOX: _neox_layer,
+    Layout.FALCON: _falcon_layer,
+    Layout.PHI: _phi_layer,
+    Layout.BERT: _bert_layer,
+}
+"""The layouts that take the config only (no per-family variations, the same for every layer)."""
+
+
+def layer_layout(config: dict, family: Family, index: int, *, active: bool = False) -> LayerLayout:
     """Parameters of decoder layer `index` (layers differ only for MoE / dense mixes)."""
-    if family == "gpt2":
-        return _gpt2_layer(config)
-    if family == "gpt_neox":
-        return _neox_layer(config)
-    if family == "falcon":
-        return _falcon_layer(config)
-    if family == "phi":
-        return _phi_layer(config)
-    if family == "bert":
-        return _bert_layer(config)
-    if family == "unknown":
+    if family.layout is Layout.LLAMA_LIKE:
+        return _llama_like_layer(config, family, index, active=active)
+    if family.layout is None:
         raise UnsupportedArchitecture(f"no analytic layout for model_type {config.get('model_type')!r}")
-    return _llama_like_layer(config, family, index, active=active)
+    return _OTHER_LAYOUTS[family.layout](config)
 
 
-def _embedding_norm_head(config: dict, family: str) -> tuple[int, int, int]:
+def _embedding_norm_head(config: dict, family: Family) -> tuple[int, int, int]:
     """(embedding, final-norm, head) parameters outside the decoder layers."""
     h = _i(config, "hidden_size", "n_embd")
     vocab = _i(config, "vocab_size")
-    if family == "gpt2":
+    if family.layout is Layout.GPT2:
         return vocab * h + _i(config, "n_positions") * h, 2 * h, 0
-    if family == "bert":
+    if family.layout is Layout.BERT:
         emb = (vocab + _i(config, "max_position_embeddings") + _i(config, "type_vocab_size", default=2)) * h + 2 * h
         # BertForMaskedLM: transform dense (h×h + h) and its LayerNorm, decoder tied, decoder bias (vocab).
         return emb, 0, h * h + h + 2 * h + vocab
-    default_tied = family in ("gemma", "gemma2", "falcon")
-    tied = bool(config.get("tie_word_embeddings", default_tied))
+    tied = bool(config.get("tie_word_embeddings", family.tied_default))
     head = 0 if tied else vocab * h
-    if family == "phi":
+    if family.head_bias:
         head += vocab  # phi-2's lm_head has a bias, also when tied weights would be shared
-    final_norm = 2 * h if family in ("gpt_neox", "falcon", "phi") else h
+    final_norm = 2 * h if family.norm is Norm.LAYER else h  # LayerNorm: weight and bias
     return vocab * h, final_norm, head
 
 
-def layer_groups(config: dict, family: str, layers: int) -> tuple[tuple[int, int], ...]:
+def layer_groups(config: dict, family: Family, layers: int) -> tuple[tuple[int, int], ...]:
     """The distinct decoder-layer kinds as (first index, number of layers), in layer order.
 
     Layers differ only between dense and MoE MLPs, so a model has at most two kinds; costs scale
@@ -407,9 +389,9 @@ def layer_groups(config: dict, family: str, layers: int) -> tuple[tuple[int, int
     return tuple(sorted(groups))
 
 
-def count_params(config: dict, *, family: str, model_id: str = "model") -> ParamCounts:
-    """Exact parameter counts of `config` (raises UnsupportedArchitecture for unknown families)."""
-    if family == "unknown":
+def count_params(config: dict, *, family: Family, model_id: str = "model") -> ParamCounts:
+    """Exact parameter counts of `config` (raises UnsupportedArchitecture for families without a layout)."""
+    if not family.has_layout:
         raise UnsupportedArchitecture(f"no analytic layout for {model_id} (model_type {config.get('model_type')!r})")
     layers = _i(config, "num_hidden_layers", "n_layer")
     embedding, final_norm, head = _embedding_norm_head(config, family)

@@ -10,8 +10,12 @@ import dataclasses
 from dataclasses import dataclass
 from enum import Enum
 
-from memdoc.core.model.lora import ALL_LINEAR, DEFAULT_TARGETS
 from memdoc.errors import PlanError, did_you_mean, quoted
+
+ALL_LINEAR = "all-linear"
+"""The LoRA target that adapts every decoder linear (peft's "all-linear")."""
+DEFAULT_TARGETS = ("q_proj", "v_proj")
+"""The plan's default LoRA targets: peft's default for Llama-style attention."""
 
 
 class Method(str, Enum):
@@ -226,7 +230,7 @@ class TrainingPlan:
     lora_dropout: float = 0.0
     """LoRA dropout probability. Default 0.0, peft's `LoraConfig` default (and LLaMA-Factory's);
     TRL's and Axolotl's examples use 0.05. Dropout > 0 keeps an extra fp32 copy of each adapted
-    input per adapter (see `activations._lora_saved`); emit writes this value."""
+    input per adapter (see `activations.adapters.lora_saved`); emit writes this value."""
     kbit_upcast: bool = False
     """QLoRA only: the non-quantised parameters (embeddings, LM head, norms, biases, anything
     bitsandbytes left 16-bit) are upcast to fp32, as peft's `prepare_model_for_kbit_training` does
@@ -475,6 +479,7 @@ def check_plan_against_model(
 
 __all__ = [
     "ALL_LINEAR",
+    "DEFAULT_TARGETS",
     "FLAG_ALIASES",
     "Allocator",
     "Attention",

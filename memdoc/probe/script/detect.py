@@ -73,8 +73,7 @@ def detect_plan(
     `autocast` is the autocast dtype of the forward ('bf16', 'fp16') or None; `input_shape` the
     (batch, sequence) of the input ids.
     """
-    from memdoc.core.model.lora import DEFAULT_TARGETS
-    from memdoc.core.model.plan import Attention, Checkpointing, Loss, Method, Precision, TrainingPlan
+    from memdoc.core.model.plan import DEFAULT_TARGETS, Attention, Checkpointing, Loss, Method, Precision, TrainingPlan
 
     params = list((peft_model or hf).named_parameters())
     trainable = [(n, p) for n, p in params if p.requires_grad]
