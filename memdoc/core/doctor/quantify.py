@@ -16,11 +16,12 @@ from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, compute_bill
 from memdoc.core.billing.inference import InferenceBill, InferencePlan, KvCache, Weights, inference_bill
-from memdoc.core.doctor.symptoms import INFERENCE_LEVERS, PLAN_LEVERS, Prescription
+from memdoc.core.doctor.symptoms import Prescription
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan, parse_plan
+from memdoc.core.remedies.levers import INFERENCE_LEVERS, PLAN_LEVERS
 from memdoc.errors import PlanError
 
 
