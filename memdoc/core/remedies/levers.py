@@ -28,7 +28,7 @@ from memdoc.core.model.plan import (
     Precision,
     Shard,
 )
-from memdoc.core.remedies.rungs import RUNGS
+from memdoc.core.remedies.rungs import RUNGS, Rung
 
 _RELATIVE = {"micro_batch": ("half", "double", "1"), "seq_len": ("cap", "half")}
 _ENUMS = {
@@ -42,35 +42,25 @@ _ENUMS = {
     "shard": Shard,
     "allocator": Allocator,
 }
+"""The plan fields a lever may name with all their values, in the knowledge base's order."""
 
 
-def _plan_lever_values(name: str) -> tuple[Any, ...]:
-    if name in _RELATIVE:
-        return _RELATIVE[name]
-    if name in _ENUMS:
-        return tuple(m.value for m in _ENUMS[name])
-    return tuple(dict.fromkeys(v for rung in RUNGS for v in rung.lever.get(name, ())))
+def plan_levers(rungs: tuple[Rung, ...]) -> dict[str, tuple[Any, ...]]:
+    """Every plan field a rung sets, and the enum fields and relative micro-batch and length a prescription
+    may change, with the values a lever may give each: all of an enum's, else those the rungs carry."""
+    names = dict.fromkeys((*_RELATIVE, *_ENUMS, *(name for rung in rungs for name in rung.lever)))
+    out = {}
+    for name in names:
+        if name in _RELATIVE:
+            out[name] = _RELATIVE[name]
+        elif name in _ENUMS:
+            out[name] = tuple(m.value for m in _ENUMS[name])
+        else:
+            out[name] = tuple(dict.fromkeys(v for rung in rungs for v in rung.lever.get(name, ())))
+    return out
 
 
-PLAN_LEVERS: dict[str, tuple[Any, ...]] = {
-    name: _plan_lever_values(name)
-    for name in dict.fromkeys(
-        (
-            "micro_batch",
-            "seq_len",
-            "checkpointing",
-            "precision",
-            "attention",
-            "loss",
-            "method",
-            "optimizer",
-            "offload",
-            "shard",
-            "allocator",
-            *(name for rung in RUNGS for name in rung.lever),
-        )
-    )
-}
+PLAN_LEVERS: dict[str, tuple[Any, ...]] = plan_levers(RUNGS)
 """Levers that are `TrainingPlan` fields: every rung's, plus sequence length and attention. micro_batch
 'half' keeps the effective batch (accumulation doubles); seq_len 'cap' means "to the data's p99 length"
 (the caller supplies the number)."""
@@ -93,9 +83,11 @@ LEVERS: dict[str, tuple[Any, ...]] = {
 `TrainingPlan` fields yet: the bill may ignore them until it models them."""
 
 
-def _ladder_rank() -> dict[tuple[str, Any], int]:
+def ladder_ranks(rungs: tuple[Rung, ...]) -> dict[tuple[str, Any], int]:
+    """(plan field, value) -> the rank of the rung that carries it in its lever or its undo; the
+    costlier rank where two rungs carry it (a prescription does not know the plan it meets)."""
     ranks: dict[tuple[str, Any], int] = {}
-    for rung in RUNGS:
+    for rung in rungs:
         if rung.rank is None:
             continue
         for name, values in (*rung.lever.items(), *rung.undo.items()):
@@ -104,7 +96,7 @@ def _ladder_rank() -> dict[tuple[str, Any], int]:
     return ranks
 
 
-LADDER_RANK: dict[tuple[str, Any], int] = _ladder_rank()
+LADDER_RANK: dict[tuple[str, Any], int] = ladder_ranks(RUNGS)
 """Position of a lever value on the cost ladder (1 = cheapest), from the rungs that carry it. Levers
 not listed are off the ladder."""
 
