@@ -9,9 +9,10 @@ import pytest
 
 from memdoc.core.billing.bill import compute_bill
 from memdoc.core.billing.inference import kv_cache_bytes
-from memdoc.core.billing.ladder import climb, max_fitting
 from memdoc.core.model.gpu import resolve_gpu
 from memdoc.core.model.plan import parse_plan
+from memdoc.core.remedies.climb import climb
+from memdoc.core.remedies.maximum import max_fitting
 from memdoc.resolve.models import resolve_model
 
 LLAMA2_7B = 6_738_415_616

@@ -19,9 +19,9 @@ pytest.importorskip("transformers")
 from typer.testing import CliRunner  # noqa: E402
 
 from memdoc.cli import app  # noqa: E402
-from memdoc.core.billing.dataset_fit import dataset_fit, length_stats, percentile  # noqa: E402
 from memdoc.core.model.gpu import resolve_gpu  # noqa: E402
 from memdoc.core.model.plan import TrainingPlan  # noqa: E402
+from memdoc.core.remedies.dataset_fit import dataset_fit, length_stats, percentile  # noqa: E402
 from memdoc.resolve.models import resolve_model  # noqa: E402
 
 WORDS = [f"w{i}" for i in range(50)]

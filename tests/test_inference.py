@@ -6,9 +6,9 @@ import pytest
 from conftest import invoke as run
 
 from memdoc.core.billing.inference import InferencePlan, KvCache, Weights, inference_bill
-from memdoc.core.billing.inference_ladder import climb_inference, max_inference, vllm_fit
 from memdoc.core.model.gpu import resolve_gpu
 from memdoc.core.model.plan import parse_plan
+from memdoc.core.remedies.inference import climb_inference, max_inference, vllm_fit
 from memdoc.resolve.models import resolve_model
 
 LLAMA31_8B = "meta-llama/Llama-3.1-8B"

@@ -8,12 +8,12 @@ from typer.testing import CliRunner
 
 from memdoc.cli import app
 from memdoc.core.billing.bill import compute_bill
-from memdoc.core.billing.ladder import climb
-from memdoc.core.billing.search import search
 from memdoc.core.billing.steptime import step_seconds
 from memdoc.core.model.gpu import resolve_gpu
 from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.model.plan import Checkpointing, Loss, Method, Offload, Optimizer, Precision, Shard, parse_plan
+from memdoc.core.remedies.climb import climb
+from memdoc.core.remedies.search import search
 from memdoc.errors import PlanError
 from memdoc.resolve.models import resolve_model
 

@@ -10,15 +10,12 @@ import yaml
 
 from memdoc.core.doctor.symptoms import (
     HOW_KEYS,
-    LADDER_RANK,
-    LEVERS,
-    PLAN_LEVERS,
     WHY,
     get_symptom,
-    ladder_rank,
     list_symptoms,
     load_symptoms,
 )
+from memdoc.core.remedies.levers import LADDER_RANK, LEVERS, PLAN_LEVERS, ladder_rank
 from memdoc.errors import KnowledgeBaseError, MemdocError, UnknownSymptomError
 
 EXPECTED = [

@@ -88,8 +88,9 @@ def bill(
     """
     from memdoc import render
     from memdoc.core.billing.bill import bill_json, compute_bill
-    from memdoc.core.billing.ladder import climb, max_fitting
     from memdoc.core.billing.steptime import step_time
+    from memdoc.core.remedies.climb import climb
+    from memdoc.core.remedies.maximum import max_fitting
     from memdoc.errors import PlanError
 
     if dataset is None and (tokenizer or text_field):
@@ -151,7 +152,7 @@ def _bill_inference(
     """`bill --inference`: the inference bill, its ladder, --max, and vLLM's budget on the card."""
     from memdoc import render
     from memdoc.core.billing.inference import InferencePlan, KvCache, Weights, inference_bill
-    from memdoc.core.billing.inference_ladder import climb_inference, max_inference, vllm_fit
+    from memdoc.core.remedies.inference import climb_inference, max_inference, vllm_fit
     from memdoc.render.inference import render_inference
 
     plan = InferencePlan(

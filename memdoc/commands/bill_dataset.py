@@ -8,7 +8,7 @@ def dataset_section(
 ) -> dict:
     """Tokenize the dataset (a progress bar unless `quiet`) and fit its lengths to `setup`; the JSON `dataset` object."""
     from memdoc import render
-    from memdoc.core.billing.dataset_fit import dataset_fit
+    from memdoc.core.remedies.dataset_fit import dataset_fit
     from memdoc.resolve.dataset import count_tokens
 
     if quiet:

@@ -112,7 +112,7 @@ def emit(
     if fit and the_bill.fits is False:
         from dataclasses import replace
 
-        from memdoc.core.billing.ladder import climb
+        from memdoc.core.remedies.climb import climb
 
         steps = climb(setup.model, setup.plan, setup.gpu)
         if not steps or not steps[-1].fits:

@@ -80,9 +80,9 @@ def plan_command(
     """
     from memdoc import render
     from memdoc.core.billing.bill import compute_bill
-    from memdoc.core.billing.search import HEADROOM, search
     from memdoc.core.billing.steptime import step_time
     from memdoc.core.model.gpu import gpu_json
+    from memdoc.core.remedies.search import HEADROOM, search
     from memdoc.errors import PlanError
 
     if (output or force) and not emit_format:

@@ -1,6 +1,6 @@
 """Read a training dataset and count each sample's tokens (`memdoc bill --dataset`).
 
-I/O only; the statistics and the fit are `memdoc.core.billing.dataset_fit`. transformers is
+I/O only; the statistics and the fit are `memdoc.core.remedies.dataset_fit`. transformers is
 imported when a tokenizer is loaded, never on the plain `bill` path.
 
 Files: ``.jsonl`` (one JSON object a line), ``.json`` (a list of objects, an object holding one

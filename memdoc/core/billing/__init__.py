@@ -1,1 +1,1 @@
-"""The bill and its ladder: activations, model states, the per-phase bill, inference, step time, remedies."""
+"""The bill: activations, model states, the per-phase bill, inference, step time (remedies: `core.remedies`)."""

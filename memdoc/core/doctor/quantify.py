@@ -2,9 +2,10 @@
 
 A lever is a plan change (`{checkpointing: full}`, `{micro_batch: half}`, …). Applied alone to
 the user's plan, the bill gives the bytes it saves (process total before − after) and whether
-it alone makes the run fit; "ladder up to it" applies every cheaper ladder rung first, as
-`memdoc bill` would. Levers that are not plan fields (chunked loss, activation offload,
-optimizer-in-backward) are not modelled: `saves_bytes` is None and the text says so.
+it alone makes the run fit. The plan levers (`remedies.levers.PLAN_LEVERS`) are derived from the
+ladder's rungs, so every rung's lever is one this applies. Levers that are not plan fields
+(activation offload, optimizer-in-backward) are not modelled: `saves_bytes` is None and the text
+says so.
 
 Inference symptoms are quantified against the inference bill instead (`quantify_inference`):
 batch, context, KV-cache storage, weight format and chunked prefill are its levers.
@@ -16,11 +17,12 @@ from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, compute_bill
 from memdoc.core.billing.inference import InferenceBill, InferencePlan, KvCache, Weights, inference_bill
-from memdoc.core.doctor.symptoms import INFERENCE_LEVERS, PLAN_LEVERS, Prescription
+from memdoc.core.doctor.symptoms import Prescription
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan, parse_plan
+from memdoc.core.remedies.levers import INFERENCE_LEVERS, PLAN_LEVERS
 from memdoc.errors import PlanError
 
 

@@ -1,13 +1,10 @@
 """The symptom knowledge base: `memdoc/data/symptoms.yaml`, loaded, validated and typed.
 
 Each `Symptom` has an ordered list of `Prescription`s, cheapest first. A prescription's `lever` is
-the plan change the bill can evaluate (`{checkpointing: full}`, `{method: qlora}`, …); `LEVERS`
-is its vocabulary and `LADDER_RANK` places the memory levers on the cost ladder
-
-    micro-batch (accumulation) → checkpointing → bf16 → LoRA/QLoRA → 8-bit optimizer
-    → optimizer offload → ZeRO-3/FSDP → weight offload
-
-that a symptom with `ladder: ascending` must follow (and `descending` must follow backwards).
+the plan change the bill can evaluate (`{checkpointing: full}`, `{method: qlora}`, …); its
+vocabulary (`remedies.levers.LEVERS`) and its rank on the cost ladder (`remedies.levers.LADDER_RANK`,
+derived from the ladder's rungs) live with the ladder. A symptom with `ladder: ascending` must follow
+the ranks (and `descending` must follow them backwards).
 Everything here is plain data: no torch.
 """
 
@@ -22,30 +19,15 @@ from typing import Any
 
 import yaml
 
-from memdoc.core.model.plan import (
-    Allocator,
-    Attention,
-    Checkpointing,
-    Loss,
-    Method,
-    Offload,
-    Optimizer,
-    Precision,
-    Shard,
-)
+from memdoc.core.remedies.levers import LEVERS, ladder_rank
 from memdoc.errors import KnowledgeBaseError, UnknownSymptomError
 
 __all__ = [
     "HOW_KEYS",
-    "LADDER_RANK",
-    "LEVERS",
-    "INFERENCE_LEVERS",
-    "PLAN_LEVERS",
     "Prescription",
     "Symptom",
     "WHY",
     "get_symptom",
-    "ladder_rank",
     "list_symptoms",
     "load_symptoms",
 ]
@@ -67,62 +49,6 @@ WHY = (
 HOW_KEYS = ("hf", "trl", "axolotl", "llamafactory", "deepspeed", "vllm", "pytorch", "env")
 """Where a prescription's switch lives: HF TrainingArguments, TRL SFTConfig/ModelConfig, Axolotl,
 LLaMA-Factory, DeepSpeed JSON, vLLM engine args (mappings); a PyTorch call (text); env vars (mapping)."""
-
-_RELATIVE = {"micro_batch": ("half", "double", "1"), "seq_len": ("cap", "half")}
-PLAN_LEVERS: dict[str, tuple[Any, ...]] = {
-    "micro_batch": _RELATIVE["micro_batch"],
-    "seq_len": _RELATIVE["seq_len"],
-    "checkpointing": tuple(m.value for m in Checkpointing),
-    "precision": tuple(m.value for m in Precision),
-    "attention": tuple(m.value for m in Attention),
-    "loss": tuple(m.value for m in Loss),
-    "method": tuple(m.value for m in Method),
-    "optimizer": tuple(m.value for m in Optimizer),
-    "offload": tuple(m.value for m in Offload),
-    "shard": tuple(m.value for m in Shard),
-    "allocator": tuple(m.value for m in Allocator),
-}
-"""Levers that are `TrainingPlan` fields. micro_batch 'half' keeps the effective batch (accumulation
-doubles); seq_len 'cap' means "to the data's p99 length" (the caller supplies the number)."""
-
-INFERENCE_LEVERS: dict[str, tuple[Any, ...]] = {
-    "kv_cache": ("fp8", "int4"),
-    "weights": ("int8", "nf4"),
-    "prefill_chunk": (2048,),
-}
-"""Levers of the inference plan (`core/billing/inference.py`), next to micro_batch and seq_len
-(batch and context there); prescribe quantifies them against the inference bill."""
-
-LEVERS: dict[str, tuple[Any, ...]] = {
-    **PLAN_LEVERS,
-    **INFERENCE_LEVERS,
-    "activation_offload": (True,),
-    "optimizer_in_backward": (True,),
-}
-"""All lever keys and values. `activation_offload` and `optimizer_in_backward` are not
-`TrainingPlan` fields yet: the bill may ignore them until it models them."""
-
-LADDER_RANK: dict[tuple[str, Any], int] = {
-    **{("micro_batch", v): 1 for v in _RELATIVE["micro_batch"]},
-    ("loss", "fused"): 1,
-    **{("checkpointing", v): 2 for v in ("full", "selective")},
-    **{("precision", v): 3 for v in ("bf16", "amp-bf16", "fp16", "amp-fp16")},
-    **{("method", v): 4 for v in ("lora", "qlora")},
-    **{("optimizer", v): 5 for v in ("adamw-8bit", "paged-adamw-8bit", "adamw-fused", "adafactor", "sgd", "lion")},
-    ("offload", "optimizer"): 6,
-    ("offload", "none"): 6,  # undoing offload (descending ladders)
-    **{("shard", v): 7 for v in ("zero1", "zero2", "zero3", "fsdp")},
-    ("offload", "optimizer+params"): 8,
-}
-"""Position of a lever on the cost ladder (1 = cheapest). Levers not listed are off the ladder."""
-
-
-def ladder_rank(lever: dict[str, Any] | None) -> int | None:
-    """The highest ladder rank among a lever's changes, or None when none of them is on the ladder."""
-    if not lever:
-        return None
-    ranks = [LADDER_RANK[(k, v)] for k, v in lever.items() if (k, v) in LADDER_RANK]
-    return max(ranks) if ranks else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,7 +72,7 @@ class Prescription:
 
     @property
     def rank(self) -> int | None:
-        """Ladder rank of the lever (see `LADDER_RANK`), None when off the ladder."""
+        """Ladder rank of the lever (see `remedies.levers.LADDER_RANK`), None when off the ladder."""
         return ladder_rank(self.lever)
 
 

@@ -23,9 +23,9 @@ from memdoc.core.billing.inference import (
     kv_cache_bytes,
     prefill_activation_bytes,
 )
-from memdoc.core.billing.ladder import largest_fitting, largest_value
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
+from memdoc.core.remedies.maximum import largest_fitting, largest_value
 
 
 def max_inference(model: ModelSpec, inference: InferencePlan, gpu: GpuSpec, knob: str) -> int | None:

@@ -5,7 +5,7 @@ set by its length, so the longest samples decide whether a run survives (the lon
 
 - `length_stats`: samples, max, p99, p50 of the token counts. Percentiles are nearest-rank: the
   p-th is the ⌈p/100 · n⌉-th smallest count, a length that occurs in the data.
-- `dataset_fit`: the longest sequence that fits the plan on the GPU (`ladder.max_fitting`,
+- `dataset_fit`: the longest sequence that fits the plan on the GPU (`maximum.max_fitting`,
   multiples of 128 tokens, at the plan's micro-batch), capped by the user's `--seq` (their
   max_length) when given and by the model's context; how many samples are longer; and the
   prescriptions that apply, with the numbers filled in:
@@ -25,10 +25,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from memdoc.core.billing.ladder import max_fitting
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan
+from memdoc.core.remedies.maximum import max_fitting
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,62 +102,87 @@ def dataset_fit(
     if plan.micro_batch > 1:
         alone = _capped(max_fitting(model, plan.replace(micro_batch=1), gpu, "seq"), cap)
     over = sum(1 for c in counts if fits is None or c > fits)
-    rx: list[dict] = []
-    if fits is not None and over:
-        share = over / stats.samples
-        rx.append(
-            {
-                "id": "long-cap-length",
-                "action": f"Cap the length at {fits} tokens: {over} of {stats.samples} samples ({share:.1%}) are longer "
-                "and will be truncated (or filter them out).",
-                "how": {
-                    "trl": {"max_length": fits},
-                    "axolotl": {"sequence_len": fits},
-                    "llamafactory": {"cutoff_len": fits},
-                },
-            }
-        )
-    if fits is not None and alone is not None and stats.max_tokens > fits and alone > fits:
-        rx.append(
-            {
-                "id": "per-length-micro-batch",
-                "action": f"Batch by tokens instead of samples: one row of up to {alone} tokens fits (micro-batch 1), so "
-                f"fill rows to that budget — the longest samples alone, short ones together — instead of "
-                f"{plan.micro_batch} samples of any length.",
-                "how": {
-                    "trl": {
-                        "packing": True,
-                        "padding_free": True,
-                        "per_device_train_batch_size": 1,
-                        "max_length": alone,
-                    },
-                    "axolotl": {"sample_packing": True, "micro_batch_size": 1, "sequence_len": alone},
-                },
-            }
-        )
-    if plan.micro_batch > 1 and stats.p50_tokens * 2 < stats.max_tokens:
-        rx.append(
-            {
-                "id": "long-group-by-length",
-                "action": f"Group samples of similar length: the median sample ({stats.p50_tokens} tokens) is under half the "
-                f"longest ({stats.max_tokens}), so random batches are mostly padding.",
-                "how": {
-                    "hf": {"train_sampling_strategy": "group_by_length"},
-                    "trl": {"train_sampling_strategy": "group_by_length"},
-                },
-            }
-        )
-    if fits is not None and stats.p50_tokens * 2 <= fits:
-        rx.append(
-            {
-                "id": "packing",
-                "action": f"Pack samples into rows of {fits} tokens: the median sample is {stats.p50_tokens} tokens, so "
-                "packing removes padding and every step has the same, fitting size.",
-                "how": {
-                    "trl": {"packing": True, "max_length": fits},
-                    "axolotl": {"sample_packing": True, "sequence_len": fits},
-                    "llamafactory": {"packing": True, "cutoff_len": fits},
-                },
-            }
-        )
+    rx = [
+        *_cap_length(stats, fits, over),
+        *_per_length_micro_batch(stats, fits, alone, plan.micro_batch),
+        *_group_by_length(stats, plan.micro_batch),
+        *_packing(stats, fits),
+    ]
     return DatasetFit(stats=stats, max_seq_that_fits=fits, over=over, max_seq_alone=alone, prescriptions=rx)
+
+
+def _cap_length(stats: LengthStats, fits: int | None, over: int) -> list[dict]:
+    """``long-cap-length`` when some samples are longer than what fits."""
+    if fits is None or not over:
+        return []
+    share = over / stats.samples
+    return [
+        {
+            "id": "long-cap-length",
+            "action": f"Cap the length at {fits} tokens: {over} of {stats.samples} samples ({share:.1%}) are longer "
+            "and will be truncated (or filter them out).",
+            "how": {
+                "trl": {"max_length": fits},
+                "axolotl": {"sequence_len": fits},
+                "llamafactory": {"cutoff_len": fits},
+            },
+        }
+    ]
+
+
+def _per_length_micro_batch(stats: LengthStats, fits: int | None, alone: int | None, micro_batch: int) -> list[dict]:
+    """``per-length-micro-batch`` when the longest sample fits alone but not at the plan's micro-batch."""
+    if fits is None or alone is None or stats.max_tokens <= fits or alone <= fits:
+        return []
+    return [
+        {
+            "id": "per-length-micro-batch",
+            "action": f"Batch by tokens instead of samples: one row of up to {alone} tokens fits (micro-batch 1), so "
+            f"fill rows to that budget — the longest samples alone, short ones together — instead of "
+            f"{micro_batch} samples of any length.",
+            "how": {
+                "trl": {
+                    "packing": True,
+                    "padding_free": True,
+                    "per_device_train_batch_size": 1,
+                    "max_length": alone,
+                },
+                "axolotl": {"sample_packing": True, "micro_batch_size": 1, "sequence_len": alone},
+            },
+        }
+    ]
+
+
+def _group_by_length(stats: LengthStats, micro_batch: int) -> list[dict]:
+    """``long-group-by-length`` when batches of several samples are mostly padding."""
+    if micro_batch <= 1 or stats.p50_tokens * 2 >= stats.max_tokens:
+        return []
+    return [
+        {
+            "id": "long-group-by-length",
+            "action": f"Group samples of similar length: the median sample ({stats.p50_tokens} tokens) is under half the "
+            f"longest ({stats.max_tokens}), so random batches are mostly padding.",
+            "how": {
+                "hf": {"train_sampling_strategy": "group_by_length"},
+                "trl": {"train_sampling_strategy": "group_by_length"},
+            },
+        }
+    ]
+
+
+def _packing(stats: LengthStats, fits: int | None) -> list[dict]:
+    """``packing`` when the median sample is at most half the length that fits."""
+    if fits is None or stats.p50_tokens * 2 > fits:
+        return []
+    return [
+        {
+            "id": "packing",
+            "action": f"Pack samples into rows of {fits} tokens: the median sample is {stats.p50_tokens} tokens, so "
+            "packing removes padding and every step has the same, fitting size.",
+            "how": {
+                "trl": {"packing": True, "max_length": fits},
+                "axolotl": {"sample_packing": True, "sequence_len": fits},
+                "llamafactory": {"packing": True, "cutoff_len": fits},
+            },
+        }
+    ]

@@ -133,43 +133,10 @@ def search(
     if global_batch < 1 or global_batch % world:
         raise PlanError(f"--global-batch {global_batch} must be a positive multiple of the {world} GPUs")
     per_gpu = global_batch // world
-    micro_options = _divisors(per_gpu)
-    if "micro_batch" in fixed:
-        micro_options = [m for m in micro_options if m == base.micro_batch]
-    if "grad_accum" in fixed:
-        micro_options = [m for m in micro_options if per_gpu // m == base.grad_accum]
-    if not micro_options:
-        raise PlanError(
-            f"--batch {base.micro_batch} × --accum {base.grad_accum} × {world} GPUs "
-            f"does not make the global batch of {global_batch} sequences"
-        )
-    combos = []
-    for values in itertools.product(*(_values(k, base, fixed) for k in KNOBS)):
-        knobs = dict(zip(KNOBS, values))
-        if (
-            knobs["offload"] is not Offload.NONE
-            and knobs["optimizer"] is not Optimizer.ADAMW
-            and "optimizer" not in fixed
-        ):
-            continue  # DeepSpeed's CPU Adam runs the step: the GPU optimizer choice is moot
-        if (
-            world == 1
-            and knobs["shard"] is Shard.ZERO3
-            and knobs["offload"] is not Offload.OPTIMIZER_PARAMS
-            and "shard" not in fixed
-        ):
-            continue
-        try:
-            plan = base.replace(**knobs, micro_batch=micro_options[-1], grad_accum=per_gpu // micro_options[-1])
-        except PlanError:
-            continue
-        if "lora_targets" not in fixed:
-            plan = fit_lora_targets(plan, model)
-        combos.append((step_time(model, plan, gpu).seconds, knobs, plan))
-    combos.sort(key=lambda c: c[0])
+    micro_options = _micro_options(base, fixed, per_gpu, global_batch)
     failed: list[dict] = []
     found: list[Candidate] = []
-    for bound, knobs, plan in combos:
+    for bound, knobs, plan in _combinations(model, base, gpu, fixed, micro_options[-1], per_gpu):
         if len(found) >= top and bound > found[top - 1].time.seconds * (1 + TIE):
             break
         if any(_dominates(knobs, small) for small in failed):
@@ -185,6 +152,53 @@ def search(
             found.append(candidate)
             found.sort(key=lambda c: c.time.seconds)
     return found[:top]
+
+
+def _micro_options(base: TrainingPlan, fixed: frozenset[str], per_gpu: int, global_batch: int) -> list[int]:
+    """The micro-batches that split `per_gpu` sequences into whole accumulation steps, as `fixed` allows."""
+    micro_options = _divisors(per_gpu)
+    if "micro_batch" in fixed:
+        micro_options = [m for m in micro_options if m == base.micro_batch]
+    if "grad_accum" in fixed:
+        micro_options = [m for m in micro_options if per_gpu // m == base.grad_accum]
+    if not micro_options:
+        raise PlanError(
+            f"--batch {base.micro_batch} × --accum {base.grad_accum} × {base.world_size} GPUs "
+            f"does not make the global batch of {global_batch} sequences"
+        )
+    return micro_options
+
+
+def _combinations(
+    model: ModelSpec, base: TrainingPlan, gpu: GpuSpec, fixed: frozenset[str], largest_micro: int, per_gpu: int
+) -> list[tuple[float, dict, TrainingPlan]]:
+    """(lower bound on the step time, knob values, plan at the largest micro-batch) for every valid
+    combination of the knobs, by bound."""
+    combos = []
+    for values in itertools.product(*(_values(k, base, fixed) for k in KNOBS)):
+        knobs = dict(zip(KNOBS, values))
+        if (
+            knobs["offload"] is not Offload.NONE
+            and knobs["optimizer"] is not Optimizer.ADAMW
+            and "optimizer" not in fixed
+        ):
+            continue  # DeepSpeed's CPU Adam runs the step: the GPU optimizer choice is moot
+        if (
+            base.world_size == 1
+            and knobs["shard"] is Shard.ZERO3
+            and knobs["offload"] is not Offload.OPTIMIZER_PARAMS
+            and "shard" not in fixed
+        ):
+            continue
+        try:
+            plan = base.replace(**knobs, micro_batch=largest_micro, grad_accum=per_gpu // largest_micro)
+        except PlanError:
+            continue
+        if "lora_targets" not in fixed:
+            plan = fit_lora_targets(plan, model)
+        combos.append((step_time(model, plan, gpu).seconds, knobs, plan))
+    combos.sort(key=lambda c: c[0])
+    return combos
 
 
 TIE = 0.01
