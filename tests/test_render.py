@@ -13,6 +13,7 @@ from memdoc import render
 from memdoc.core.billing.bill import PhaseBill, compute_bill
 from memdoc.core.model.gpu import resolve_gpu
 from memdoc.core.model.plan import parse_plan
+from memdoc.render import bill as bill_view
 from memdoc.resolve.models import resolve_model
 from memdoc.units import GiB
 
@@ -21,9 +22,9 @@ WIDTH = 100
 
 @pytest.fixture
 def pinned(monkeypatch):
-    """render's stdout replaced by a recording console of WIDTH columns, no colour."""
+    """The bill renderer's stdout replaced by a recording console of WIDTH columns, no colour."""
     console = Console(file=io.StringIO(), width=WIDTH, highlight=False, soft_wrap=False, color_system=None)
-    monkeypatch.setattr(render, "stdout", console)
+    monkeypatch.setattr(bill_view, "stdout", console)
     return console
 
 
@@ -42,10 +43,10 @@ def test_gib_prints_the_unit_and_a_dash_for_unknown():
 
 def test_bar_is_proportional_to_the_scale():
     phase = PhaseBill(weights=3, gradients=1, optimizer=0, activations=0, other=0)
-    bar = render._bar(phase, scale=4)
+    bar = bill_view.phase_bar(phase, scale=4)
     assert bar == "[blue]" + "█" * 30 + "[/blue][magenta]" + "█" * 10 + "[/magenta]"
-    assert render._bar(phase, scale=8).count("█") == 20
-    assert render._bar(phase, scale=0) == ""
+    assert bill_view.phase_bar(phase, scale=8).count("█") == 20
+    assert bill_view.phase_bar(phase, scale=0) == ""
 
 
 def test_bill_table_fits_the_width_and_shows_every_item(pinned):

@@ -79,65 +79,88 @@ def build_model(config: dict, plan: TrainingPlan, layers: int | None = None, not
 
     Architectures without an SDPA implementation in transformers (e.g. Gemma-2's logit
     softcapping) fall back to eager attention, with a note."""
+    conf = _hf_config(config, plan, layers)
+    model = _from_config(conf, config.get("model_type"), plan, notes)
+    model.tie_weights()
+    model.train()
+    if plan.checkpointing is not Checkpointing.NONE:
+        _enable_checkpointing(model, plan)
+    if plan.is_peft:
+        model = _apply_lora(model, plan)
+    return model
+
+
+def _storage_dtype(plan: TrainingPlan) -> str:
+    """The dtype the weights are stored in: the compute dtype of a LoRA base, fp32 under amp, else the plan's."""
+    if plan.is_peft or not plan.precision.is_amp:
+        return plan.precision.compute_dtype_name if plan.is_peft else plan.precision.torch_dtype_name
+    return "float32"
+
+
+def _from_config(conf, model_type, plan: TrainingPlan, notes: list[str] | None):
+    """`AutoModelForCausalLM.from_config` without initialising weights; eager attention (noted) when the
+    architecture has no SDPA, and one ConfigError line when transformers' model code refuses the config."""
     from transformers import AutoModelForCausalLM
     from transformers.initialization import no_init_weights
 
-    from memdoc.probe.emulation import quantize_linears_nf4, upcast_non_quantised
-    from memdoc.probe.memtrack import plain_module_to
-
-    conf = _hf_config(config, plan, layers)
-    if plan.is_peft or not plan.precision.is_amp:
-        store = plan.precision.compute_dtype_name if plan.is_peft else plan.precision.torch_dtype_name
-    else:
-        store = "float32"
+    dtype = torch_dtype(_storage_dtype(plan))
     attn = "eager" if plan.attention is Attention.EAGER else "sdpa"
     with no_init_weights():
         try:
             try:
-                model = AutoModelForCausalLM.from_config(conf, dtype=torch_dtype(store), attn_implementation=attn)
+                return AutoModelForCausalLM.from_config(conf, dtype=dtype, attn_implementation=attn)
             except ValueError as exc:
                 if attn != "sdpa" or "attention implementation" not in str(exc):
                     raise
-                model = AutoModelForCausalLM.from_config(conf, dtype=torch_dtype(store), attn_implementation="eager")
+                model = AutoModelForCausalLM.from_config(conf, dtype=dtype, attn_implementation="eager")
                 if notes is not None:
                     notes.append(
                         f"{type(model).__name__} has no SDPA attention in transformers: traced eager attention"
                     )
+                return model
         except (ValueError, KeyError, TypeError, AttributeError, IndexError, ZeroDivisionError, OverflowError) as exc:
             # the config passed memdoc's checks but transformers' model code refuses it
-            raise _cannot_build(config.get("model_type"), exc) from None
-    model.tie_weights()
-    model.train()
-    if plan.checkpointing is not Checkpointing.NONE:
-        kwargs = {"use_reentrant": False}
-        if plan.checkpointing is Checkpointing.SELECTIVE:
-            kwargs["context_fn"] = _selective_context_fn()
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-        if plan.checkpoint_every > 1:  # partial checkpointing: layers 0, N, 2N, … only
-            from transformers.modeling_layers import GradientCheckpointingLayer
+            raise _cannot_build(model_type, exc) from None
 
-            decoder = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
-            for i, layer in enumerate(decoder):
-                layer.gradient_checkpointing = i % plan.checkpoint_every == 0
-    if plan.is_peft:
-        from peft import LoraConfig, get_peft_model
 
-        lora = LoraConfig(
-            r=plan.lora_rank,
-            lora_alpha=lora_alpha(plan),
-            target_modules=peft_target_modules(plan),
-            lora_dropout=plan.lora_dropout,
-            task_type="CAUSAL_LM",
-        )
-        with plain_module_to():
-            try:
-                model = get_peft_model(model, lora)
-            except ValueError as exc:
-                raise ConfigError(f"LoRA targets {plan.lora_targets}: {exc}") from None
-        if plan.method is Method.QLORA:
-            quantize_linears_nf4(model, torch_dtype(plan.precision.compute_dtype_name))
-            if plan.kbit_upcast:
-                upcast_non_quantised(model)
+def _enable_checkpointing(model, plan: TrainingPlan) -> None:
+    """HF gradient checkpointing (non-reentrant; selective saves matmul/attention outputs), on every
+    decoder layer or, with `checkpoint_every` N > 1, on layers 0, N, 2N, … only."""
+    kwargs = {"use_reentrant": False}
+    if plan.checkpointing is Checkpointing.SELECTIVE:
+        kwargs["context_fn"] = _selective_context_fn()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    if plan.checkpoint_every > 1:  # partial checkpointing: layers 0, N, 2N, … only
+        from transformers.modeling_layers import GradientCheckpointingLayer
+
+        decoder = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+        for i, layer in enumerate(decoder):
+            layer.gradient_checkpointing = i % plan.checkpoint_every == 0
+
+
+def _apply_lora(model, plan: TrainingPlan):
+    """The peft LoRA model of the plan; for QLoRA its linears emulated as NF4 (and the rest upcast to fp32)."""
+    from peft import LoraConfig, get_peft_model
+
+    from memdoc.probe.emulation import quantize_linears_nf4, upcast_non_quantised
+    from memdoc.probe.memtrack import plain_module_to
+
+    lora = LoraConfig(
+        r=plan.lora_rank,
+        lora_alpha=lora_alpha(plan),
+        target_modules=peft_target_modules(plan),
+        lora_dropout=plan.lora_dropout,
+        task_type="CAUSAL_LM",
+    )
+    with plain_module_to():
+        try:
+            model = get_peft_model(model, lora)
+        except ValueError as exc:
+            raise ConfigError(f"LoRA targets {plan.lora_targets}: {exc}") from None
+    if plan.method is Method.QLORA:
+        quantize_linears_nf4(model, torch_dtype(plan.precision.compute_dtype_name))
+        if plan.kbit_upcast:
+            upcast_non_quantised(model)
     return model
 
 

@@ -186,22 +186,11 @@ def _trace_once(config: dict, plan: TrainingPlan, layers: int | None) -> tuple[d
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from memdoc.probe.memtrack import (
-        PhaseFSDPMemTracker,
-        PhaseMemTracker,
-        masks_as_in_eager_execution,
-        snapshot_items,
-    )
+    from memdoc.probe.memtrack import masks_as_in_eager_execution, snapshot_items
 
     notes: list[str] = []
     fsdp = plan.shard in (Shard.FSDP, Shard.ZERO3)
     vocab = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size") or 32000
-    amp = plan.precision.is_amp and not (fsdp and not plan.is_peft)
-    autocast = (
-        (lambda: torch.autocast("cpu", dtype=torch_dtype(plan.precision.compute_dtype_name)))
-        if amp
-        else contextlib.nullcontext
-    )
     pg = _fake_process_group(plan.world_size) if fsdp else contextlib.nullcontext()
     with pg:
         mesh = None
@@ -215,37 +204,57 @@ def _trace_once(config: dict, plan: TrainingPlan, layers: int | None) -> tuple[d
                 model = _shard_fsdp(model, plan, mesh)
             opt = build_optimizer(model, plan)
             ids = torch.randint(0, int(vocab), (plan.micro_batch, plan.seq_len))
-
-            trackers: list = []  # MemTracker refuses a second forward unless its module stats are reset
-
-            def between() -> None:
-                for t in trackers:
-                    t.reset_mod_stats()
-
-            step = functools.partial(training_step, model, opt, ids, autocast, plan.grad_accum, between)
-
-            if fsdp:
-                tracker = PhaseFSDPMemTracker(model, opt)
-                trackers.append(tracker)
-                tracker.track_inputs((ids,))
-                with tracker:
-                    step()
-                    tracker.reset_mod_stats()
-                    tracker.reset_peaks()
-                    step()
-            else:
-                step()  # warm-up: optimizer states now exist
-                tracker = PhaseMemTracker()
-                trackers.append(tracker)
-                tracker.track_external(model, opt, ids)
-                with tracker:
-                    step()
+            tracker = _track_steady_step(model, opt, ids, plan, fsdp)
             state_bytes = optimizer_state_bytes(opt)
             phases = {ph: snapshot_items(snap, state_bytes) for ph, snap in tracker.phase_peaks.items()}
             modules = tracker.module_activation_bytes()
             del model, opt, ids, tracker
     gc.collect()
     return phases, modules, notes
+
+
+def _autocast_for(plan: TrainingPlan, fsdp: bool) -> Callable[[], contextlib.AbstractContextManager]:
+    """The forward's autocast context: CPU autocast to the compute dtype for amp plans, else none.
+
+    Under fsdp/zero3 a full fine-tune's amp is FSDP's MixedPrecisionPolicy instead (see `_shard_fsdp`)."""
+    import torch
+
+    amp = plan.precision.is_amp and not (fsdp and not plan.is_peft)
+    if amp:
+        return lambda: torch.autocast("cpu", dtype=torch_dtype(plan.precision.compute_dtype_name))
+    return contextlib.nullcontext
+
+
+def _track_steady_step(model, opt, ids, plan: TrainingPlan, fsdp: bool):
+    """Run a warm-up step (so optimizer states exist), then track the second, steady-state step.
+
+    Returns the tracker (PhaseFSDPMemTracker for fsdp/zero3, else PhaseMemTracker) holding its phase peaks."""
+    from memdoc.probe.memtrack import PhaseFSDPMemTracker, PhaseMemTracker
+
+    trackers: list = []  # MemTracker refuses a second forward unless its module stats are reset
+
+    def between() -> None:
+        for t in trackers:
+            t.reset_mod_stats()
+
+    step = functools.partial(training_step, model, opt, ids, _autocast_for(plan, fsdp), plan.grad_accum, between)
+    if fsdp:
+        tracker = PhaseFSDPMemTracker(model, opt)
+        trackers.append(tracker)
+        tracker.track_inputs((ids,))
+        with tracker:
+            step()
+            tracker.reset_mod_stats()
+            tracker.reset_peaks()
+            step()
+    else:
+        step()  # warm-up: optimizer states now exist
+        tracker = PhaseMemTracker()
+        trackers.append(tracker)
+        tracker.track_external(model, opt, ids)
+        with tracker:
+            step()
+    return tracker
 
 
 def _clean_module_name(name: str) -> str:
@@ -348,32 +357,54 @@ def trace_training_step(
     notes: list[str] = []
     n_layers = layer_count(config)
     ks = None if layers is not None or plan.checkpoint_every > 1 else _plan_layers(config)
-
     if ks is None:
-        k = layers if layers is not None else n_layers
-        _check_traceable(k, "its layers do not repeat, so every layer is traced")
-        report(f"tracing {k} layer(s)", 0.0)
-        phases, acts, more = _trace_once(config, plan, k)
-        notes += more
-        notes.append(f"traced all {k} layers" if k == n_layers else f"traced a {k}-layer model (config has {n_layers})")
+        phases, acts = _trace_given_depth(config, plan, layers if layers is not None else n_layers, report, notes)
     else:
-        results = []
-        for i, k in enumerate(ks):
-            report(f"tracing {k} of {n_layers} layers", i / (len(ks) + 1))
-            results.append(_trace_once(config, plan, k))
-        (pa, _, _), (pb, acts, _), (pc, _, more) = results
-        notes += more
-        predicted = _extrapolate(pa, pb, ks[0], ks[1], ks[2])
-        if _agrees(predicted, pc):
-            phases = _extrapolate(pb, pc, ks[1], ks[2], n_layers)
-            notes.append(f"traced {ks[0]}, {ks[1]} and {ks[2]} layers; extrapolated linearly to {n_layers}")
-        else:
-            _check_traceable(n_layers, "short traces did not extrapolate linearly, so every layer would be traced")
-            report(f"layers not linear: tracing all {n_layers} layers", len(ks) / (len(ks) + 1))
-            phases, acts, more = _trace_once(config, plan, n_layers)
-            notes += more
-            notes.append(f"traced all {n_layers} layers (short traces did not extrapolate linearly)")
+        phases, acts = _trace_extrapolated(config, plan, ks, report, notes)
     phases = _derive_sharding_and_offload(phases, plan, notes)
+    notes += _emulation_notes(plan)
+    clean = {p: {k: int(v) for k, v in items.items() if k in LINE_ITEMS} for p, items in phases.items() if p in PHASES}
+    report("done", 1.0)
+    notes.append(f"trace took {time.perf_counter() - start:.1f} s")
+    return Measurement.from_phases(clean, modules=_top_modules(acts), mode="traced", notes=notes)
+
+
+def _trace_given_depth(config: dict, plan: TrainingPlan, k: int, report: Progress, notes: list[str]):
+    """Trace a k-layer model (the whole model when k is the config's depth); returns (phases, module acts)."""
+    n_layers = layer_count(config)
+    _check_traceable(k, "its layers do not repeat, so every layer is traced")
+    report(f"tracing {k} layer(s)", 0.0)
+    phases, acts, more = _trace_once(config, plan, k)
+    notes += more
+    notes.append(f"traced all {k} layers" if k == n_layers else f"traced a {k}-layer model (config has {n_layers})")
+    return phases, acts
+
+
+def _trace_extrapolated(config: dict, plan: TrainingPlan, ks: tuple[int, ...], report: Progress, notes: list[str]):
+    """Trace the three short models of `ks` and extrapolate linearly to the real depth when the third
+    agrees with the line through the first two; otherwise trace every layer. Returns (phases, module acts)."""
+    n_layers = layer_count(config)
+    results = []
+    for i, k in enumerate(ks):
+        report(f"tracing {k} of {n_layers} layers", i / (len(ks) + 1))
+        results.append(_trace_once(config, plan, k))
+    (pa, _, _), (pb, acts, _), (pc, _, more) = results
+    notes += more
+    predicted = _extrapolate(pa, pb, ks[0], ks[1], ks[2])
+    if _agrees(predicted, pc):
+        notes.append(f"traced {ks[0]}, {ks[1]} and {ks[2]} layers; extrapolated linearly to {n_layers}")
+        return _extrapolate(pb, pc, ks[1], ks[2], n_layers), acts
+    _check_traceable(n_layers, "short traces did not extrapolate linearly, so every layer would be traced")
+    report(f"layers not linear: tracing all {n_layers} layers", len(ks) / (len(ks) + 1))
+    phases, acts, more = _trace_once(config, plan, n_layers)
+    notes += more
+    notes.append(f"traced all {n_layers} layers (short traces did not extrapolate linearly)")
+    return phases, acts
+
+
+def _emulation_notes(plan: TrainingPlan) -> list[str]:
+    """What the trace emulates or approximates for this plan: NF4, 8-bit/Lion states, accumulation, LoRA, Liger."""
+    notes = []
     if plan.method is Method.QLORA:
         notes.append("qlora: NF4 storage and dequantised compute emulated (bitsandbytes cannot run on fake tensors)")
         if plan.kbit_upcast:
@@ -392,10 +423,7 @@ def trace_training_step(
             f"loss {plan.loss.value}: Liger's Triton kernels cannot run under fake tensors; traced transformers' "
             "loss and layers instead (the bill models Liger's), so measured logits exceed billed ones"
         )
-    clean = {p: {k: int(v) for k, v in items.items() if k in LINE_ITEMS} for p, items in phases.items() if p in PHASES}
-    report("done", 1.0)
-    notes.append(f"trace took {time.perf_counter() - start:.1f} s")
-    return Measurement.from_phases(clean, modules=_top_modules(acts), mode="traced", notes=notes)
+    return notes
 
 
 __all__ = [

@@ -7,7 +7,8 @@ import math
 from rich import box
 from rich.table import Table
 
-from memdoc.render import gib, render_verdict, table
+from memdoc.render.bill import render_verdict
+from memdoc.render.common import gib, table
 from memdoc.render.layout import NARROW_COLUMNS, parts_line, stdout, title
 
 

@@ -73,42 +73,14 @@ def detect_plan(
     `autocast` is the autocast dtype of the forward ('bf16', 'fp16') or None; `input_shape` the
     (batch, sequence) of the input ids.
     """
-    from memdoc.core.model.plan import DEFAULT_TARGETS, Attention, Checkpointing, Loss, Method, Precision, TrainingPlan
+    from memdoc.core.model.plan import Attention, Checkpointing, Loss, TrainingPlan
 
     params = list((peft_model or hf).named_parameters())
-    trainable = [(n, p) for n, p in params if p.requires_grad]
-    lora = [n for n, _ in trainable if "lora_" in n]
-    frozen_dtypes = {str(p.dtype).replace("torch.", "") for n, p in params if not p.requires_grad}
-    train_dtypes = {str(p.dtype).replace("torch.", "") for n, p in trainable}
-    weight_dtype = next(iter(frozen_dtypes if lora and frozen_dtypes else train_dtypes or frozen_dtypes), "float32")
+    lora = any("lora_" in n for n, p in params if p.requires_grad)
     four_bit = lora and any(type(p).__name__ == "Params4bit" for _, p in params)
-    if four_bit:
-        weight_dtype = next(iter(train_dtypes), "bfloat16")  # the adapters' dtype; the base is NF4
-    if weight_dtype == "float32":
-        precision = {"bf16": Precision.AMP_BF16, "fp16": Precision.AMP_FP16}.get(autocast or "", Precision.FP32)
-    else:
-        precision = Precision.FP16 if weight_dtype == "float16" else Precision.BF16
-    if four_bit and precision is Precision.FP32:
-        precision = Precision.BF16
-    kwargs: dict = {"precision": precision}
+    kwargs: dict = {"precision": _detect_precision(params, lora=lora, four_bit=four_bit, autocast=autocast)}
     if lora:
-        kwargs["method"] = Method.QLORA if four_bit else Method.LORA
-        if four_bit:  # peft's prepare_model_for_kbit_training leaves the embedding (and the norms, the head) fp32
-            embedding = (
-                getattr(hf.get_input_embeddings(), "weight", None) if hasattr(hf, "get_input_embeddings") else None
-            )
-            kwargs["kbit_upcast"] = embedding is not None and str(embedding.dtype) == "torch.float32"
-        cfg = None
-        with contextlib.suppress(Exception):
-            cfg = next(iter(peft_model.peft_config.values()))
-        if cfg is not None:
-            kwargs["lora_rank"] = int(cfg.r)
-            # billed as the script runs it: dropout > 0 keeps one more fp32 copy per adapted input
-            kwargs["lora_dropout"] = float(getattr(cfg, "lora_dropout", 0.0) or 0.0)
-            targets = cfg.target_modules
-            if isinstance(targets, str):
-                targets = [targets]
-            kwargs["lora_targets"] = tuple(sorted(targets)) if targets else DEFAULT_TARGETS
+        kwargs.update(_detect_lora(hf, peft_model, four_bit=four_bit))
     kwargs["checkpointing"] = Checkpointing.FULL if checkpointing else Checkpointing.NONE
     attn = getattr(hf.config, "_attn_implementation", None) or "sdpa"
     kwargs["attention"] = Attention.EAGER if attn == "eager" else Attention.SDPA
@@ -120,6 +92,47 @@ def detect_plan(
     plan = TrainingPlan(**kwargs, allow_long=True)
     detected = {k: (v.value if hasattr(v, "value") else v) for k, v in kwargs.items()}
     return plan, detected
+
+
+def _detect_precision(params, *, lora: bool, four_bit: bool, autocast: str | None):
+    """The plan's Precision from the parameters' dtypes (the frozen base's under LoRA, the adapters'
+    under QLoRA) and the forward's autocast: fp32 weights under autocast are amp."""
+    from memdoc.core.model.plan import Precision
+
+    frozen_dtypes = {str(p.dtype).replace("torch.", "") for n, p in params if not p.requires_grad}
+    train_dtypes = {str(p.dtype).replace("torch.", "") for n, p in params if p.requires_grad}
+    weight_dtype = next(iter(frozen_dtypes if lora and frozen_dtypes else train_dtypes or frozen_dtypes), "float32")
+    if four_bit:
+        weight_dtype = next(iter(train_dtypes), "bfloat16")  # the adapters' dtype; the base is NF4
+    if weight_dtype == "float32":
+        precision = {"bf16": Precision.AMP_BF16, "fp16": Precision.AMP_FP16}.get(autocast or "", Precision.FP32)
+    else:
+        precision = Precision.FP16 if weight_dtype == "float16" else Precision.BF16
+    if four_bit and precision is Precision.FP32:
+        precision = Precision.BF16
+    return precision
+
+
+def _detect_lora(hf, peft_model, *, four_bit: bool) -> dict:
+    """The LoRA fields of the plan (method, kbit_upcast, rank, dropout, targets) from peft's config."""
+    from memdoc.core.model.plan import DEFAULT_TARGETS, Method
+
+    kwargs: dict = {"method": Method.QLORA if four_bit else Method.LORA}
+    if four_bit:  # peft's prepare_model_for_kbit_training leaves the embedding (and the norms, the head) fp32
+        embedding = getattr(hf.get_input_embeddings(), "weight", None) if hasattr(hf, "get_input_embeddings") else None
+        kwargs["kbit_upcast"] = embedding is not None and str(embedding.dtype) == "torch.float32"
+    cfg = None
+    with contextlib.suppress(Exception):
+        cfg = next(iter(peft_model.peft_config.values()))
+    if cfg is not None:
+        kwargs["lora_rank"] = int(cfg.r)
+        # billed as the script runs it: dropout > 0 keeps one more fp32 copy per adapted input
+        kwargs["lora_dropout"] = float(getattr(cfg, "lora_dropout", 0.0) or 0.0)
+        targets = cfg.target_modules
+        if isinstance(targets, str):
+            targets = [targets]
+        kwargs["lora_targets"] = tuple(sorted(targets)) if targets else DEFAULT_TARGETS
+    return kwargs
 
 
 def model_identity(hf) -> tuple[str, dict]:

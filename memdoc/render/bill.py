@@ -1,0 +1,246 @@
+"""`memdoc bill`: the itemised bill with per-phase stacked bars, the verdict, the ladder, --max and --dataset."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.markup import escape
+from rich.table import Table
+
+from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
+from memdoc.render.common import ITEM_COLORS, duration, gib, table
+from memdoc.render.layout import NARROW_COLUMNS, paragraph, parts_line, stdout, title
+
+BAR_WIDTH = 40
+"""Cells of the widest stacked bar (the larger of the highest phase and the GPU's memory)."""
+
+
+def phase_bar(phase, scale: int) -> str:
+    """A stacked bar of one phase's items, `scale` bytes = full width."""
+    out = []
+    for item, color in ITEM_COLORS.items():
+        cells = round(getattr(phase, item) / scale * BAR_WIDTH) if scale else 0
+        if cells:
+            out.append(f"[{color}]{'█' * cells}[/{color}]")
+    return "".join(out)
+
+
+def render_time(time, world_size: int, generic_gpu: bool = False) -> None:
+    """One line: modelled seconds per optimizer step, tokens/s, and wall time per billion tokens."""
+    per_billion = 1e9 / (time.tokens_per_second * world_size)
+    gpus = f" on {world_size} GPUs" if world_size > 1 else ""
+    parts_line(
+        f"step time ≈ {duration(time.seconds)} per optimizer step ({time.tokens:,} tokens/GPU)",
+        f"{time.tokens_per_second:,.0f} tokens/s/GPU",
+        f"{duration(per_billion)} per billion tokens{gpus}",
+    )
+    if generic_gpu:
+        stdout.print("  (times at A100 rates: name the GPU, e.g. --gpu rtx-4090, for its own)")
+
+
+def render_bill(bill, ladder, command_line=None, time=None) -> None:
+    """The bill table with per-phase stacked bars, the verdict line and the ladder (`time`: a StepTime)."""
+    _bill_title(bill)
+    _bill_table(bill)
+    _bill_summary(bill, time)
+    gpu = bill.gpu
+    if gpu is None:
+        return
+    # the smallest GPU (a bisection of simulations) is worth its time only when fragmentation decides
+    near = bill.peak_allocated + bill.overhead_bytes <= gpu.memory_bytes and bill.headroom_bytes < 0
+    render_verdict(
+        bill.process_total,
+        gpu,
+        bill.plan.world_size,
+        peak_phase=bill.peak_phase,
+        fits=bill.fits,
+        min_memory=bill.min_memory_bytes if near else None,
+    )
+    if ladder:
+        render_ladder(ladder)
+
+
+def _bill_title(bill) -> None:
+    """The heading: model, parameters, method/precision/optimizer, batch × seq, and the knobs not at their default."""
+    plan = bill.plan
+    title(
+        bill.model.id,
+        f"{bill.model.params.total / 1e9:.2f}B params",
+        f"{plan.method.value} {plan.precision.value} {plan.optimizer.value}",
+        f"batch {plan.micro_batch} × seq {plan.seq_len}",
+        f"ckpt {plan.checkpointing.value}" if plan.checkpointing.value != "none" else "",
+        f"{plan.shard.value} × {plan.world_size}" if plan.shard.value != "none" else "",
+        f"offload {plan.offload.value}" if plan.offload.value != "none" else "",
+    )
+
+
+def _bill_table(bill) -> None:
+    """Line items × phases (plus the offloaded host column), then one stacked bar per phase."""
+    t = Table(caption_justify="left")
+    t.add_column("per GPU", justify="left")
+    for phase in PHASES:
+        t.add_column(phase + (" ◀ peak" if phase == bill.peak_phase else ""), justify="right")
+    host = f"offloaded ({bill.plan.offload_to.value})" if bill.host else None
+    if host:
+        t.add_column(host, justify="right")
+    for item in LINE_ITEMS:
+        offloaded = [gib(bill.host[item]) if item in bill.host else ""] if host else []
+        t.add_row(
+            f"[{ITEM_COLORS[item]}]■[/] {item}", *[gib(getattr(bill.phases[p], item)) for p in PHASES], *offloaded
+        )
+    t.add_row(
+        "[b]allocated[/b]",
+        *[f"[b]{gib(bill.phases[p].total)}[/b]" for p in PHASES],
+        *([f"[b]{gib(bill.host_bytes)}[/b]"] if host else []),
+    )
+    stdout.print(t)
+    scale = max(bill.phases[p].total for p in PHASES)
+    scale = max(scale, bill.gpu.memory_bytes if bill.gpu else 0)
+    for phase in PHASES:
+        stdout.print(f"  {phase:<10}{phase_bar(bill.phases[phase], scale)}")
+
+
+def _bill_summary(bill, time) -> None:
+    """Peak allocated, reserved and process total; the step time; what 'other' holds; host memory; the notes."""
+    from memdoc.core.billing.verdict import other_explained
+
+    plan = bill.plan
+    parts_line(
+        f"peak allocated {gib(bill.peak_allocated)} ({bill.peak_phase})",
+        f"reserved ≈ {gib(bill.peak_reserved)} (fragmentation {gib(bill.fragmentation_bytes)}, {plan.allocator.value} allocator)",
+        f"process total ≈ {gib(bill.process_total)} (incl. {gib(bill.overhead_bytes)} CUDA context and workspaces)",
+    )
+    if time is not None:
+        render_time(time, plan.world_size, bill.gpu is None or bill.gpu.is_generic)
+    explained = other_explained(bill)
+    if explained:
+        paragraph(explained)
+    if bill.host:
+        stdout.print(
+            f"  host {plan.offload_to.value.upper() if plan.offload_to.value == 'nvme' else 'RAM'} needed: "
+            f"{gib(bill.host_bytes)} per GPU, {gib(bill.host_bytes * plan.gpus_per_node)} per node "
+            f"({plan.gpus_per_node} GPU{'s' if plan.gpus_per_node > 1 else ''})"
+        )
+    for line in bill.notes:
+        paragraph(f"note: {line}")
+
+
+def render_verdict(
+    process_total: int,
+    gpu,
+    world_size: int = 1,
+    *,
+    peak_phase: str | None = None,
+    fits: bool | None = None,
+    min_memory: int | None = None,
+    basis: str | None = None,
+) -> None:
+    """✔ fits / ✘ does not fit, with the margin against the bill's benchmarked error (close call inside it).
+
+    `fits` is the bill's simulated answer where it has one: a run that fits with a negative margin
+    completes only because the allocator frees its cache and retries. `min_memory`: the smallest
+    GPU that runs the step, printed when given. `basis`: what the error band rests on, when it is not
+    the training benchmark."""
+    from memdoc.core.billing.verdict import verdict
+
+    v = verdict(process_total, gpu.memory_bytes, fits=fits)
+    gpus = f"{world_size} × " if world_size > 1 else ""
+    where = f"{gpus}{gpu.name} ({gib(gpu.memory_bytes)})"
+    if v.fits and v.margin_bytes < 0:
+        head = (
+            f"[bold yellow]✔ fits[/] {where} only because the allocator releases its cache and retries "
+            f"(the unconstrained run reserves {gib(-v.margin_bytes)} more)"
+        )
+    elif v.fits:
+        head = f"[bold green]✔ fits[/] {where} with {gib(v.margin_bytes)} headroom per GPU"
+    else:
+        head = f"[bold red]✘ does not fit[/] {where}: {gib(-v.margin_bytes)} over per GPU" + (
+            f", peak in {peak_phase}" if peak_phase else ""
+        )
+    parts = [head, _error_band(v, basis)]
+    parts += [f"smallest GPU that runs it: {gib(min_memory)}"] if min_memory is not None else []
+    parts_line(*parts, indent="")
+
+
+def _error_band(v, basis: str | None) -> str:
+    """'close call: within …' or 'margin beyond …' the bill's benchmarked error (or the error of `basis`)."""
+    from memdoc.core.billing.verdict import VERDICT_ERROR
+
+    band = f"±{VERDICT_ERROR:.0%} (±{gib(v.error_bytes)}); {basis}" if basis else None
+    if v.close_call:
+        return "[yellow]close call[/]: within " + (
+            band
+            or f"the bill's ±{VERDICT_ERROR:.0%} benchmarked error (±{gib(v.error_bytes)}, measured on real H200 steps)"
+        )
+    return "margin beyond " + (band or f"the bill's ±{VERDICT_ERROR:.0%} benchmarked error (±{gib(v.error_bytes)})")
+
+
+def render_ladder(ladder) -> None:
+    """The ladder: each remedy on top of the last, with its peak, process total, saving, step time and fit."""
+    narrow = stdout.width < NARROW_COLUMNS
+    title("The ladder: cheapest remedies first, each on top of the last")
+    t = Table(box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, show_edge=not narrow, collapse_padding=narrow)
+    for header, justify in (
+        ("#", "right"),
+        ("remedy", "left"),
+        ("peak" if narrow else "peak alloc.", "right"),
+        ("process", "right"),
+        ("saves", "right"),
+        ("time" if narrow else "step time", "right"),
+        ("fits", "left"),
+    ):
+        t.add_column(header, justify=justify, no_wrap=header != "remedy", min_width=12 if header == "remedy" else None)
+    for i, step in enumerate(ladder, 1):
+        t.add_row(
+            str(i),
+            step.rung.action,
+            gib(step.bill.peak_allocated),
+            gib(step.bill.process_total),
+            gib(step.saved_bytes),
+            f"×{step.relative_time:.2f} ({duration(step.step_seconds)})",
+            "[green]yes[/]" if step.fits else "no",
+        )
+    stdout.print(t)
+    if not ladder[-1].fits:
+        stdout.print("[red]No rung makes it fit: use more GPUs (--gpus, --shard), a bigger GPU, or a smaller model.[/]")
+
+
+def render_max(knob: str, value, bill, *, inference: bool = False) -> None:
+    """`--max batch|seq`: the largest value that fits, or that not even 1 does."""
+    name = {
+        ("batch", False): "micro-batch",
+        ("seq", False): "sequence length",
+        ("batch", True): "batch",
+        ("seq", True): "context",
+    }[(knob, inference)]
+    if value is None:
+        stdout.print(f"No {name} fits: even 1 is over.")
+    else:
+        stdout.print(f"Largest {name} that fits: [bold]{value}[/]")
+
+
+def render_dataset(data: dict) -> None:
+    """`bill --dataset`: the token-length distribution against the longest sequence that fits."""
+    fits = data["max_seq_that_fits"]
+    rows = [
+        [
+            "samples",
+            f"{data['samples']:,}" + (f" ({data['skipped']:,} without text skipped)" if data["skipped"] else ""),
+        ],
+        ["max", f"{data['max_tokens']:,} tokens"],
+        ["p99", f"{data['p99_tokens']:,} tokens"],
+        ["p50", f"{data['p50_tokens']:,} tokens"],
+        [
+            f"longest that fits (micro-batch {data['micro_batch']})",
+            "none (not even 128 tokens)" if fits is None else f"{fits:,} tokens",
+        ],
+        ["longer than that", f"{data['over']:,} samples"],
+    ]
+    table(
+        escape(f"{data['file']} · {data['text_field']} · tokenizer {data['tokenizer']}"),
+        [("lengths", "left"), ("", "right")],
+        rows,
+    )
+    for p in data["prescriptions"]:
+        stdout.print(f"• [b]{p['id']}[/b]: {p['action']}")
+        for key, value in p["how"].items():
+            stdout.print(f"    {key}: {', '.join(f'{k}: {v}' for k, v in value.items())}")
