@@ -62,19 +62,7 @@ def resolve_setup(
     given. Without `gpu` (or the recipe's), the local GPU is detected when `need_gpu`, else the
     setup has none.
     """
-    values: dict = {}
-    model_name = model
-    if recipe is not None:
-        loaded = load_recipe(recipe)
-        values.update(loaded.plan)
-        model_name = model_name or loaded.model
-        gpu = gpu or loaded.gpu
-    if model_name is None:
-        raise PlanError("no MODEL given (pass a model id, a config.json path, or --recipe FILE)")
-    for flag, value in plan_values.items():
-        if value is None or (flag == "allow_long" and not value):
-            continue
-        values[FLAG_ALIASES.get(flag, flag)] = value.value if hasattr(value, "value") else value
+    model_name, gpu, values = _merge_over_recipe(model, gpu, recipe, plan_values)
     card = resolve_gpu(gpu) if gpu else None
     if card is not None and card.count > 1:
         values["gpus_per_node"] = gpus_from_count(card, values.get("gpus_per_node"), gpu)
@@ -106,6 +94,25 @@ def resolve_setup(
         model_arg=model_name,
         gpu_note=choice_note(gpu, card) if gpu and card else None,
     )
+
+
+def _merge_over_recipe(
+    model: str | None, gpu: str | None, recipe: str | Path | None, plan_values: dict
+) -> tuple[str, str | None, dict]:
+    """(model, GPU text, plan values by field name): the given ones over the recipe's."""
+    values: dict = {}
+    if recipe is not None:
+        loaded = load_recipe(recipe)
+        values.update(loaded.plan)
+        model = model or loaded.model
+        gpu = gpu or loaded.gpu
+    if model is None:
+        raise PlanError("no MODEL given (pass a model id, a config.json path, or --recipe FILE)")
+    for flag, value in plan_values.items():
+        if value is None or (flag == "allow_long" and not value):
+            continue
+        values[FLAG_ALIASES.get(flag, flag)] = value.value if hasattr(value, "value") else value
+    return model, gpu, values
 
 
 def precision_for_card(plan: TrainingPlan, gpu: GpuSpec, *, explicit: bool) -> TrainingPlan:
