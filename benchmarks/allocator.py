@@ -18,12 +18,9 @@ import time
 from pathlib import Path
 
 from memdoc.core.billing.bill import compute_bill
-from memdoc.core.model.gpu import resolve_gpu
-from memdoc.core.model.plan import parse_plan
-from memdoc.resolve.models import resolve_model
+from memdoc.resolve.setup import resolve_setup
 
 DATA = Path(__file__).parent / "data"
-FLAGS = {"batch": "micro_batch", "seq": "seq_len"}
 
 
 def bill_row(row: dict):
@@ -37,9 +34,8 @@ def bill_row(row: dict):
         values["allocator"] = "expandable"
     if "fused linear cross-entropy ONLY" in row.get("note", ""):
         values["loss"] = "fused-ce"  # Liger's fused loss alone (`--loss fused` is use_liger_kernel's full set)
-    plan = parse_plan(**{FLAGS.get(k, k): v for k, v in values.items()})
-    spec = resolve_model(str(DATA / model) if model.endswith(".json") else model)
-    return compute_bill(spec, plan, resolve_gpu("h200"))
+    setup = resolve_setup(str(DATA / model) if model.endswith(".json") else model, gpu="h200", **values)
+    return compute_bill(setup.model, setup.plan, setup.gpu)
 
 
 def main() -> None:

@@ -20,8 +20,7 @@ import sys
 from pathlib import Path
 
 from memdoc.core.billing.bill import compute_bill
-from memdoc.core.model.plan import parse_plan
-from memdoc.resolve.models import resolve_model
+from memdoc.resolve.setup import resolve_setup
 
 DATA = Path(__file__).parent / "data"
 GiB = 1024**3
@@ -53,7 +52,8 @@ def compare(row: dict) -> dict:
     for text, loss in LOSS_OF_NOTE.items():
         if text in row.get("note", ""):
             values["loss"] = loss
-    bill = compute_bill(resolve_model(model_id), parse_plan(**values))
+    setup = resolve_setup(model_id, need_gpu=False, **values)
+    bill = compute_bill(setup.model, setup.plan)
     return {
         "id": row["id"],
         "measured": row["peak_allocated"],

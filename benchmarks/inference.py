@@ -15,10 +15,10 @@ from __future__ import annotations
 import statistics
 
 from memdoc.core.billing.inference import InferencePlan, inference_bill
-from memdoc.core.model.plan import parse_plan
 from memdoc.probe.inference_trace import trace_prefill
 from memdoc.probe.quiet import quiet_libraries
-from memdoc.resolve.models import load_config, resolve_model
+from memdoc.resolve.models import load_config
+from memdoc.resolve.setup import resolve_setup
 
 CASES = [
     # model, batch, seq, prefill chunk, extra plan flags
@@ -46,8 +46,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     errors, exact = [], True
     for model_id, batch, seq, chunk, flags in CASES:
-        model = resolve_model(model_id)
-        plan = parse_plan(**({"precision": "bf16"} | flags), batch=batch, seq=seq)
+        setup = resolve_setup(model_id, need_gpu=False, **({"precision": "bf16"} | flags), batch=batch, seq=seq)
+        model, plan = setup.model, setup.plan
         _, config, _ = load_config(model_id)
         with quiet_libraries():
             traced = trace_prefill(config, plan, chunk=chunk, vocab_size=model.vocab_size)

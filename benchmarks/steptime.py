@@ -19,8 +19,7 @@ from pathlib import Path
 
 from memdoc.core.billing import steptime
 from memdoc.core.model.gpu import resolve_gpu
-from memdoc.core.model.plan import parse_plan
-from memdoc.resolve.models import resolve_model
+from memdoc.resolve.setup import resolve_setup
 
 DATA = Path(__file__).parent / "data"
 MEASURED_OPTIMIZER = "adamw-foreach"
@@ -53,10 +52,11 @@ def setup_of(args: list[str]):
     model_arg, flags = args[0], args[1:]
     values = {"optimizer": MEASURED_OPTIMIZER}
     for flag, value in zip(flags[::2], flags[1::2]):
-        values[{"batch": "micro_batch", "seq": "seq_len"}.get(flag[2:], flag[2:].replace("-", "_"))] = value
+        values[flag[2:].replace("-", "_")] = value
     if model_arg.endswith(".json"):
         model_arg = str(DATA / model_arg)
-    return resolve_model(model_arg), parse_plan(**values)
+    setup = resolve_setup(model_arg, need_gpu=False, **values)
+    return setup.model, setup.plan
 
 
 def evaluate(cases, gpu) -> list[tuple[str, float, float]]:

@@ -1,7 +1,6 @@
-"""The `memdoc` command line: `main()` and the explicit list of command modules.
+"""The `memdoc` command line: the list of commands and `main()`.
 
-Each command module registers itself on `memdoc.commands.app.app` when imported; commands only
-parse flags, call the library and render.
+Commands only parse flags, call the library and render.
 """
 
 from __future__ import annotations
@@ -10,8 +9,16 @@ import os
 import sys
 import threading
 
-from memdoc.commands import bill, catalog, diagnose, emit, plan, prescribe  # noqa: F401  (importing registers them)
-from memdoc.commands.app import app
+from memdoc.commands import bill, catalog, diagnose, emit, plan, prescribe
+from memdoc.commands.app import add_command, app
+
+add_command(bill.bill, "bill", epilog=bill.EXAMPLES)
+add_command(catalog.models, "models")
+add_command(catalog.gpus, "gpus")
+add_command(diagnose.diagnose, "diagnose", epilog=diagnose.EXAMPLES)
+add_command(emit.emit, "emit", epilog=emit.EXAMPLES)
+add_command(plan.plan_command, "plan", epilog=plan.EXAMPLES)
+add_command(prescribe.prescribe, "prescribe", epilog=prescribe.EXAMPLES)
 
 
 def main() -> None:

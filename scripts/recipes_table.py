@@ -13,10 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from memdoc.core.billing.bill import compute_bill  # noqa: E402
-from memdoc.core.model.gpu import resolve_gpu  # noqa: E402
-from memdoc.core.model.plan import parse_plan  # noqa: E402
-from memdoc.resolve.models import resolve_model  # noqa: E402
-from memdoc.resolve.recipes import load_recipe  # noqa: E402
+from memdoc.resolve.setup import resolve_setup  # noqa: E402
 from memdoc.units import format_bytes  # noqa: E402
 
 README = ROOT / "recipes" / "README.md"
@@ -47,8 +44,8 @@ def table() -> str:
         "|---|---|---|---|---|---:|---:|---:|",
     ]
     for path in sorted((ROOT / "recipes").glob("*.yaml")):
-        recipe = load_recipe(path)
-        model, plan, gpu = resolve_model(recipe.model), parse_plan(**recipe.plan), resolve_gpu(recipe.gpu)
+        setup = resolve_setup(recipe=path)
+        model, plan, gpu = setup.model, setup.plan, setup.gpu
         bill = compute_bill(model, plan, gpu)
         gpus = f"{plan.world_size} × {gpu.name} ({gib(gpu.memory_bytes)})"
         rows.append(

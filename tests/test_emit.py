@@ -362,7 +362,7 @@ def test_existing_side_file_also_protected(tmp_path):
 
 
 def test_atomic_write_leaves_no_temp_and_old_file_on_failure(tmp_path, monkeypatch):
-    from memdoc.commands import emit as emit_cmd
+    from memdoc.output import files as emit_cmd
 
     path = tmp_path / "sft.yaml"
     assert run("emit", "--recipe", RECIPES[0], "--format", "trl", "-o", path).exit_code == 0

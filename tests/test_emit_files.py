@@ -67,7 +67,7 @@ def test_force_replaces_with_the_umask_mode(tmp_path, umask027):
 
 def test_failed_side_file_write_leaves_nothing_replaced(tmp_path, monkeypatch):
     """The main file is moved first; when the side file's move fails, the old main file comes back."""
-    from memdoc.commands import files
+    from memdoc.output import files
 
     out = tmp_path / "args.yaml"
     args = ["emit", *GPT2, "--gpus", 2, "--shard", "zero2", "--format", "hf", "-o", out]
@@ -90,7 +90,7 @@ def test_failed_side_file_write_leaves_nothing_replaced(tmp_path, monkeypatch):
 
 
 def test_failed_write_of_new_files_leaves_none(tmp_path, monkeypatch):
-    from memdoc.commands import files
+    from memdoc.output import files
 
     real_replace = os.replace
     calls = []
@@ -145,7 +145,7 @@ def test_read_only_directory(tmp_path):
 
 def test_permission_denied_is_one_line(tmp_path, monkeypatch):
     """The read-only-directory case where the suite runs as root: mkstemp refused as the kernel refuses it."""
-    from memdoc.commands import files
+    from memdoc.output import files
 
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")

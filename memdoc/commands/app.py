@@ -1,5 +1,5 @@
-"""The Typer app, the `command` decorator that registers a command with error reporting, and the
-error-to-exit-code mapping shared by every command. Imported by each command module; imports none."""
+"""The Typer app, `add_command` (registers a command with error reporting; `memdoc.cli` lists them),
+and the error-to-exit-code mapping shared by every command."""
 
 from __future__ import annotations
 
@@ -120,12 +120,7 @@ def reflow(doc: str) -> str:
     return "\n\n".join(" ".join(paragraph.split()) for paragraph in doc.split("\n\n") if paragraph.strip())
 
 
-def command(name: str, **kwargs):
-    """Register a command with error reporting; its docstring is the help, reflowed to the terminal."""
-
-    def register(fn):
-        kwargs.setdefault("help", reflow(inspect.getdoc(fn) or ""))
-        app.command(name, **kwargs)(report_errors(fn))
-        return fn
-
-    return register
+def add_command(fn, name: str, **kwargs) -> None:
+    """Register `fn` as command `name` with error reporting; its docstring is the help, reflowed to the terminal."""
+    kwargs.setdefault("help", reflow(inspect.getdoc(fn) or ""))
+    app.command(name, **kwargs)(report_errors(fn))

@@ -1,14 +1,66 @@
 """`memdoc bill`: the itemised per-GPU memory bill, the verdict, and the cost-increasing ladder."""
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from memdoc.commands.app import command
-from memdoc.commands.options import JsonOpt, KvCacheOpt, PlanArgs, PrefillChunkOpt, WeightsOpt, plan_options
+from memdoc.commands.options import (
+    JsonOpt,
+    KvCacheOpt,
+    ModelArg,
+    PlanFlags,
+    PrefillChunkOpt,
+    WeightsOpt,
+    plan_options,
+)
+from memdoc.core.billing.inference import KvCache, Weights
 
 DATA = "Dataset lengths"
+
+
+class MaxKnob(str, Enum):
+    """The knob `--max` searches."""
+
+    BATCH = "batch"
+    SEQ = "seq"
+
+
+CheckOpt = Annotated[bool, typer.Option("--check", help="Exit 3 when the plan does not fit the GPU.")]
+NoLadderOpt = Annotated[bool, typer.Option("--no-ladder", help="Do not search the ladder when it does not fit.")]
+MaxOpt = Annotated[Optional[MaxKnob], typer.Option("--max", help="Find the largest 'batch' or 'seq' that fits.")]
+InferenceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--inference",
+        help="Bill inference instead (batch = sequences at once, seq = their context): weights + KV cache + the "
+        "prefill's peak, its own ladder, and what vLLM would make of the card.",
+    ),
+]
+DatasetOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--dataset",
+        help="JSONL/JSON/Parquet/CSV training data: tokenize it and fit its lengths to the plan.",
+        rich_help_panel=DATA,
+    ),
+]
+TokenizerOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--tokenizer", help="Tokenizer directory or HF id for --dataset. [default: MODEL]", rich_help_panel=DATA
+    ),
+]
+TextFieldOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--text-field",
+        help="The dataset field with the text or chat messages. "
+        "[default: messages, text, prompt+completion, … whichever exists]",
+        rich_help_panel=DATA,
+    ),
+]
 
 EXAMPLES = """
 Examples:
@@ -31,53 +83,22 @@ Exit status: 0 computed (fits or not), 2 bad input, 3 with --check when the plan
 """
 
 
-@command("bill", epilog=EXAMPLES)
 @plan_options
 def bill(
-    model: Annotated[
-        Optional[str],
-        typer.Argument(metavar="MODEL", help="HF model id, model directory or config.json (optional with --recipe)."),
-    ] = None,
+    model: ModelArg = None,
     *,
-    plan: PlanArgs,
+    plan: PlanFlags,
     json_out: JsonOpt = False,
-    check: Annotated[bool, typer.Option("--check", help="Exit 3 when the plan does not fit the GPU.")] = False,
-    no_ladder: Annotated[
-        bool, typer.Option("--no-ladder", help="Do not search the ladder when it does not fit.")
-    ] = False,
-    max_of: Annotated[Optional[str], typer.Option("--max", help="Find the largest 'batch' or 'seq' that fits.")] = None,
-    inference: Annotated[
-        bool,
-        typer.Option(
-            "--inference",
-            help="Bill inference instead (batch = sequences at once, seq = their context): weights + KV cache + the prefill's peak, its own ladder, and what vLLM would make of the card.",
-        ),
-    ] = False,
-    kv_cache: KvCacheOpt = "auto",
-    weights: WeightsOpt = "auto",
+    check: CheckOpt = False,
+    no_ladder: NoLadderOpt = False,
+    max_of: MaxOpt = None,
+    inference: InferenceOpt = False,
+    kv_cache: KvCacheOpt = KvCache.AUTO,
+    weights: WeightsOpt = Weights.AUTO,
     prefill_chunk: PrefillChunkOpt = None,
-    dataset: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--dataset",
-            help="JSONL/JSON/Parquet/CSV training data: tokenize it and fit its lengths to the plan.",
-            rich_help_panel=DATA,
-        ),
-    ] = None,
-    tokenizer: Annotated[
-        Optional[str],
-        typer.Option(
-            "--tokenizer", help="Tokenizer directory or HF id for --dataset. [default: MODEL]", rich_help_panel=DATA
-        ),
-    ] = None,
-    text_field: Annotated[
-        Optional[str],
-        typer.Option(
-            "--text-field",
-            help="The dataset field with the text or chat messages. [default: messages, text, prompt+completion, … whichever exists]",
-            rich_help_panel=DATA,
-        ),
-    ] = None,
+    dataset: DatasetOpt = None,
+    tokenizer: TokenizerOpt = None,
+    text_field: TextFieldOpt = None,
 ) -> None:
     """Itemise the per-GPU memory of one training step and say whether it fits.
 
@@ -87,10 +108,7 @@ def bill(
     When it does not fit, the ladder applies the cheapest remedies first until it does.
     """
     from memdoc import render
-    from memdoc.core.billing.bill import bill_json, compute_bill
-    from memdoc.core.billing.steptime import step_time
-    from memdoc.core.remedies.climb import climb
-    from memdoc.core.remedies.maximum import max_fitting
+    from memdoc.core.reports.bill import bill_report
     from memdoc.errors import PlanError
 
     if dataset is None and (tokenizer or text_field):
@@ -98,81 +116,58 @@ def bill(
     if dataset is not None and inference:
         raise PlanError("--dataset fits training samples; it does not apply to --inference")
     setup = plan.resolve(model)
-    data_section = None
-    if dataset is not None:
-        from memdoc.commands.bill_dataset import dataset_section
-
-        data_section = dataset_section(
-            dataset,
-            tokenizer or model or setup.model.id,
-            text_field,
-            setup,
-            seq_cap=setup.plan.seq_len if plan.values.get("seq") else None,
-            quiet=json_out,
-        )
+    knob = max_of.value if max_of else None
+    section = (
+        None if dataset is None else _dataset_section(dataset, tokenizer or model, text_field, setup, plan, json_out)
+    )
     if setup.gpu_note and not json_out:
         render.note(f"note: {setup.gpu_note}")
-    if max_of is not None and max_of not in ("batch", "seq"):
-        raise PlanError(f"--max {max_of!r} must be 'batch' or 'seq'")
-    if inference:
-        _bill_inference(
-            setup, kv_cache, weights, prefill_chunk, max_of=max_of, json_out=json_out, check=check, no_ladder=no_ladder
-        )
-        return
-    if kv_cache != "auto" or weights != "auto" or prefill_chunk is not None:
+    if not inference and (kv_cache is not KvCache.AUTO or weights is not Weights.AUTO or prefill_chunk is not None):
         raise PlanError("--kv-cache, --weights and --prefill-chunk describe inference: add --inference")
-    the_bill = compute_bill(setup.model, setup.plan, setup.gpu)
-    time = step_time(setup.model, setup.plan, setup.gpu)
-    ladder = [] if (no_ladder or the_bill.fits) else climb(setup.model, setup.plan, setup.gpu)
-    maximum = None
-    if max_of is not None:
-        maximum = max_fitting(setup.model, setup.plan, setup.gpu, max_of)
+    if inference:
+        return _bill_inference(setup, kv_cache, weights, prefill_chunk, knob, json_out, check, no_ladder)
+    report = bill_report(setup.model, setup.plan, setup.gpu, ladder=not no_ladder, max_of=knob, dataset=section)
     if json_out:
-        data = bill_json(the_bill)
-        data["time"] = time.to_json(setup.plan.world_size)
-        data["ladder"] = [step.to_json() for step in ladder]
-        if max_of is not None:
-            data["max"] = {"knob": max_of, "value": maximum}
-        if data_section is not None:
-            data["dataset"] = data_section
-        render.print_json(data)
+        render.print_json(report.to_json())
     else:
-        render.render_bill(the_bill, ladder, command_line=None, time=time)
-        if max_of is not None:
-            render.render_max(max_of, maximum, the_bill)
-        if data_section is not None:
-            render.render_dataset(data_section)
-    if check and the_bill.fits is False:
+        render.render_bill(report.bill, report.ladder, command_line=None, time=report.time)
+        if knob is not None:
+            render.render_max(knob, report.maximum, report.bill)
+        if section is not None:
+            render.render_dataset(section)
+    if check and report.fits is False:
         raise typer.Exit(3)
 
 
-def _bill_inference(
-    setup, kv_cache, weights, prefill_chunk, *, max_of, json_out: bool, check: bool, no_ladder: bool
-) -> None:
+def _dataset_section(path: Path, tokenizer: str | None, text_field, setup, plan: PlanFlags, quiet: bool) -> dict:
+    """Tokenize the dataset (a progress bar unless `quiet`) and fit its lengths to the plan: the JSON `dataset` object."""
+    from memdoc import render
+    from memdoc.resolve.dataset import dataset_section
+
+    seq_cap = setup.plan.seq_len if plan.given("seq") else None
+    tokenizer = tokenizer or setup.model.id
+    if quiet:
+        return dataset_section(path, tokenizer, text_field, setup.model, setup.plan, setup.gpu, seq_cap=seq_cap)
+    with render.progress_reporter(f"tokenizing {path.name}") as progress:
+        return dataset_section(
+            path, tokenizer, text_field, setup.model, setup.plan, setup.gpu, seq_cap=seq_cap, progress=progress
+        )
+
+
+def _bill_inference(setup, kv_cache, weights, prefill_chunk, knob, json_out: bool, check: bool, no_ladder: bool):
     """`bill --inference`: the inference bill, its ladder, --max, and vLLM's budget on the card."""
     from memdoc import render
-    from memdoc.core.billing.inference import InferencePlan, KvCache, Weights, inference_bill
-    from memdoc.core.remedies.inference import climb_inference, max_inference, vllm_fit
+    from memdoc.core.billing.inference import InferencePlan
+    from memdoc.core.reports.bill import inference_report
     from memdoc.render.inference import render_inference
 
-    plan = InferencePlan(
-        plan=setup.plan, kv_cache=KvCache(kv_cache), weights=Weights(weights), prefill_chunk=prefill_chunk
-    )
-    result = inference_bill(setup.model, plan, setup.gpu)
-    gpu = setup.gpu
-    ladder = [] if (no_ladder or gpu is None) else climb_inference(setup.model, plan, gpu)
-    maximum = None if max_of is None or gpu is None else max_inference(setup.model, plan, gpu, max_of)
-    vllm = None if gpu is None else vllm_fit(setup.model, plan, gpu)
+    plan = InferencePlan(plan=setup.plan, kv_cache=kv_cache, weights=weights, prefill_chunk=prefill_chunk)
+    report = inference_report(setup.model, plan, setup.gpu, ladder=not no_ladder, max_of=knob)
     if json_out:
-        data = result.to_json()
-        data["ladder"] = [step.to_json() for step in ladder]
-        data["vllm"] = None if vllm is None else vllm.to_json()
-        if max_of is not None:
-            data["max"] = {"knob": max_of, "value": maximum}
-        render.print_json(data)
+        render.print_json(report.to_json())
     else:
-        render_inference(result, ladder, vllm)
-        if max_of is not None:
-            render.render_max(max_of, maximum, result, inference=True)
-    if check and result.fits is False:
+        render_inference(report.bill, report.ladder, report.vllm)
+        if knob is not None:
+            render.render_max(knob, report.maximum, report.bill, inference=True)
+    if check and report.fits is False:
         raise typer.Exit(3)

@@ -2,13 +2,11 @@
 
 import dataclasses
 
-from memdoc.commands.app import command
 from memdoc.commands.options import JsonOpt
 from memdoc.core.model.gpu import load_gpu_table
 from memdoc.units import format_bytes
 
 
-@command("models")
 def models(json_out: JsonOpt = False) -> None:
     """List the bundled model catalog: exact parameters, layers, hidden size, vocabulary, MoE.
 
@@ -56,7 +54,6 @@ def models(json_out: JsonOpt = False) -> None:
     )
 
 
-@command("gpus")
 def gpus(json_out: JsonOpt = False) -> None:
     """List the GPU table: memory, bandwidth, bf16 TFLOPs, host link, and the datasheet each comes from.
 

@@ -1,12 +1,12 @@
 """`memdoc diagnose`: measure a training step — a dry run of a model, or the user's own script."""
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from memdoc.commands.app import command
-from memdoc.commands.options import JsonOpt, PlanArgs, PrefillChunkOpt, plan_options
+from memdoc.commands.options import JsonOpt, PlanFlags, PrefillChunkOpt, plan_options
 
 EXAMPLES = """
 Examples:
@@ -33,64 +33,84 @@ MAX_TIMEOUT_S = 7 * 24 * 3600
 """Longest --timeout (a week); longer is "never" (0), and SIGALRM cannot hold an infinite one."""
 
 
-@command("diagnose", epilog=EXAMPLES)
+class Device(str, Enum):
+    """Where a dry run's step runs."""
+
+    CPU = "cpu"
+    """Traced under fake tensors (no GPU needed)."""
+    CUDA = "cuda"
+    """Traced, then also run for real on the local GPU."""
+
+
+TargetArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="TARGET",
+        help="A training script (train.py) to run and measure, or an HF model id / directory / config.json to dry-run.",
+        show_default=False,
+    ),
+]
+ScriptArgs = Annotated[
+    Optional[list[str]],
+    typer.Argument(metavar="SCRIPT_ARGS", help="Arguments for the script, after `--`.", show_default=False),
+]
+StepsOpt = Annotated[
+    int,
+    typer.Option(
+        "--steps",
+        min=1,
+        help="Stop the script after this many optimizer steps (the 2nd is the steady state: optimizer states "
+        "exist; ≥ 3 also checks for memory that grows step by step).",
+        rich_help_panel=RUN,
+    ),
+]
+TimeoutOpt = Annotated[
+    float,
+    typer.Option("--timeout", min=0, help="Stop the script after this many seconds (0 = never).", rich_help_panel=RUN),
+]
+SnapshotOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--snapshot",
+        help="Write the CUDA memory snapshot pickle here (for pytorch.org/memory_viz) and an offline HTML timeline "
+        "next to it (FILE.html).",
+        rich_help_panel=RUN,
+    ),
+]
+SummaryOpt = Annotated[
+    bool, typer.Option("--summary", help="Print torch.cuda.memory_summary() (CUDA scripts).", rich_help_panel=RUN)
+]
+DeviceOpt = Annotated[
+    Device,
+    typer.Option(
+        "--device",
+        help="Dry run: 'cpu' traces under fake tensors (no GPU needed); 'cuda' also runs the step for real on "
+        "the local GPU.",
+    ),
+]
+InferenceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--inference",
+        help="Dry run: trace a generation prefill (--batch sequences of --seq tokens into the KV cache) instead "
+        "of a training step.",
+    ),
+]
+
+
 @plan_options
 def diagnose(
-    target: Annotated[
-        str,
-        typer.Argument(
-            metavar="TARGET",
-            help="A training script (train.py) to run and measure, or an HF model id / directory / config.json to dry-run.",
-            show_default=False,
-        ),
-    ],
-    script_args: Annotated[
-        Optional[list[str]],
-        typer.Argument(metavar="SCRIPT_ARGS", help="Arguments for the script, after `--`.", show_default=False),
-    ] = None,
+    target: TargetArg,
+    script_args: ScriptArgs = None,
     *,
-    plan: PlanArgs,
+    plan: PlanFlags,
     json_out: JsonOpt = False,
-    steps: Annotated[
-        int,
-        typer.Option(
-            "--steps",
-            min=1,
-            help="Stop the script after this many optimizer steps (the 2nd is the steady state: optimizer states exist; ≥ 3 also checks for memory that grows step by step).",
-            rich_help_panel=RUN,
-        ),
-    ] = 2,
-    timeout: Annotated[
-        float,
-        typer.Option(
-            "--timeout", min=0, help="Stop the script after this many seconds (0 = never).", rich_help_panel=RUN
-        ),
-    ] = 300.0,
-    snapshot: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--snapshot",
-            help="Write the CUDA memory snapshot pickle here (for pytorch.org/memory_viz) and an offline HTML timeline next to it (FILE.html).",
-            rich_help_panel=RUN,
-        ),
-    ] = None,
-    summary: Annotated[
-        bool, typer.Option("--summary", help="Print torch.cuda.memory_summary() (CUDA scripts).", rich_help_panel=RUN)
-    ] = False,
-    device: Annotated[
-        str,
-        typer.Option(
-            "--device",
-            help="Dry run: 'cpu' traces under fake tensors (no GPU needed); 'cuda' also runs the step for real on the local GPU.",
-        ),
-    ] = "cpu",
-    inference: Annotated[
-        bool,
-        typer.Option(
-            "--inference",
-            help="Dry run: trace a generation prefill (--batch sequences of --seq tokens into the KV cache) instead of a training step.",
-        ),
-    ] = False,
+    steps: StepsOpt = 2,
+    timeout: TimeoutOpt = 300.0,
+    snapshot: SnapshotOpt = None,
+    summary: SummaryOpt = False,
+    device: DeviceOpt = Device.CPU,
+    inference: InferenceOpt = False,
     prefill_chunk: PrefillChunkOpt = None,
 ) -> None:
     """Measure the memory of a training step and explain it.
@@ -106,38 +126,26 @@ def diagnose(
     from memdoc.errors import PlanError
     from memdoc.probe.script import is_script_target
 
-    if device not in ("cpu", "cuda"):
-        raise PlanError(f"--device {device!r} must be 'cpu' or 'cuda'")
     if not timeout <= MAX_TIMEOUT_S:  # also refuses inf and nan
         raise PlanError(f"--timeout {timeout:g} must be a number of seconds up to {MAX_TIMEOUT_S:,} (0 = never)")
     if is_script_target(target):
-        _diagnose_script(
-            target,
-            list(script_args or []),
-            plan=plan,
-            json_out=json_out,
-            steps=steps,
-            timeout=timeout,
-            snapshot=snapshot,
-            summary=summary,
-        )
-        return
+        run = ScriptRun(target, json_out=json_out, snapshot=snapshot, summary=summary)
+        return run.start(list(script_args or []), plan=plan, steps=steps, timeout=timeout)
     if script_args:
         raise PlanError(
             f"arguments after the model are for scripts only: {' '.join(script_args)}",
             hint="a script must end with .py or be an existing file",
         )
+    if inference and device is not Device.CPU:
+        raise PlanError("--inference traces on fake tensors only (--device cpu)")
     if inference:
-        if device != "cpu":
-            raise PlanError("--inference traces on fake tensors only (--device cpu)")
-        _diagnose_inference(target, plan=plan, json_out=json_out, prefill_chunk=prefill_chunk)
-        return
+        return _diagnose_inference(target, plan=plan, json_out=json_out, prefill_chunk=prefill_chunk)
     if prefill_chunk is not None:
         raise PlanError("--prefill-chunk goes with --inference")
-    _diagnose_model(target, plan=plan, json_out=json_out, device=device)
+    _diagnose_model(target, plan=plan, json_out=json_out, device=device.value)
 
 
-def _diagnose_inference(target: str, *, plan: PlanArgs, json_out: bool, prefill_chunk: int | None) -> None:
+def _diagnose_inference(target: str, *, plan: PlanFlags, json_out: bool, prefill_chunk: int | None) -> None:
     """Trace a prefill of the real model on fake tensors and print it next to the inference bill."""
     from memdoc import render
     from memdoc.core.billing.inference import InferencePlan, inference_bill
@@ -170,7 +178,7 @@ def _diagnose_inference(target: str, *, plan: PlanArgs, json_out: bool, prefill_
         render_inference_trace(traced, billed)
 
 
-def _diagnose_model(target: str, *, plan: PlanArgs, json_out: bool, device: str) -> None:
+def _diagnose_model(target: str, *, plan: PlanFlags, json_out: bool, device: str) -> None:
     from memdoc import render
     from memdoc.core.billing.bill import bill_json, compute_bill
     from memdoc.resolve.models import load_config
@@ -214,27 +222,37 @@ def _diagnose_model(target: str, *, plan: PlanArgs, json_out: bool, device: str)
         render.render_traced(measurement, the_bill, cuda)
 
 
-def _diagnose_script(
-    target: str,
-    args: list[str],
-    *,
-    plan: PlanArgs,
-    json_out: bool,
-    steps: int,
-    timeout: float,
-    snapshot: Optional[Path],
-    summary: bool,
-) -> None:
-    import pickle
-    import sys
+class ScriptRun:
+    """`memdoc diagnose SCRIPT`: run the script, then report (also from the watchdog when it ignores --timeout)."""
 
-    from memdoc import render
-    from memdoc.probe.script import run_script
+    def __init__(self, target: str, *, json_out: bool, snapshot: Optional[Path], summary: bool) -> None:
+        self.target, self.json_out, self.snapshot, self.summary = target, json_out, snapshot, summary
 
-    if any(v not in (None, False) for v in plan.values.values()):
-        render.note("note: plan flags are ignored for scripts: the plan is detected from what the script runs")
+    def start(self, args: list[str], *, plan: PlanFlags, steps: int, timeout: float) -> None:
+        from memdoc import render
+        from memdoc.probe.script import run_script
 
-    def report(result) -> None:
+        if plan.any_given:
+            render.note("note: plan flags are ignored for scripts: the plan is detected from what the script runs")
+        result = run_script(
+            self.target,
+            args,
+            steps=steps,
+            timeout=timeout or None,
+            stdout_to_stderr=self.json_out,
+            want_snapshot=self.snapshot is not None,
+            on_stuck=self.on_stuck,
+        )
+        self.report(result)
+        if result.exit_code:
+            raise typer.Exit(result.exit_code)
+
+    def report(self, result) -> None:
+        import pickle
+        import sys
+
+        from memdoc import render
+
         sys.stdout.flush()
         if result.oom:
             _read_oom(result.oom)
@@ -242,46 +260,35 @@ def _diagnose_script(
             sys.stderr.write(result.traceback)
             sys.stderr.flush()
         bill = _bill_for(result, render) if result.hf else None
-        written = _write_snapshot(result, snapshot, pickle) if snapshot is not None else []
-        if json_out:
-            data = result.to_json()
-            if bill is not None:
-                from memdoc.core.billing.bill import bill_json
+        written = _write_snapshot(result, self.snapshot, pickle) if self.snapshot is not None else []
+        if not self.json_out:
+            return render.render_script_report(result, bill, summary=self.summary, written=written)
+        data = result.to_json()
+        if bill is not None:
+            from memdoc.core.billing.bill import bill_json
 
-                data["hf"] = {
-                    "model_id": result.hf["model_id"],
-                    "detected_plan": result.hf["detected"],
-                    "billed": bill_json(bill)["per_gpu"],
-                    "bill_peak_phase": bill.peak_phase,
-                }
-            data["written"] = written
-            render.print_json(data)
-        else:
-            render.render_script_report(result, bill, summary=summary, written=written)
+            data["hf"] = {
+                "model_id": result.hf["model_id"],
+                "detected_plan": result.hf["detected"],
+                "billed": bill_json(bill)["per_gpu"],
+                "bill_peak_phase": bill.peak_phase,
+            }
+        data["written"] = written
+        render.print_json(data)
 
-    def on_stuck(result) -> None:  # from the watchdog thread: report, then end the process
+    def on_stuck(self, result) -> None:
+        """From the watchdog thread: report, then end the process."""
+        import sys
+
         from memdoc.probe.script.guard import end_process
 
         try:
             if result is None:
                 print("Error: the script ignored --timeout and memdoc could not build its report", file=sys.stderr)
             else:
-                report(result)
+                self.report(result)
         finally:
             end_process(result.exit_code if result is not None else 1)
-
-    result = run_script(
-        target,
-        args,
-        steps=steps,
-        timeout=timeout or None,
-        stdout_to_stderr=json_out,
-        want_snapshot=snapshot is not None,
-        on_stuck=on_stuck,
-    )
-    report(result)
-    if result.exit_code:
-        raise typer.Exit(result.exit_code)
 
 
 def _read_oom(oom: dict) -> None:

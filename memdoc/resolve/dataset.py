@@ -25,6 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from memdoc.core.model.gpu import GpuSpec
+from memdoc.core.model.model_spec import ModelSpec
+from memdoc.core.model.plan import TrainingPlan
+from memdoc.core.remedies.dataset_fit import dataset_fit
 from memdoc.errors import DatasetError
 
 FORMATS = (".jsonl", ".json", ".parquet", ".csv")
@@ -227,3 +231,27 @@ def count_tokens(
             )
     name = "+".join(fields) + (" (chat template)" if chat else "")
     return TokenCounts(counts=counts, field=name, skipped=skipped)
+
+
+def dataset_section(
+    path: Path,
+    tokenizer: str,
+    text_field: str | None,
+    model: ModelSpec,
+    plan: TrainingPlan,
+    gpu: GpuSpec | None,
+    *,
+    seq_cap: int | None,
+    progress: Callable[[str, float], None] | None = None,
+) -> dict:
+    """`memdoc bill --dataset`: tokenize the dataset and fit its lengths to the plan; the JSON `dataset` object."""
+    tokens = count_tokens(path, tokenizer, text_field, progress=progress)
+    fit = dataset_fit(tokens.counts, model, plan, gpu, seq_cap=seq_cap)
+    return {
+        "file": str(path),
+        "tokenizer": tokenizer,
+        "text_field": tokens.field,
+        "skipped": tokens.skipped,
+        "micro_batch": plan.micro_batch,
+        **fit.to_json(),
+    }

@@ -216,7 +216,7 @@ def _model_notes(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> l
             f"{model.num_layers:,} layers: the caching allocator is not simulated beyond {MAX_SIMULATED_LAYERS} "
             "(reserved memory counted as allocated, no fragmentation)"
         )
-    if model.family == "unknown":
+    if not model.arch.has_layout:
         notes.append(
             f"no activation model for model_type {model.model_type!r}: activations estimated for a generic "
             "decoder layer of its sizes (parameters are exact, from the meta device)"

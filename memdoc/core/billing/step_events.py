@@ -173,7 +173,7 @@ class _TrainingRun:
         # Gemma-2's final logit soft-capping: logits / cap → tanh (saved, part of head_saved) → × cap
         self.softcap = (
             self.logits_dt * self.logits_numel
-            if (not self.fused and model.family == "gemma2" and model.config.get("final_logit_softcapping"))
+            if (not self.fused and model.arch.logit_softcapping and model.config.get("final_logit_softcapping"))
             else 0
         )
         self.head_rest = max(acts.head_saved - self.logsoftmax - self.softcap, 0)

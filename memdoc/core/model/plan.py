@@ -216,7 +216,7 @@ class TrainingPlan:
     checkpoint_every: int = 1
     """With full checkpointing, checkpoint every Nth decoder layer only (layers 0, N, 2N, …); the others
     keep all their activations (partial checkpointing: less recompute, more memory). Ignored by the
-    other checkpointing modes (the CLI refuses it without --checkpointing full)."""
+    other checkpointing modes (`check_requested_plan` refuses it without full checkpointing)."""
     attention: Attention = Attention.SDPA
     """Attention kernel."""
     loss: Loss = Loss.HF
@@ -237,7 +237,7 @@ class TrainingPlan:
     (`core/billing/kbit.py` bills the fp32 copies and the fp32 tensors they make between the 4-bit matmuls).
     Default False: what TRL's SFTTrainer (≥ 0.26), Axolotl (casts back to the compute dtype) and
     LLaMA-Factory (`upcast_layernorm: false`) run; True is peft's QLoRA recipe (the HF-format note).
-    Ignored by the other methods (the CLI refuses it without --method qlora)."""
+    Ignored by the other methods (`check_requested_plan` refuses it without qlora)."""
     shard: Shard = Shard.NONE
     """Sharding of model states over the data-parallel GPUs."""
     gpus_per_node: int = 1
@@ -443,6 +443,18 @@ def parse_plan(**values) -> TrainingPlan:
     return TrainingPlan.from_dict({k: v for k, v in values.items() if v is not None})
 
 
+def check_requested_plan(plan: TrainingPlan) -> None:
+    """Refuse a plan as requested (flags or recipe) whose knobs only mean something with another knob.
+
+    Not in `__post_init__`: plans derived from a valid one (the ladder's rungs, the states' memo key
+    with checkpointing reset) may keep a knob their other fields make irrelevant, and it is ignored there.
+    """
+    if plan.checkpoint_every > 1 and plan.checkpointing is not Checkpointing.FULL:
+        raise PlanError("--checkpoint-every N needs --checkpointing full (it checkpoints every Nth decoder layer)")
+    if plan.kbit_upcast and plan.method is not Method.QLORA:
+        raise PlanError("--kbit-upcast upcasts what a 4-bit model keeps in 16 bit: it needs --method qlora")
+
+
 def check_plan_against_model(
     plan: TrainingPlan,
     *,
@@ -475,24 +487,3 @@ def check_plan_against_model(
             f"--seq {plan.seq_len} exceeds {model_id}'s context of {max_positions} tokens "
             "(pass --allow-long if you extend it with RoPE scaling)"
         )
-
-
-__all__ = [
-    "ALL_LINEAR",
-    "DEFAULT_TARGETS",
-    "FLAG_ALIASES",
-    "Allocator",
-    "Attention",
-    "Checkpointing",
-    "Loss",
-    "Method",
-    "Offload",
-    "OffloadTarget",
-    "Optimizer",
-    "Precision",
-    "Shard",
-    "TrainingPlan",
-    "check_plan_against_model",
-    "flag_for",
-    "parse_plan",
-]

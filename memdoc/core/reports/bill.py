@@ -1,0 +1,106 @@
+"""`memdoc bill`'s report: the bill, the step time, the ladder, --max and the dataset section;
+and the inference report of `bill --inference` (the inference bill, its ladder, vLLM's budget)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memdoc.core.billing.bill import Bill, bill_json, compute_bill
+from memdoc.core.billing.inference import InferenceBill, InferencePlan, inference_bill
+from memdoc.core.billing.steptime import StepTime, step_time
+from memdoc.core.model.gpu import GpuSpec
+from memdoc.core.model.model_spec import ModelSpec
+from memdoc.core.model.plan import TrainingPlan
+from memdoc.core.remedies.climb import LadderStep, climb
+from memdoc.core.remedies.inference import InferenceStep, VllmFit, climb_inference, max_inference, vllm_fit
+from memdoc.core.remedies.maximum import max_fitting
+
+
+@dataclass(frozen=True)
+class BillReport:
+    """One training step's bill with what `memdoc bill` adds to it."""
+
+    bill: Bill
+    time: StepTime
+    world_size: int
+    ladder: list[LadderStep]
+    """The cheapest remedies, applied in order until the plan fits (empty when it fits or was not asked)."""
+    max_of: str | None = None
+    """The knob --max searched ('batch' or 'seq'), or None."""
+    maximum: int | None = None
+    """Its largest value that fits."""
+    dataset: dict | None = None
+    """The --dataset section (the JSON `dataset` object), or None."""
+
+    @property
+    def fits(self) -> bool | None:
+        return self.bill.fits
+
+    def to_json(self) -> dict:
+        data = bill_json(self.bill)
+        data["time"] = self.time.to_json(self.world_size)
+        data["ladder"] = [step.to_json() for step in self.ladder]
+        if self.max_of is not None:
+            data["max"] = {"knob": self.max_of, "value": self.maximum}
+        if self.dataset is not None:
+            data["dataset"] = self.dataset
+        return data
+
+
+def bill_report(
+    model: ModelSpec,
+    plan: TrainingPlan,
+    gpu: GpuSpec | None,
+    *,
+    ladder: bool = True,
+    max_of: str | None = None,
+    dataset: dict | None = None,
+) -> BillReport:
+    """Bill the plan, time the step, climb the ladder when it does not fit (if `ladder`), and find
+    the largest `max_of` ('batch' or 'seq') that fits."""
+    the_bill = compute_bill(model, plan, gpu)
+    return BillReport(
+        bill=the_bill,
+        time=step_time(model, plan, gpu),
+        world_size=plan.world_size,
+        ladder=[] if (not ladder or the_bill.fits) else climb(model, plan, gpu),
+        max_of=max_of,
+        maximum=None if max_of is None else max_fitting(model, plan, gpu, max_of),
+        dataset=dataset,
+    )
+
+
+@dataclass(frozen=True)
+class InferenceReport:
+    """`memdoc bill --inference`: the inference bill, its ladder, --max, and vLLM's budget on the card."""
+
+    bill: InferenceBill
+    ladder: list[InferenceStep]
+    vllm: VllmFit | None
+    max_of: str | None = None
+    maximum: int | None = None
+
+    @property
+    def fits(self) -> bool | None:
+        return self.bill.fits
+
+    def to_json(self) -> dict:
+        data = self.bill.to_json()
+        data["ladder"] = [step.to_json() for step in self.ladder]
+        data["vllm"] = None if self.vllm is None else self.vllm.to_json()
+        if self.max_of is not None:
+            data["max"] = {"knob": self.max_of, "value": self.maximum}
+        return data
+
+
+def inference_report(
+    model: ModelSpec, plan: InferencePlan, gpu: GpuSpec | None, *, ladder: bool = True, max_of: str | None = None
+) -> InferenceReport:
+    """The inference bill; with a GPU, also its ladder (if `ladder`), the largest `max_of` and vLLM's fit."""
+    return InferenceReport(
+        bill=inference_bill(model, plan, gpu),
+        ladder=[] if (not ladder or gpu is None) else climb_inference(model, plan, gpu),
+        vllm=None if gpu is None else vllm_fit(model, plan, gpu),
+        max_of=max_of,
+        maximum=None if max_of is None or gpu is None else max_inference(model, plan, gpu, max_of),
+    )

@@ -1,0 +1,141 @@
+"""`memdoc emit`'s result: the trainer config and its side files for a plan, with the bill they carry.
+
+Pure assembly: the texts and the paths they go to; writing them is `memdoc.output.emit.emit_files`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from memdoc.core.billing.bill import Bill, compute_bill
+from memdoc.core.emit import DEFAULT_FILENAMES, EmitContext, emit, render_main, render_side
+from memdoc.core.model.gpu import GpuSpec, gpu_json
+from memdoc.core.model.model_spec import ModelSpec
+from memdoc.core.model.plan import TrainingPlan, flag_for
+from memdoc.core.remedies.climb import climb
+
+
+@dataclass(frozen=True)
+class EmitResult:
+    """The files of one emitted plan (the config first), how to launch them, and the plan's bill."""
+
+    fmt: str
+    model: ModelSpec
+    plan: TrainingPlan
+    """The plan emitted (with --fit, the ladder's plan that fits)."""
+    gpu: GpuSpec | None
+    bill: Bill
+    files: list[tuple[Path, str]]
+    """(path, text) of the config, then its side files (DeepSpeed JSON, accelerate YAML)."""
+    launch: str
+    notes: list[str] = field(default_factory=list)
+    """Knobs the format cannot express, and how the trainer reads the plan."""
+    fit_message: str | None = None
+    """With --fit, which ladder rungs were applied (None when the plan fitted as given)."""
+    written: bool = False
+
+    def to_json(self) -> dict:
+        return {
+            "format": self.fmt,
+            "model": {
+                "id": self.model.id,
+                "params": self.model.params.total,
+                "trainable_params": self.bill.states.trainable_params,
+            },
+            "plan": self.plan.to_dict(),
+            "gpu": gpu_json(self.gpu, self.plan.world_size),
+            "per_gpu": {
+                "peak_allocated": self.bill.peak_allocated,
+                "peak_reserved": self.bill.peak_reserved,
+                "process_total": self.bill.process_total,
+            },
+            "fits": self.bill.fits,
+            "headroom_bytes": self.bill.headroom_bytes,
+            "written": self.written,
+            "files": [{"path": str(path), "content": text} for path, text in self.files],
+            "launch": self.launch,
+            "notes": self.notes,
+        }
+
+
+def plan_to_emit(
+    model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None, *, fit: bool
+) -> tuple[TrainingPlan, Bill, str | None] | None:
+    """(plan, its bill, the --fit message): the plan as given, or with `fit` and a plan that does
+    not fit, the cheapest ladder plan that does (None when no rung fits)."""
+    the_bill = compute_bill(model, plan, gpu)
+    if not fit or the_bill.fits is not False:
+        return plan, the_bill, None
+    steps = climb(model, plan, gpu)
+    if not steps or not steps[-1].fits:
+        return None
+    message = "--fit: the plan did not fit; emitting the ladder plan after: " + ", ".join(s.rung.id for s in steps)
+    return steps[-1].plan, steps[-1].bill, message
+
+
+def command_line(model_id: str, gpu: GpuSpec | None, plan: TrainingPlan, fmt: str, *, output: str | None) -> str:
+    """The explicit memdoc command that reproduces this plan (non-default flags only)."""
+    parts = ["memdoc", "emit", model_id]
+    if gpu is not None:
+        parts += ["--gpu", gpu.id]
+    default = TrainingPlan().to_dict()
+    for key, value in plan.to_dict().items():
+        if value == default.get(key) or (key == "lora_alpha" and value is None):
+            continue
+        if not plan.is_peft and key.startswith("lora_"):
+            continue
+        flag = flag_for(key)
+        if isinstance(value, bool):
+            parts.append(flag)
+        else:
+            parts += [flag, ",".join(value) if isinstance(value, list) else str(value)]
+    parts += ["--format", fmt]
+    if output:
+        parts += ["-o", output]
+    return " ".join(parts)
+
+
+def emit_result(
+    model: ModelSpec,
+    plan: TrainingPlan,
+    gpu: GpuSpec | None,
+    the_bill: Bill,
+    fmt: str,
+    *,
+    output: Path | None = None,
+    dataset: str | None = None,
+    output_dir: str | None = None,
+    asked_id: str | None = None,
+) -> EmitResult:
+    """The config of `plan` in format `fmt` and its side files, at `output` (else the format's default name)."""
+    config_path = str(output) if output else DEFAULT_FILENAMES[fmt]
+    ctx = EmitContext(
+        model_id=model.id,
+        plan=plan,
+        peak_allocated=the_bill.peak_allocated,
+        process_total=the_bill.process_total,
+        gpu_name=gpu.name if gpu else None,
+        gpu_memory=gpu.memory_bytes if gpu else None,
+        command=command_line(model.id, gpu, plan, fmt, output=str(output) if output else None),
+        dataset=dataset,
+        output_dir=output_dir,
+        side_dir=os.path.dirname(str(output)) if output else "",
+        config_path=config_path,
+        config_of=model.config_of,
+        asked_id=asked_id,
+    )
+    emitted = emit(fmt, ctx)
+    files = [(Path(config_path), render_main(ctx, emitted))]
+    files += [(Path(ctx.side_path(side.name)), render_side(ctx, side)) for side in emitted.side_files]
+    return EmitResult(
+        fmt=fmt,
+        model=model,
+        plan=plan,
+        gpu=gpu,
+        bill=the_bill,
+        files=files,
+        launch=emitted.launch,
+        notes=list(emitted.notes),
+    )

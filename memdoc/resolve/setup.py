@@ -1,0 +1,149 @@
+"""What a command, a benchmark or a script works on: the model, the validated plan and the GPU.
+
+`resolve_setup` merges plan values (CLI flags, or keyword arguments in a script) over a recipe,
+resolves the model (catalog, local path, HF cache, Hub) and the GPU (table name, size, or the local
+card), and validates the plan as given and against the model:
+
+    setup = resolve_setup("meta-llama/Llama-2-7b", gpu="24", method="lora", batch=4)
+    compute_bill(setup.model, setup.plan, setup.gpu)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from memdoc.core.model.gpu import GpuSpec, choice_note, resolve_gpu
+from memdoc.core.model.model_spec import ModelSpec
+from memdoc.core.model.plan import (
+    FLAG_ALIASES,
+    Precision,
+    TrainingPlan,
+    check_plan_against_model,
+    check_requested_plan,
+    parse_plan,
+)
+from memdoc.errors import NoGpuDetectedError, PlanError
+from memdoc.resolve.gpus import detect_local_gpu
+from memdoc.resolve.models import resolve_model
+from memdoc.resolve.recipes import load_recipe
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a command works on: the model, the validated plan, and the GPU (None if not needed)."""
+
+    model: ModelSpec
+    plan: TrainingPlan
+    gpu: GpuSpec | None
+    recipe: str | None = None
+    explicit: frozenset[str] = frozenset()
+    """Plan fields the user set (a flag or the recipe); the rest are defaults (`memdoc plan` searches those)."""
+    model_arg: str | None = None
+    """MODEL as the user gave it (the catalog may spell it differently in `model.id`)."""
+    gpu_note: str | None = None
+    """What a loose --gpu was taken to mean (a short name's variant, the real cards near a bare size);
+    human output prints it, --json leaves it out."""
+
+
+def resolve_setup(
+    model: str | None = None,
+    *,
+    gpu: str | None = None,
+    recipe: str | Path | None = None,
+    need_gpu: bool = True,
+    **plan_values,
+) -> Setup:
+    """Merge `plan_values` over the recipe, resolve model and GPU, and validate the plan against the model.
+
+    `plan_values` are plan flags by CLI name (`batch`, `seq`, `lora_targets`, …) or field name
+    (`micro_batch`), loosely typed as on a command line; None (and a false `allow_long`) means not
+    given. Without `gpu` (or the recipe's), the local GPU is detected when `need_gpu`, else the
+    setup has none.
+    """
+    model_name, gpu, values = _merge_over_recipe(model, gpu, recipe, plan_values)
+    card = resolve_gpu(gpu) if gpu else None
+    if card is not None and card.count > 1:
+        values["gpus_per_node"] = gpus_from_count(card, values.get("gpus_per_node"), gpu)
+        card = dataclasses.replace(card, count=1)
+    plan = parse_plan(**values)
+    check_requested_plan(plan)
+    spec = resolve_model(model_name)
+    if plan.is_peft and "lora_targets" not in values:
+        plan = plan.replace(lora_targets=spec.default_lora_targets)
+    check_plan_against_model(
+        plan,
+        hidden_size=spec.hidden_size,
+        max_positions=spec.max_positions,
+        model_id=spec.id,
+        linear_names=spec.linear_names,
+    )
+    if card is None and need_gpu:
+        card = detect_local_gpu()
+        if card is None:
+            raise NoGpuDetectedError("no local NVIDIA GPU found; pass --gpu (e.g. --gpu 24 or --gpu rtx-4090)")
+    if card is not None:
+        plan = precision_for_card(plan, card, explicit="precision" in values)
+    return Setup(
+        model=spec,
+        plan=plan,
+        gpu=card,
+        recipe=str(recipe) if recipe else None,
+        explicit=frozenset(FLAG_ALIASES.get(k.replace("-", "_"), k.replace("-", "_")) for k in values),
+        model_arg=model_name,
+        gpu_note=choice_note(gpu, card) if gpu and card else None,
+    )
+
+
+def _merge_over_recipe(
+    model: str | None, gpu: str | None, recipe: str | Path | None, plan_values: dict
+) -> tuple[str, str | None, dict]:
+    """(model, GPU text, plan values by field name): the given ones over the recipe's."""
+    values: dict = {}
+    if recipe is not None:
+        loaded = load_recipe(recipe)
+        values.update(loaded.plan)
+        model = model or loaded.model
+        gpu = gpu or loaded.gpu
+    if model is None:
+        raise PlanError("no MODEL given (pass a model id, a config.json path, or --recipe FILE)")
+    for flag, value in plan_values.items():
+        if value is None or (flag == "allow_long" and not value):
+            continue
+        values[FLAG_ALIASES.get(flag, flag)] = value.value if hasattr(value, "value") else value
+    return model, gpu, values
+
+
+def precision_for_card(plan: TrainingPlan, gpu: GpuSpec, *, explicit: bool) -> TrainingPlan:
+    """A card without bf16 (compute capability < 8.0: T4, V100) trains in fp16 AMP: the default
+    precision becomes amp-fp16 (full fine-tune: fp32 master weights + fp16 autocast and loss scaling)
+    or fp16 (LoRA/QLoRA: frozen base in fp16, fp32 adapters, fp16 autocast); asking for bf16 is an error."""
+    if gpu.supports_bf16 or plan.precision not in (Precision.BF16, Precision.AMP_BF16):
+        return plan
+    fallback = Precision.FP16 if plan.is_peft else Precision.AMP_FP16
+    if explicit:
+        raise PlanError(
+            f"{gpu.name} has no bf16 (compute capability {gpu.compute_capability}; bf16 needs 8.0+), so --precision "
+            f"{plan.precision.value} cannot run there; use --precision {fallback.value}"
+        )
+    return plan.replace(precision=fallback)
+
+
+def gpus_from_count(gpu: GpuSpec, gpus_flag, gpu_text: str) -> int:
+    """GPUs per node for `--gpu N×NAME`: N, unless --gpus (or the recipe's gpus) says otherwise."""
+    if gpus_flag is not None and int(gpus_flag) != gpu.count:
+        raise PlanError(
+            f"--gpu {gpu_text.strip()} says {gpu.count} GPUs but --gpus says {gpus_flag}; give the count once"
+        )
+    return gpu.count
+
+
+def card_as_emit_sees_it(setup: Setup) -> Setup:
+    """The setup as `memdoc emit --gpu ID` would resolve this card: the note a loose id (a bare
+    size, `24gib`) carries. `memdoc plan --emit` writes the chosen plan through it."""
+    if setup.gpu is None:
+        return setup
+    text = setup.gpu.id if setup.gpu.id != "local" else str(setup.gpu.memory_bytes / 1024**3)
+    card = resolve_gpu(text)
+    return dataclasses.replace(setup, gpu=card, model_arg=setup.model.id, gpu_note=choice_note(text, card))
