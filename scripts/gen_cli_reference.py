@@ -2,6 +2,7 @@
 
 python scripts/gen_cli_reference.py          # rewrite docs/cli.md (`make docs`)
 python scripts/gen_cli_reference.py --check  # exit 1 if docs/cli.md is stale (tests/test_docs.py checks it too)
+python scripts/gen_cli_reference.py --examples  # rewrite the output of every ```console example in README.md and docs/
 
 Each help is rendered in-process by Click's plain formatter at HELP_WIDTH columns, without colour and
 without trailing spaces, so the file depends only on the code.
@@ -9,6 +10,8 @@ without trailing spaces, so the file depends only on the code.
 
 from __future__ import annotations
 
+import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -16,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from typer.main import get_command  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
 
 from memdoc.cli import app  # noqa: E402
 
@@ -71,7 +75,31 @@ def render_reference() -> str:
     return "\n".join(sections)
 
 
+def run_example(line: str) -> str:
+    """The output of `$ memdoc …` (stdout and stderr as written), in the docs' terminal, without trailing spaces."""
+    result = CliRunner().invoke(app, shlex.split(line)[1:], env=HELP_ENV)
+    return "\n".join(line.rstrip() for line in result.output.strip("\n").splitlines())
+
+
+def _rerun_block(match: re.Match) -> str:
+    commands = [line for line in match.group(1).splitlines() if line.startswith("$ memdoc ")]
+    return "```console\n" + "".join(f"{c}\n{run_example(c[2:])}\n" for c in commands) + "```"
+
+
+def update_examples() -> None:
+    """Rewrite every ```console block of README.md and docs/*.md with what its commands print now."""
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text(encoding="utf-8")
+        new = re.sub(r"^```console\n(.*?)^```", _rerun_block, text, flags=re.S | re.M)
+        if new != text:
+            page.write_text(new, encoding="utf-8")
+            print(f"updated {page.relative_to(ROOT)}")
+
+
 def main(argv: list[str]) -> int:
+    if "--examples" in argv:
+        update_examples()
+        return 0
     text = render_reference()
     if "--check" in argv:
         if not REFERENCE.exists() or REFERENCE.read_text(encoding="utf-8") != text:

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import shlex
 from pathlib import Path
 
 import pytest
 from typer.main import get_command
-from typer.testing import CliRunner
 
 from memdoc.cli import app
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
 DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
 
@@ -75,9 +73,10 @@ def test_there_are_examples_to_check():
 @pytest.mark.parametrize("page,line,expected", console_examples(), ids=lambda value: str(value)[:60])
 def test_console_example_prints_what_it_shows(page, line, expected, monkeypatch):
     monkeypatch.chdir(ROOT)  # examples name repository files (tests/fixtures/…) relative to the root
-    result = CliRunner().invoke(app, shlex.split(line)[1:], env=GEN.HELP_ENV)
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    assert _normalised(result.output) == _normalised(expected), f"{page}: `{line}` prints otherwise"
+    printed = GEN.run_example(line)
+    assert printed == _normalised(expected), (
+        f"{page}: `{line}` prints otherwise (rerun: gen_cli_reference.py --examples)"
+    )
 
 
 @pytest.mark.parametrize("name", GEN.command_names())
