@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export DS_BUILD_OPS := 0
 PIP := $(BIN)/pip install --disable-pip-version-check -q -c requirements/constraints.txt
 
-.PHONY: run test bench clean
+.PHONY: run test bench clean docs
 
 $(BIN)/memdoc: pyproject.toml requirements/constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,9 @@ test: $(BIN)/memdoc $(VENV)/.validators
 bench: $(BIN)/memdoc
 	$(BIN)/python benchmarks/speed.py
 	$(BIN)/python benchmarks/accuracy.py
+
+docs: $(BIN)/memdoc
+	$(BIN)/python scripts/gen_cli_reference.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
