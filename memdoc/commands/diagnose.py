@@ -278,6 +278,7 @@ class ScriptRun:
 
     def on_stuck(self, result) -> None:
         """From the watchdog thread: report, then end the process."""
+        import contextlib
         import sys
 
         from memdoc.probe.script.guard import end_process
@@ -285,8 +286,9 @@ class ScriptRun:
         try:
             if result is None:
                 print("Error: the script ignored --timeout and memdoc could not build its report", file=sys.stderr)
-            else:
-                self.report(result)
+            else:  # the script still runs, its stdout redirected (--json): the report goes to the real stdout
+                with contextlib.redirect_stdout(sys.__stdout__):
+                    self.report(result)
         finally:
             end_process(result.exit_code if result is not None else 1)
 
