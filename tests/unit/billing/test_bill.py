@@ -3,9 +3,9 @@ formulas, and fake-tensor traces of the real HF code (a fast subset of benchmark
 
 import statistics
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import BENCHMARKS
 
 from memdoc.core.billing.bill import compute_bill
 from memdoc.core.billing.inference import kv_cache_bytes
@@ -125,7 +125,7 @@ def test_max_fitting_is_the_boundary():
     assert not compute_bill(model, plan.replace(micro_batch=best + 1), gpu).fits
 
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(BENCHMARKS))
 
 
 @pytest.mark.slow

@@ -10,17 +10,15 @@ import importlib
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from conftest import EXAMPLES, ROOT  # noqa: E402
 from conftest import invoke_diagnose as run_cli  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ROOT / "examples"
 _CACHE: dict = {}
 
 

@@ -2,9 +2,9 @@
 steps of HF models measured with max_memory_reserved and NVML) and the C++ allocator's rules."""
 
 import json
-from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
 from memdoc.core.billing.bill import compute_bill
 from memdoc.core.billing.step_events import training_events
@@ -12,7 +12,7 @@ from memdoc.core.model.gpu import resolve_gpu
 from memdoc.core.model.plan import parse_plan
 from memdoc.resolve.models import resolve_model
 
-FIX = Path(__file__).parent / "fixtures"
+FIX = FIXTURES
 ROWS = {
     r["id"] + (":expandable" if r["alloc_conf"] else ""): r
     for r in map(json.loads, (FIX / "h200.jsonl").read_text().splitlines())

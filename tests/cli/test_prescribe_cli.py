@@ -1,12 +1,12 @@
 """`memdoc prescribe` end to end: symptoms, logs from the real OOM corpus, quantification."""
 
 import json
-from pathlib import Path
 
 import yaml
+from conftest import FIXTURES
 from conftest import invoke as run
 
-CORPUS = yaml.safe_load((Path(__file__).parent / "fixtures" / "oom-corpus.yaml").read_text())
+CORPUS = yaml.safe_load((FIXTURES / "oom-corpus.yaml").read_text())
 
 
 def test_list_has_the_ten_symptoms():

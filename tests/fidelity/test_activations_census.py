@@ -8,9 +8,9 @@ between the two runs is what one decoder layer saves — an independent truth fo
 """
 
 import json
-from pathlib import Path
 
 import pytest
+from conftest import CATALOG
 
 torch = pytest.importorskip("torch")
 
@@ -18,7 +18,6 @@ from memdoc.core.billing.activations import layer_activations  # noqa: E402
 from memdoc.core.model.model_spec import spec_from_config  # noqa: E402
 from memdoc.core.model.plan import parse_plan  # noqa: E402
 
-CATALOG = Path(__file__).resolve().parents[1] / "memdoc" / "data" / "catalog"
 SEQ = 128
 
 

@@ -3,17 +3,15 @@ expectations: parameter counts from the published configs and the meta device, p
 and fake-tensor traces of the upcast model."""
 
 import sys
-from pathlib import Path
 
 import pytest
-from conftest import bill_plan
+from conftest import ROOT, bill_plan
 
 from memdoc.core.billing.kbit import non_quantised_params
 from memdoc.core.emit import EmitContext, emit
 from memdoc.core.model.plan import parse_plan
 from memdoc.resolve.models import catalog_config, resolve_model
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 GiB = 1024**3
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -14,8 +15,6 @@ pytest.importorskip("transformers")
 from typer.testing import CliRunner  # noqa: E402
 
 from memdoc.cli import app  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _diagnose(script: Path) -> dict:

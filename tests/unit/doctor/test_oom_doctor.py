@@ -4,10 +4,10 @@ expert names first; phases from every traceback layout; a property test that it 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
+from conftest import EXAMPLES, FIXTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -17,7 +17,6 @@ from memdoc.core.doctor.logtext import traceback_frames
 from memdoc.core.doctor.oom import first_oom, parse_oom_log, size_to_bytes
 from memdoc.core.doctor.oom_symptom import infer_symptom
 
-FIXTURES = Path(__file__).parent / "fixtures"
 CORPUS = yaml.safe_load((FIXTURES / "oom-corpus.yaml").read_text(encoding="utf-8"))
 THREADS = yaml.safe_load((FIXTURES / "oom-threads.yaml").read_text(encoding="utf-8"))
 FRACTION = (FIXTURES / "oom-memory-fraction.txt").read_text(encoding="utf-8")
@@ -339,7 +338,7 @@ def test_terminal_report_names_the_culprit():
 
 def test_diagnose_reads_the_scripts_oom():
     pytest.importorskip("torch")
-    script = Path(__file__).resolve().parents[1] / "examples" / "oom_midstep.py"
+    script = EXAMPLES / "oom_midstep.py"
     result = runner.invoke(app, ["diagnose", str(script), "--json"])
     assert result.exit_code == 3
     rep = json.loads(result.stdout)

@@ -5,6 +5,7 @@ import json
 import re
 
 import pytest
+from conftest import BENCHMARKS, ROOT
 from typer.testing import CliRunner
 
 from memdoc.cli import app
@@ -146,12 +147,11 @@ def test_verdict_close_call_inside_the_benchmarked_error(process_gib, gpu_gib, f
 def test_verdict_error_is_the_measured_error_of_the_bill():
     """VERDICT_ERROR against the real H200 steps: no underestimate beyond it, ≥ 85% of rows inside it."""
     import sys
-    from pathlib import Path
 
     from memdoc.core.billing.bill import compute_bill
     from memdoc.core.model.gpu import resolve_gpu
 
-    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    bench = BENCHMARKS
     sys.path.insert(0, str(bench))
     from steptime import setup_of
 
@@ -238,9 +238,8 @@ def test_lora_alpha_given_is_kept():
 
 
 def test_readme_documents_the_shared_keys():
-    from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
     for key in ("close_call", "margin_bytes", "gpu.count", "peak_phase"):
         assert re.search(re.escape(key), readme), key
 
@@ -258,9 +257,8 @@ def test_a_closed_pipe_ends_quietly(args):
     import os
     import subprocess
     import sys
-    from pathlib import Path
 
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "COLUMNS": "80"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "memdoc", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
     )

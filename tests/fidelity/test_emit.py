@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import ROOT
 from conftest import invoke as run
 
 from memdoc.core.billing.bill import compute_bill
@@ -26,7 +27,6 @@ from memdoc.core.model.plan import check_plan_against_model, parse_plan
 from memdoc.resolve.models import resolve_model
 from memdoc.resolve.recipes import load_recipe
 
-ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
 FORMATS = ("trl", "hf", "axolotl", "llamafactory")
 

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+from conftest import CATALOG
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -18,7 +19,7 @@ from memdoc.probe.build import build_model, build_optimizer  # noqa: E402
 from memdoc.probe.emulation import adam8bit_state_bytes, nf4_storage_bytes  # noqa: E402
 from memdoc.probe.tracer import layer_period, trace_training_step  # noqa: E402
 
-CONFIGS = Path(__file__).resolve().parents[1] / "memdoc" / "data" / "catalog"
+CONFIGS = CATALOG
 if not CONFIGS.is_dir():  # pragma: no cover
     CONFIGS = Path("/work/shared/hf-configs")
 

@@ -7,13 +7,14 @@ import pickle
 from pathlib import Path
 
 import pytest
+from conftest import EXAMPLES, ROOT
 from conftest import invoke_diagnose as run_cli
 
 from memdoc.core.doctor.findings import RunFacts, lint
 from memdoc.probe.cuda_stats import digest_stats, snapshot_timeline
 from memdoc.render.timeline import timeline_html
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "diagnose"
+FIXTURES = ROOT / "tests" / "fixtures" / "diagnose"
 ITEMS = ("weights", "gradients", "optimizer", "activations", "other")
 
 
@@ -108,7 +109,7 @@ def test_script_on_real_cuda(tmp_path):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    examples = Path(__file__).resolve().parents[1] / "examples"
+    examples = EXAMPLES
     snap = tmp_path / "mem.pickle"
     res = run_cli(str(examples / "plain_loop.py"), "--json", "--snapshot", str(snap), "--", "--batch", "256")
     assert res.exit_code == 0, res.stderr

@@ -13,13 +13,12 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parents[1]
 
 # A tiny training loop: 2 steps are what memdoc waits for (--steps 2).
 STEP = """

@@ -5,14 +5,14 @@ KeyError 'addr' on them before.
 """
 
 import pickle
-from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
 from memdoc.probe.cuda_stats import snapshot_timeline
 from memdoc.render.timeline import timeline_html
 
-FIX = Path(__file__).parent / "fixtures"
+FIX = FIXTURES
 
 
 @pytest.mark.parametrize("name", ["hf-step.pickle", "mlp-snapshot.pickle"])

@@ -7,6 +7,7 @@ import random
 import time
 
 import pytest
+from conftest import ROOT
 from typer.testing import CliRunner
 
 from memdoc.cli import app
@@ -304,10 +305,9 @@ def test_binary_stdin_under_a_strict_encoding():
     import os
     import subprocess
     import sys
-    from pathlib import Path
 
     log = b"\xff\xfe\x00 torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which 1.19 GiB is free.\n"
-    env = {**os.environ, "PYTHONIOENCODING": "ascii:strict", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONIOENCODING": "ascii:strict", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
         [sys.executable, "-m", "memdoc", "prescribe", "--log", "-", "--json"],
         input=log,

@@ -7,13 +7,13 @@ model was built, its segments at the end, and `hf-step-stats.json` the matching 
 
 import json
 import pickle
-from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
 from memdoc.core.billing.allocator import AllocatorOOM, CachingAllocator, allocation_size, round_size
 
-FIX = Path(__file__).parent / "fixtures"
+FIX = FIXTURES
 MiB = 1024 * 1024
 
 

@@ -3,16 +3,14 @@ accumulation, the trainers' default optimizer — each against an independent ex
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
-from conftest import bill_plan
+from conftest import ROOT, bill_plan
 
 from memdoc.core.emit import EmitContext, emit
 from memdoc.core.model.plan import parse_plan
 from memdoc.errors import PlanError
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 GiB = 1024**3
 

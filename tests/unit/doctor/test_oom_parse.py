@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import yaml
+from conftest import FIXTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memdoc.core.doctor.oom import OomEvent, first_oom, parse_oom_log, size_to_bytes
 from memdoc.core.doctor.oom_symptom import infer_symptom
 
-CORPUS = yaml.safe_load((Path(__file__).parent / "fixtures" / "oom-corpus.yaml").read_text(encoding="utf-8"))
+CORPUS = yaml.safe_load((FIXTURES / "oom-corpus.yaml").read_text(encoding="utf-8"))
 
 # corpus (format, variant) -> OomEvent (format, variant)
 FORMAT_MAP = {

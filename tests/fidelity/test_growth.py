@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 pytest.importorskip("torch")
 
@@ -15,7 +16,6 @@ from typer.testing import CliRunner  # noqa: E402
 from memdoc.cli import app  # noqa: E402
 from memdoc.core.doctor.findings import RunFacts, lint  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 LEAKY = ROOT / "tests" / "fixtures" / "growth" / "leaky_loop.py"
 
 

@@ -7,9 +7,9 @@ training steps, `step_s` the fastest synchronised step).
 import json
 import statistics
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import BENCHMARKS
 from typer.testing import CliRunner
 
 from memdoc.cli import app
@@ -19,7 +19,7 @@ from memdoc.core.model.gpu import resolve_gpu
 from memdoc.core.model.plan import parse_plan
 from memdoc.resolve.models import resolve_model
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(BENCHMARKS))
 from steptime import HELD_OUT, load_rows, setup_of  # noqa: E402
 
 H200 = resolve_gpu("h200")
