@@ -1,20 +1,78 @@
-"""The layout rules of the package, checked on its source (ast; nothing is imported).
+"""The layout rules of the package, checked on its source with ast (only the command list is read
+from the imported Typer app).
 
 Imports flow one way (commands → probe/resolve/render → core), with no cycle between memdoc
-modules — function-level imports included —, no import of another module's private (`_name`)
-names, and no module over 500 lines.
+modules — function-level and `if TYPE_CHECKING:` imports included —, and no import of another
+module's private (`_name`) names.
+
+Size: no module over 500 lines, no function over 60 lines (def line to last line), no command
+function over 40 lines, except the allow-lists below, each entry naming why. Lines are counted on
+the file as it is: `make test` runs `ruff format --check` first, so they are formatted lines.
+An allow-list entry that is no longer needed fails `test_allow_lists_hold_only_real_exceptions`.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import inspect
 from pathlib import Path
 
 import pytest
+from conftest import ROOT as REPO
 
-ROOT = Path(__file__).resolve().parents[1] / "memdoc"
+ROOT = REPO / "memdoc"
 MAX_LINES = 500
+MAX_FUNCTION_LINES = 60
+MAX_COMMAND_LINES = 40
+
+SPLITTING = "being split in issue 21"
+LONG_MODULES = {
+    "memdoc.core.billing.activations": SPLITTING,
+    "memdoc.core.doctor.oom": SPLITTING,
+    "memdoc.render": SPLITTING,
+}
+"""`module`: why it may run over MAX_LINES."""
+LONG_FUNCTIONS = {
+    "memdoc.commands.bill:bill": SPLITTING,
+    "memdoc.commands.diagnose:_diagnose_script": SPLITTING,
+    "memdoc.commands.diagnose:diagnose": SPLITTING,
+    "memdoc.commands.emit:emit": SPLITTING,
+    "memdoc.commands.plan:plan_command": SPLITTING,
+    "memdoc.commands.prescribe:prescribe": SPLITTING,
+    "memdoc.core.billing.bill:compute_bill": SPLITTING,
+    "memdoc.core.billing.dataset_fit:dataset_fit": SPLITTING,
+    "memdoc.core.billing.search:search": SPLITTING,
+    "memdoc.core.billing.step_events:training_events": SPLITTING,
+    "memdoc.core.doctor.culprit:plan_tensors": SPLITTING,
+    "memdoc.core.doctor.findings:lint": SPLITTING,
+    "memdoc.core.doctor.oom:_parse_sized": SPLITTING,
+    "memdoc.core.doctor.oom_symptom:infer_symptom": SPLITTING,
+    "memdoc.core.emit.axolotl:emit_axolotl": SPLITTING,
+    "memdoc.core.emit.deepspeed:deepspeed_config": SPLITTING,
+    "memdoc.probe.build:build_model": SPLITTING,
+    "memdoc.probe.script.detect:detect_plan": SPLITTING,
+    "memdoc.probe.script.run:build_result": SPLITTING,
+    "memdoc.probe.script.run:run_script": SPLITTING,
+    "memdoc.probe.tracer:_trace_once": SPLITTING,
+    "memdoc.probe.tracer:trace_training_step": SPLITTING,
+    "memdoc.render:render_bill": SPLITTING,
+    "memdoc.render:render_prescriptions": SPLITTING,
+    "memdoc.render:render_script_report": SPLITTING,
+}
+"""`module:qualified.name`: why the function may run over MAX_FUNCTION_LINES."""
+THINNING = "being thinned in issue 21"
+LONG_COMMANDS = {
+    "memdoc.commands.bill:bill": THINNING,
+    "memdoc.commands.catalog:models": THINNING,
+    "memdoc.commands.diagnose:diagnose": THINNING,
+    "memdoc.commands.emit:emit": THINNING,
+    "memdoc.commands.plan:plan_command": THINNING,
+    "memdoc.commands.prescribe:prescribe": THINNING,
+}
+"""`module:function` of a command: why it may run over MAX_COMMAND_LINES."""
+FAMILY_HOME = "memdoc.core.model.families"
+"""The one module that may compare a family name with a string."""
 
 
 def _module_name(path: Path) -> str:
@@ -25,24 +83,15 @@ def _module_name(path: Path) -> str:
 MODULES = {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _import_nodes(tree: ast.AST):
-    """Every import statement, at any depth, except under `if TYPE_CHECKING:` (never executed)."""
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            stack.extend(node.orelse)
-            continue
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            yield node
-        stack.extend(ast.iter_child_nodes(node))
+    """Every import statement, at any depth: in functions and under `if TYPE_CHECKING:` too (a
+    type-only cycle is still a cycle: the modules cannot be understood, or split, apart)."""
+    return [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+
+
+@functools.cache
+def _tree(module: str) -> ast.Module:
+    return ast.parse(MODULES[module].read_text(encoding="utf-8"))
 
 
 def _resolve_from(module: str, node: ast.ImportFrom) -> str:
@@ -56,9 +105,8 @@ def _resolve_from(module: str, node: ast.ImportFrom) -> str:
 @functools.cache
 def imports_of(module: str) -> list[tuple[str, list[str]]]:
     """(imported memdoc module, [names taken from it]) for each import in `module`."""
-    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
     out = []
-    for node in _import_nodes(tree):
+    for node in _import_nodes(_tree(module)):
         if isinstance(node, ast.Import):
             out += [(alias.name, []) for alias in node.names if alias.name.startswith("memdoc")]
             continue
@@ -177,10 +225,116 @@ def test_no_private_names_imported_across_modules():
     assert offenders == []
 
 
+def test_graph_sees_type_checking_imports():
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from memdoc.core import plan\n")
+    assert [node.module for node in _import_nodes(tree)] == ["typing", "memdoc.core"]
+
+
+def module_lines() -> dict[str, int]:
+    return {module: len(path.read_text(encoding="utf-8").splitlines()) for module, path in MODULES.items()}
+
+
+def _functions_in(node: ast.AST, prefix: str, out: dict[str, int]) -> None:
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out[prefix + child.name] = child.end_lineno - child.lineno + 1
+            _functions_in(child, f"{prefix}{child.name}.", out)
+        elif isinstance(child, ast.ClassDef):
+            _functions_in(child, f"{prefix}{child.name}.", out)
+        else:
+            _functions_in(child, prefix, out)
+
+
+@functools.cache
+def function_lines() -> dict[str, int]:
+    """`module:qualified.name` -> lines from its def line to its last line (nested functions too)."""
+    out: dict[str, int] = {}
+    for module in MODULES:
+        found: dict[str, int] = {}
+        _functions_in(_tree(module), "", found)
+        out.update({f"{module}:{name}": n for name, n in found.items()})
+    return out
+
+
+def command_functions() -> list[str]:
+    """`module:function` of every command the `memdoc` app registers."""
+    from memdoc.cli import app
+
+    def walk(typer_app):
+        for info in typer_app.registered_commands:
+            fn = inspect.unwrap(info.callback)
+            yield f"{fn.__module__}:{fn.__qualname__}"
+        for group in typer_app.registered_groups:
+            yield from walk(group.typer_instance)
+
+    return sorted(walk(app))
+
+
+def test_function_lines_counts_def_to_last_line():
+    out: dict[str, int] = {}
+    _functions_in(ast.parse("class A:\n    @staticmethod\n    def f():\n        def g():\n            pass\n"), "", out)
+    assert out == {"A.f": 3, "A.f.g": 2}
+
+
 def test_no_module_over_500_lines():
-    long = {
-        module: n
-        for module, path in MODULES.items()
-        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
-    }
+    long = {module: n for module, n in module_lines().items() if n > MAX_LINES and module not in LONG_MODULES}
     assert long == {}
+
+
+def test_no_function_over_60_lines():
+    long = {f: n for f, n in function_lines().items() if n > MAX_FUNCTION_LINES and f not in LONG_FUNCTIONS}
+    assert long == {}
+
+
+def test_commands_are_thin():
+    commands = command_functions()
+    assert commands and all(c.startswith("memdoc.commands.") for c in commands)
+    long = {c: function_lines()[c] for c in commands if function_lines()[c] > MAX_COMMAND_LINES}
+    assert {c: n for c, n in long.items() if c not in LONG_COMMANDS} == {}
+
+
+def test_allow_lists_hold_only_real_exceptions():
+    lines, functions, commands = module_lines(), function_lines(), command_functions()
+    stale = [m for m in LONG_MODULES if lines.get(m, 0) <= MAX_LINES]
+    stale += [f for f in LONG_FUNCTIONS if functions.get(f, 0) <= MAX_FUNCTION_LINES]
+    stale += [c for c in LONG_COMMANDS if c not in commands or functions[c] <= MAX_COMMAND_LINES]
+    assert stale == [], "no longer over the limit: remove from the allow-list"
+    assert all(why.strip() for why in {**LONG_MODULES, **LONG_FUNCTIONS, **LONG_COMMANDS}.values())
+
+
+def _names_a_family(node: ast.AST) -> bool:
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return "family" in name.lower() or "model_type" in name.lower()
+
+
+def _has_string(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value for n in ast.walk(node))
+
+
+def family_comparisons(tree: ast.AST) -> list[int]:
+    """Lines that compare a family name (`family`, `model_type`) with a non-empty string literal:
+    `family == "gemma2"`, `model.family in ("gemma", "gemma2")`, `family not in TABLE + ("phi3",)`,
+    `match family: case "phi":`."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(_names_a_family(s) for s in sides) and any(_has_string(s) for s in sides if not _names_a_family(s)):
+                found.append(node.lineno)
+        elif isinstance(node, ast.Match) and _names_a_family(node.subject):
+            found += [case.pattern.lineno for case in node.cases if _has_string(case.pattern)]
+    return found
+
+
+def test_family_comparison_finder():
+    source = 'if family == "phi" or spec.family in ("a",) or family in TABLE or x == "phi":\n    pass\n'
+    assert family_comparisons(ast.parse(source)) == [1, 1]
+    assert family_comparisons(ast.parse('if model.family not in T + ("phi3",):\n    pass\n')) == [1]
+
+
+@pytest.mark.xfail(
+    FAMILY_HOME not in MODULES, reason="the family registry (core/model/families.py) has not landed", strict=False
+)
+def test_family_names_are_compared_only_in_the_registry():
+    found = {m: lines for m in MODULES if m != FAMILY_HOME and (lines := family_comparisons(_tree(m)))}
+    assert found == {}
