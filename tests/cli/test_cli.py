@@ -98,6 +98,7 @@ def test_models_and_gpus_json():
     assert any(g["id"] == "h100-sxm" for g in gpus)
 
 
+@pytest.mark.slow
 def test_python_dash_m_and_no_torch_on_the_bill_path():
     code = (
         "import sys, runpy; sys.argv=['memdoc','bill','meta-llama/Llama-2-7b','--gpu','24','--json'];"

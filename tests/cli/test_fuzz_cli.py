@@ -22,6 +22,8 @@ from typer.testing import CliRunner
 from memdoc.cli import app
 from memdoc.resolve.models import catalog_config
 
+pytestmark = pytest.mark.slow  # fuzzing: hypothesis runs each command over many generated inputs
+
 runner = CliRunner()
 FUZZ = settings(
     max_examples=int(os.environ.get("MEMDOC_FUZZ_EXAMPLES", 40)),

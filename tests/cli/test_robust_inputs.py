@@ -300,6 +300,7 @@ def test_configs_the_bill_takes_but_transformers_cannot_build(tmp_path, changes,
     assert message in one_error_line(run("diagnose", path, "--seq", "64"))
 
 
+@pytest.mark.slow
 def test_binary_stdin_under_a_strict_encoding():
     """`prescribe --log -` reads bytes, whatever PYTHONIOENCODING says (undecodable bytes become U+FFFD)."""
     import os
@@ -321,6 +322,7 @@ def test_binary_stdin_under_a_strict_encoding():
         assert json.loads(proc.stdout)["oom"]["requested"] == 2 * 1024**3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model,traced", [("meta-llama/Llama-3.2-1B", True), ("deepseek-ai/DeepSeek-V2-Lite", False)])
 def test_diagnose_a_million_layers(tmp_path, model, traced):
     """Repeating layers are extrapolated from 2-4 layer traces; others are refused, never traced for hours."""

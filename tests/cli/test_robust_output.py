@@ -244,6 +244,7 @@ def test_readme_documents_the_shared_keys():
         assert re.search(re.escape(key), readme), key
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args",
     [

@@ -19,6 +19,8 @@ from conftest import ROOT
 
 pytest.importorskip("torch")
 
+pytestmark = pytest.mark.slow  # subprocesses: each case runs `python -m memdoc diagnose`
+
 
 # A tiny training loop: 2 steps are what memdoc waits for (--steps 2).
 STEP = """

@@ -160,6 +160,7 @@ def test_peak_matches_a_trace_of_the_real_forward(model_id, batch, seq, chunk):
     assert billed.peak_allocated == pytest.approx(traced.peak, rel=0.01)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv",
     [

@@ -57,6 +57,7 @@ def test_search_is_never_slower_than_the_ladder(model_id, gpu_name, flags):
     assert best.time.seconds <= step_seconds(model, ladder_plan, gpu) * 1.01
 
 
+@pytest.mark.slow
 def test_search_matches_brute_force_on_a_small_case():
     # Every combination billed, no pruning: the search's best must be the true best.
     model, gpu = resolve_model("Qwen/Qwen2.5-0.5B"), resolve_gpu("8")
@@ -110,6 +111,7 @@ def test_global_batch_is_split_into_micro_batch_and_accumulation():
         search(model, parse_plan(gpus=8), gpu, global_batch=12)
 
 
+@pytest.mark.slow
 def test_search_of_an_8b_model_is_fast():
     import time
 
@@ -239,6 +241,7 @@ def test_plan_emit_writes_the_fastest_plan(tmp_path):
     assert runner.invoke(app, ["plan", "meta-llama/Llama-3.1-8B", "--gpu", "24", "-o", str(out)]).exit_code == 2
 
 
+@pytest.mark.slow
 def test_plan_has_help_with_examples_and_imports_no_torch():
     import subprocess
     import sys
