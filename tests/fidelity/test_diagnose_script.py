@@ -79,6 +79,7 @@ def test_plain_loop_exact_states_and_findings():
     assert "step 0 loss" in err  # the script's own output still comes through (on stderr with --json)
 
 
+@pytest.mark.slow
 def test_foreach_temporaries_at_the_step():
     code, rep, _ = diagnose_json("plain_loop.py", "--batch", "8", "--foreach")
     w = nbytes(example("plain_loop").TinyMLP().parameters())
@@ -112,6 +113,7 @@ def test_hf_trainer_measured_vs_billed():
     assert "dataloader-workers-0" in ids(rep)
 
 
+@pytest.mark.slow
 def test_lora_peft_counts_only_adapters_as_trainable():
     code, rep, _ = diagnose_json("lora_peft.py")
     torch.manual_seed(0)

@@ -35,6 +35,7 @@ def _line(text: str) -> int:
     return next(i for i, line in enumerate(LEAKY.read_text().splitlines(), 1) if text in line)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("leak", "line", "per_step"),
     [
@@ -55,6 +56,7 @@ def test_fixed_loop_does_not_grow():
     assert _growth(_diagnose(LEAKY, "--leak", "none")) is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "args"), [("plain_loop.py", ("--batch", "64")), ("ckpt_not_effective.py", ()), ("lora_peft.py", ())]
 )
@@ -63,6 +65,7 @@ def test_shipped_examples_do_not_grow(name, args):
     assert report["stopped_after_steps"] == 3 and _growth(report) is None
 
 
+@pytest.mark.slow
 def test_hf_trainer_example_does_not_grow(tmp_path):
     # the shipped example stops at max_steps=2: run a copy with 4 steps
     for name in ("hf_trainer.py", "_tiny_hf.py"):

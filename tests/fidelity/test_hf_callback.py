@@ -103,6 +103,7 @@ def load(tmp_path) -> dict:
     return json.loads((tmp_path / "report.json").read_text())
 
 
+@pytest.mark.slow
 def test_measured_and_billed_peaks_agree(tmp_path):
     model = tiny_llama()
     weights = nbytes(model.parameters()) + nbytes(model.buffers())
@@ -173,6 +174,7 @@ def _exploding(model, when):
     return model
 
 
+@pytest.mark.slow
 def test_oom_in_a_training_step_gets_its_report(tmp_path):
     model = _exploding(tiny_llama(), lambda n, ids: n == 3)
     with pytest.raises(torch.OutOfMemoryError, match="Tried to allocate 2.00 GiB"):
@@ -193,6 +195,7 @@ def test_oom_in_a_training_step_gets_its_report(tmp_path):
     assert rep["measured"]["step"] == 2  # the steady-state measurement before it is kept
 
 
+@pytest.mark.slow
 def test_oom_on_a_longer_batch_is_a_long_sample(tmp_path):
     # the 7th sample drawn (in the 4th step of batch 2) is twice as long, and "does not fit"
     dataset = Tokens(long_at=7)
@@ -326,6 +329,7 @@ def test_what_counts_as_an_oom():
     assert not is_oom(ValueError("out of memory"))  # only torch's error types
 
 
+@pytest.mark.slow
 def test_a_failure_inside_memdoc_does_not_stop_training(tmp_path, monkeypatch):
     import memdoc.core.billing.bill as bill_module
 
