@@ -1,11 +1,14 @@
 # Two entry points (see README): `make run` and `make test`. Both build .venv from scratch.
+# `make test`: format check, lint, then every test; `make test-fast`: the same without the tests marked slow.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 export DS_BUILD_OPS := 0
 PIP := $(BIN)/pip install --disable-pip-version-check -q -c requirements/constraints.txt
+LINTED := memdoc tests benchmarks scripts
+PYTEST := HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
 
-.PHONY: run test bench clean docs
+.PHONY: run lint test test-fast bench clean docs
 
 $(BIN)/memdoc: pyproject.toml requirements/constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +24,15 @@ $(VENV)/.validators: $(BIN)/memdoc requirements/validators.txt requirements/vali
 run: $(BIN)/memdoc
 	$(BIN)/memdoc bill meta-llama/Llama-2-7b --gpu 24
 
-test: $(BIN)/memdoc $(VENV)/.validators
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+lint: $(BIN)/memdoc
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/ruff check $(LINTED)
+
+test: lint $(VENV)/.validators
+	$(PYTEST)
+
+test-fast: lint $(VENV)/.validators
+	$(PYTEST) -m "not slow"
 
 bench: $(BIN)/memdoc
 	$(BIN)/python benchmarks/speed.py

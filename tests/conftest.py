@@ -1,11 +1,24 @@
-"""Shared test helpers: running the memdoc CLI in-process."""
+"""Shared test helpers: the repository's paths, and running the memdoc CLI in-process.
+
+Test modules import them by name (`from conftest import ROOT, invoke`): pytest puts this folder on
+`sys.path` before it collects tests/unit, tests/cli and tests/fidelity.
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from memdoc.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository root (holds memdoc/, examples/, recipes/, benchmarks/)."""
+FIXTURES = ROOT / "tests" / "fixtures"
+EXAMPLES = ROOT / "examples"
+BENCHMARKS = ROOT / "benchmarks"
+CATALOG = ROOT / "memdoc" / "data" / "catalog"
 
 _RUNNER = CliRunner()
 

@@ -1,0 +1,272 @@
+"""Issue 16, output: usage errors are one line with the closest choice; reports read at 80 columns
+and use wider terminals; settings print as the user writes them; one JSON schema per concept."""
+
+import json
+import re
+
+import pytest
+from conftest import BENCHMARKS, ROOT
+from typer.testing import CliRunner
+
+from memdoc.cli import app
+from memdoc.core.billing.verdict import VERDICT_ERROR, verdict
+from memdoc.render.layout import format_switches
+from memdoc.units import GiB
+
+runner = CliRunner()
+
+
+def run(*args, columns: int | None = None, **kwargs):
+    env = {"COLUMNS": str(columns)} if columns else {}
+    return runner.invoke(app, [str(a) for a in args], env=env, **kwargs)
+
+
+# ------------------------------------------------------------------------------ usage errors
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["bill", "gpt2", "--method", "lorra"], "'lorra' is not one of 'full', 'lora', 'qlora' (did you mean lora?)"),
+        (["bill", "gpt2", "--checkpointing", "ful"], "(did you mean full?)"),
+        (["emit", "gpt2", "--format", "axolotol"], "(did you mean axolotl?)"),
+        (["bil"], "No such command 'bil'. Did you mean 'bill'?"),
+        (["bill", "--bath", "2"], "No such option: --bath"),
+        (["bill", "gpt2", "--batch", "two"], "Invalid value for '--batch'"),
+        (["bill", "gpt2", "--gpus"], "Option '--gpus' requires an argument"),
+    ],
+)
+def test_usage_errors_are_one_line(args, expected):
+    result = run(*args)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    assert expected in lines[0]
+    assert not any(ch in result.output for ch in "╭│╰")
+
+
+def test_bare_memdoc_still_prints_help():
+    result = run()
+    assert result.exit_code == 2 and "bill" in result.output and "Error" not in result.output
+
+
+def test_help_shows_plan_defaults():
+    out = run("bill", "--help", columns=200).output
+    for flag, default in (("--batch", "1"), ("--seq", "2048"), ("--method", "full"), ("--lora-alpha", "2 × rank")):
+        line = next(l for l in out.splitlines() if flag in l)
+        assert f"[default: {default}]" in line, line
+
+
+# ------------------------------------------------------------------------------ layout widths
+REPORTS = [
+    ["bill", "meta-llama/Llama-3.1-8B", "--gpu", "24"],  # does not fit: bill, bars, verdict, ladder
+    ["bill", "meta-llama/Llama-3.1-8B", "--gpu", "h100", "--gpus", "8", "--shard", "zero3", "--offload", "optimizer"],
+    ["bill", "meta-llama/Llama-3.1-8B", "--gpu", "24", "--inference"],
+    ["prescribe", "--symptom", "mid-run-oom", "meta-llama/Llama-3.1-8B", "--gpu", "24"],
+    ["prescribe", "--symptom", "startup-oom"],
+    ["prescribe", "--list"],
+    ["models"],
+    ["gpus"],
+    ["plan", "meta-llama/Llama-3.1-8B", "--gpu", "24"],
+]
+
+
+@pytest.mark.parametrize("args", REPORTS, ids=lambda a: " ".join(a[:3]))
+def test_reports_fit_80_columns_and_cut_no_word(args):
+    result = run(*args, columns=80)
+    assert result.exit_code in (0, 3), result.output
+    for line in result.stdout.splitlines():
+        assert len(line) <= 80, line
+        assert not re.search(r"\w…(\s*[│┃]|\s*$)", line), line  # Rich's ellipsis at a cell's end: a cell was cut
+    assert "{'" not in result.stdout and "True}" not in result.stdout  # no Python dict reprs
+
+
+@pytest.mark.parametrize("args", REPORTS[:2], ids=lambda a: " ".join(a[:3]))
+def test_wider_terminals_are_used(args):
+    narrow, wide = run(*args, columns=80).stdout, run(*args, columns=160).stdout
+    assert max(map(len, wide.splitlines())) > 100
+    assert len(wide.splitlines()) < len(narrow.splitlines())
+
+
+def test_piped_output_without_columns_is_120_wide(monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    out = runner.invoke(app, ["prescribe", "--symptom", "mid-run-oom", "meta-llama/Llama-3.1-8B", "--gpu", "24"]).stdout
+    assert 100 < max(map(len, out.splitlines())) <= 120
+
+
+def test_titles_break_between_parts():
+    out = run("bill", "meta-llama/Llama-3.1-8B", "--gpu", "24", "--checkpointing", "full", columns=80).stdout
+    first, second = out.splitlines()[:2]
+    assert first.startswith("meta-llama/Llama-3.1-8B · ") and not first.endswith("·")
+    assert second.startswith(("batch", "ckpt")), second  # a whole part starts the next line
+
+
+# ---------------------------------------------------------------------------------- settings
+@pytest.mark.parametrize(
+    "value,expected",
+    [
+        (
+            {"per_device_train_batch_size": 1, "gradient_accumulation_steps": 16},
+            "per_device_train_batch_size=1, gradient_accumulation_steps=16",
+        ),
+        (
+            {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"use_reentrant": False}},
+            "gradient_checkpointing=true, gradient_checkpointing_kwargs={use_reentrant=false}",
+        ),
+        ({"plugins": ["a.B"], "x": None}, "plugins=[a.B], x=None"),
+        ("torch.cuda.empty_cache()", "torch.cuda.empty_cache()"),
+    ],
+)
+def test_settings_print_as_written(value, expected):
+    assert format_switches(value) == expected
+
+
+# --------------------------------------------------------------------- the "other" row, verdict
+def test_other_row_is_explained():
+    out = run("bill", "meta-llama/Llama-3.1-8B", "--gpu", "80", "--optimizer", "adamw-foreach", columns=120).stdout
+    assert "other at the optimizer step" in out and "adamw-fused" in out
+    fused = run("bill", "meta-llama/Llama-3.1-8B", "--gpu", "80", "--optimizer", "adamw-fused", "--json").stdout
+    assert json.loads(fused)["phases"]["optimizer"]["other"] == 0  # fused AdamW has no step temporaries
+
+
+@pytest.mark.parametrize(
+    "process_gib,gpu_gib,fits,close",
+    [
+        (20, 24, True, False),
+        (21.9, 24, True, True),
+        (23.5, 24, True, True),
+        (20, 80, True, False),
+        (26, 24, False, True),
+        (40, 24, False, False),
+    ],
+)
+def test_verdict_close_call_inside_the_benchmarked_error(process_gib, gpu_gib, fits, close):
+    v = verdict(int(process_gib * GiB), int(gpu_gib * GiB))
+    assert (v.fits, v.close_call) == (fits, close)
+    assert v.error_bytes == round(VERDICT_ERROR * int(process_gib * GiB))
+
+
+def test_verdict_error_is_the_measured_error_of_the_bill():
+    """VERDICT_ERROR against the real H200 steps: no underestimate beyond it, ≥ 85% of rows inside it."""
+    import sys
+
+    from memdoc.core.billing.bill import compute_bill
+    from memdoc.core.model.gpu import resolve_gpu
+
+    bench = BENCHMARKS
+    sys.path.insert(0, str(bench))
+    from steptime import setup_of
+
+    rows = [json.loads(line) for line in (bench / "data" / "h200.jsonl").read_text().splitlines() if line.strip()]
+    errors = []
+    for row in rows:
+        model, plan = setup_of(row["memdoc_args"])
+        errors.append(compute_bill(model, plan, resolve_gpu("h200")).process_total / row["process_total"] - 1)
+    assert len(errors) >= 15
+    assert min(errors) >= -VERDICT_ERROR  # the bill never says "fits" by more than its error when it is not
+    assert sum(abs(e) <= VERDICT_ERROR for e in errors) >= 0.85 * len(errors)
+
+
+def test_verdict_line_says_close_call():
+    # Llama-3.2-1B LoRA, batch 4: process total just under 24 GiB of an RTX 4090? Use the bill's own total.
+    data = json.loads(run("bill", "meta-llama/Llama-3.2-1B", "--gpu", "24", "--json").stdout)
+    total = data["per_gpu"]["process_total"]
+    near = f"{total / GiB * 1.05:.2f}"  # a GPU 5% larger than the plan: inside ±10%
+    out = run("bill", "meta-llama/Llama-3.2-1B", "--gpu", near, columns=100).stdout
+    assert "✔ fits" in out and "close call" in out and "measured on real H200 steps" in out
+    out = run("bill", "meta-llama/Llama-3.2-1B", "--gpu", "80", columns=100).stdout
+    assert "close call" not in out
+
+
+# ------------------------------------------------------------------------------------- GPUs
+@pytest.mark.parametrize(
+    "gpu,expected",
+    [
+        (
+            "a100",
+            "--gpu a100 taken as NVIDIA A100 80GB SXM (80.00 GiB); for another variant pass --gpu a100-40 (39.59 GiB)",
+        ),
+        ("v100", "for another variant pass --gpu v100-32"),
+        ("24", "cards sold as 24 GB expose rtx-4090 23.99 GiB, rtx-3090 23.69 GiB, l4 22.49 GiB, a10g 22.06 GiB"),
+    ],
+)
+def test_loose_gpu_names_are_explained(gpu, expected):
+    result = run("bill", "meta-llama/Llama-3.2-1B", "--gpu", gpu, columns=300)
+    assert expected in " ".join(result.stderr.split())
+
+
+@pytest.mark.parametrize("gpu", ["a100-80", "rtx-4090", "l4", "t4"])
+def test_exact_gpu_names_need_no_note(gpu):
+    assert "note: --gpu" not in run("bill", "meta-llama/Llama-3.2-1B", "--gpu", gpu).stderr
+
+
+# ------------------------------------------------------------------------------ JSON schemas
+GPU_KEYS = {"id", "name", "memory_bytes", "count"}
+MODEL_KEYS = {"id", "params", "trainable_params"}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["bill", "meta-llama/Llama-3.2-1B", "--gpu", "2x24", "--json"],
+        ["bill", "meta-llama/Llama-3.2-1B", "--gpu", "2x24", "--json", "--inference"],
+        ["emit", "meta-llama/Llama-3.2-1B", "--gpu", "2x24", "--json", "--format", "trl"],
+        ["plan", "meta-llama/Llama-3.2-1B", "--gpu", "2x24", "--json"],
+    ],
+    ids=["bill", "inference", "emit", "plan"],
+)
+def test_one_schema_per_concept(args):
+    data = json.loads(run(*args).stdout)
+    assert set(data["gpu"]) == GPU_KEYS and data["gpu"]["count"] == 2 and data["gpu"]["id"] == "24gib"
+    assert set(data["model"]) == MODEL_KEYS and data["model"]["id"] == "meta-llama/Llama-3.2-1B"
+    if args[0] == "plan":  # a list of plans, each in the shared shape
+        data = data["plans"][0]
+    assert {"peak_allocated", "process_total"} <= set(data["per_gpu"])
+    assert data["plan"]["gpus_per_node"] == 2 and data["plan"]["lora_alpha"] == 2 * data["plan"]["lora_rank"]
+    assert isinstance(data["fits"], bool) and isinstance(data["headroom_bytes"], int)
+
+
+def test_inference_json_has_plan_phase_and_verdict():
+    data = json.loads(run("bill", "meta-llama/Llama-3.2-1B", "--gpu", "24", "--json", "--inference").stdout)
+    assert data["peak_phase"] == "prefill" and data["plan"]["seq_len"] == 2048
+    assert data["verdict"]["fits"] is data["fits"] and data["verdict"]["margin_bytes"] == data["headroom_bytes"]
+
+
+def test_lora_alpha_given_is_kept():
+    data = json.loads(
+        run("bill", "gpt2", "--gpu", "24", "--seq", "1024", "--method", "lora", "--lora-alpha", "8", "--json").stdout
+    )
+    assert data["plan"]["lora_alpha"] == 8 and data["plan"]["lora_rank"] == 16
+
+
+def test_output_docs_document_the_shared_keys():
+    output_doc = (ROOT / "docs" / "output.md").read_text()
+    for key in ("close_call", "margin_bytes", "gpu.count", "peak_phase"):
+        assert re.search(re.escape(key), output_doc), key
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["prescribe", "--symptom", "mid-run-oom"],
+        ["bill", "--help"],
+        ["bill", "meta-llama/Llama-3.1-8B", "--gpu", "24", "--json"],
+    ],
+)
+def test_a_closed_pipe_ends_quietly(args):
+    """`memdoc … | head -1`: no traceback and no 'Exception ignored' when the reader leaves early."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memdoc", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    import fcntl
+
+    fcntl.fcntl(proc.stdout.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), 4096)  # smaller than the output
+    proc.stdout.readline()
+    proc.stdout.close()  # the reader leaves
+    stderr = proc.stderr.read().decode()
+    proc.wait(timeout=60)
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr and "internal error" not in stderr, stderr

@@ -1,0 +1,307 @@
+"""The layout rules of the package, checked on its source with ast (only the command list is read
+from the imported Typer app).
+
+Imports flow one way (commands → probe/resolve/render/output → core), with no cycle between memdoc
+modules — function-level and `if TYPE_CHECKING:` imports included —, and no import of another
+module's private (`_name`) names.
+
+Size: no module over 500 lines, no function over 60 lines (def line to last line), no command
+function over 40 lines, except the allow-lists below, each entry naming why. Lines are counted on
+the file as it is: `make test` runs `ruff format --check` first, so they are formatted lines.
+An allow-list entry that is no longer needed fails `test_allow_lists_hold_only_real_exceptions`.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+from pathlib import Path
+
+import pytest
+from conftest import ROOT as REPO
+
+ROOT = REPO / "memdoc"
+MAX_LINES = 500
+MAX_FUNCTION_LINES = 60
+MAX_COMMAND_LINES = 40
+
+LONG_MODULES: dict[str, str] = {}
+"""`module`: why it may run over MAX_LINES."""
+LONG_FUNCTIONS: dict[str, str] = {}
+"""`module:qualified.name`: why the function may run over MAX_FUNCTION_LINES."""
+LONG_COMMANDS: dict[str, str] = {}
+"""`module:function` of a command: why its body may run over MAX_COMMAND_LINES."""
+FAMILY_HOME = "memdoc.core.model.families"
+"""The one module that may compare a family name with a string."""
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _import_nodes(tree: ast.AST):
+    """Every import statement, at any depth: in functions and under `if TYPE_CHECKING:` too (a
+    type-only cycle is still a cycle: the modules cannot be understood, or split, apart)."""
+    return [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+
+
+@functools.cache
+def _tree(module: str) -> ast.Module:
+    return ast.parse(MODULES[module].read_text(encoding="utf-8"))
+
+
+def _resolve_from(module: str, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    package = module if MODULES[module].name == "__init__.py" else module.rsplit(".", 1)[0]
+    base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+    return f"{base}.{node.module}" if node.module else base
+
+
+@functools.cache
+def imports_of(module: str) -> list[tuple[str, list[str]]]:
+    """(imported memdoc module, [names taken from it]) for each import in `module`."""
+    out = []
+    for node in _import_nodes(_tree(module)):
+        if isinstance(node, ast.Import):
+            out += [(alias.name, []) for alias in node.names if alias.name.startswith("memdoc")]
+            continue
+        target = _resolve_from(module, node)
+        if not target.startswith("memdoc"):
+            continue
+        names = []
+        for alias in node.names:
+            if f"{target}.{alias.name}" in MODULES:
+                out.append((f"{target}.{alias.name}", []))  # `from package import submodule`
+            else:
+                names.append(alias.name)
+        if names:
+            out.append((target, names))
+    return out
+
+
+@functools.cache
+def import_graph() -> dict[str, set[str]]:
+    """Module -> memdoc modules it imports (explicit edges only: a submodule importing a sibling
+    does not count as importing the package's __init__, which would make every package that
+    re-exports its submodules a cycle)."""
+    graph = {}
+    for module in MODULES:
+        targets = set()
+        for target, _ in imports_of(module):
+            while target not in MODULES and "." in target:
+                target = target.rsplit(".", 1)[0]
+            if target in MODULES and target != module:
+                targets.add(target)
+        graph[module] = targets
+    return graph
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                item = stack.pop()
+                on_stack.discard(item)
+                component.append(item)
+                if item == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_cycle_finder_finds_a_function_level_cycle():
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_among_memdoc_modules():
+    assert find_cycles(import_graph()) == []
+
+
+def test_graph_sees_function_level_imports():
+    # commands.bill imports its report inside its command function, not at module level
+    assert "memdoc.core.reports.bill" in import_graph()["memdoc.commands.bill"]
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "memdoc"
+
+
+def test_core_imports_nothing_above_it():
+    allowed = {"core", "units", "errors", "data"}
+    offenders = {
+        module: sorted(t for t in targets if _layer(t) not in allowed)
+        for module, targets in import_graph().items()
+        if _layer(module) == "core"
+    }
+    assert {m: t for m, t in offenders.items() if t} == {}
+
+
+@pytest.mark.parametrize("layer", ["render", "resolve", "probe", "output"])
+def test_lower_layers_do_not_import_commands(layer):
+    offenders = {
+        module: sorted(t for t in targets if _layer(t) in ("commands", "cli"))
+        for module, targets in import_graph().items()
+        if _layer(module) == layer
+    }
+    assert {m: t for m, t in offenders.items() if t} == {}
+
+
+def test_no_private_names_imported_across_modules():
+    offenders = []
+    for module in MODULES:
+        for target, names in imports_of(module):
+            if target == module:
+                continue
+            offenders += [f"{module}: {target}.{n}" for n in names if n.startswith("_") and not n.startswith("__")]
+    assert offenders == []
+
+
+def test_graph_sees_type_checking_imports():
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from memdoc.core import plan\n")
+    assert [node.module for node in _import_nodes(tree)] == ["typing", "memdoc.core"]
+
+
+def module_lines() -> dict[str, int]:
+    return {module: len(path.read_text(encoding="utf-8").splitlines()) for module, path in MODULES.items()}
+
+
+def _functions_in(node: ast.AST, prefix: str, out: dict[str, int]) -> None:
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out[prefix + child.name] = child.end_lineno - child.lineno + 1
+            _functions_in(child, f"{prefix}{child.name}.", out)
+        elif isinstance(child, ast.ClassDef):
+            _functions_in(child, f"{prefix}{child.name}.", out)
+        else:
+            _functions_in(child, prefix, out)
+
+
+@functools.cache
+def function_lines() -> dict[str, int]:
+    """`module:qualified.name` -> lines from its def line to its last line (nested functions too)."""
+    out: dict[str, int] = {}
+    for module in MODULES:
+        found: dict[str, int] = {}
+        _functions_in(_tree(module), "", found)
+        out.update({f"{module}:{name}": n for name, n in found.items()})
+    return out
+
+
+def command_functions() -> list[str]:
+    """`module:function` of every command the `memdoc` app registers."""
+    from memdoc.cli import app
+
+    def walk(typer_app):
+        for info in typer_app.registered_commands:
+            fn = inspect.unwrap(info.callback)
+            yield f"{fn.__module__}:{fn.__qualname__}"
+        for group in typer_app.registered_groups:
+            yield from walk(group.typer_instance)
+
+    return sorted(walk(app))
+
+
+def test_function_lines_counts_def_to_last_line():
+    out: dict[str, int] = {}
+    _functions_in(ast.parse("class A:\n    @staticmethod\n    def f():\n        def g():\n            pass\n"), "", out)
+    assert out == {"A.f": 3, "A.f.g": 2}
+
+
+def test_no_module_over_500_lines():
+    long = {module: n for module, n in module_lines().items() if n > MAX_LINES and module not in LONG_MODULES}
+    assert long == {}
+
+
+def test_no_function_over_60_lines():
+    long = {f: n for f, n in function_lines().items() if n > MAX_FUNCTION_LINES and f not in LONG_FUNCTIONS}
+    assert long == {}
+
+
+def command_body_lines(command: str) -> int:
+    """Lines of a command's body after its docstring: the work it does. Its signature (one option alias a
+    parameter) and docstring (the help text) are declarations, not work."""
+    module, name = command.split(":")
+    node = next(n for n in ast.walk(_tree(module)) if isinstance(n, ast.FunctionDef) and n.name == name)
+    body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+    return node.end_lineno - body[0].lineno + 1
+
+
+def test_commands_are_thin():
+    commands = command_functions()
+    assert commands and all(c.startswith("memdoc.commands.") for c in commands)
+    long = {c: n for c in commands if (n := command_body_lines(c)) > MAX_COMMAND_LINES}
+    assert {c: n for c, n in long.items() if c not in LONG_COMMANDS} == {}
+
+
+def test_allow_lists_hold_only_real_exceptions():
+    lines, functions, commands = module_lines(), function_lines(), command_functions()
+    stale = [m for m in LONG_MODULES if lines.get(m, 0) <= MAX_LINES]
+    stale += [f for f in LONG_FUNCTIONS if functions.get(f, 0) <= MAX_FUNCTION_LINES]
+    stale += [c for c in LONG_COMMANDS if c not in commands or command_body_lines(c) <= MAX_COMMAND_LINES]
+    assert stale == [], "no longer over the limit: remove from the allow-list"
+    assert all(why.strip() for why in {**LONG_MODULES, **LONG_FUNCTIONS, **LONG_COMMANDS}.values())
+
+
+def _names_a_family(node: ast.AST) -> bool:
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return "family" in name.lower() or "model_type" in name.lower()
+
+
+def _has_string(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value for n in ast.walk(node))
+
+
+def family_comparisons(tree: ast.AST) -> list[int]:
+    """Lines that compare a family name (`family`, `model_type`) with a non-empty string literal:
+    `family == "gemma2"`, `model.family in ("gemma", "gemma2")`, `family not in TABLE + ("phi3",)`,
+    `match family: case "phi":`."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(_names_a_family(s) for s in sides) and any(_has_string(s) for s in sides if not _names_a_family(s)):
+                found.append(node.lineno)
+        elif isinstance(node, ast.Match) and _names_a_family(node.subject):
+            found += [case.pattern.lineno for case in node.cases if _has_string(case.pattern)]
+    return found
+
+
+def test_family_comparison_finder():
+    source = 'if family == "phi" or spec.family in ("a",) or family in TABLE or x == "phi":\n    pass\n'
+    assert family_comparisons(ast.parse(source)) == [1, 1]
+    assert family_comparisons(ast.parse('if model.family not in T + ("phi3",):\n    pass\n')) == [1]
+
+
+def test_family_names_are_compared_only_in_the_registry():
+    found = {m: lines for m in MODULES if m != FAMILY_HOME and (lines := family_comparisons(_tree(m)))}
+    assert found == {}
