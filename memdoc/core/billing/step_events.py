@@ -271,7 +271,10 @@ class _TrainingRun:
         s.free(g1)
         s.free(head.pop())  # saved log-softmax
         glog = s.alloc(self.logits_dt * TV) if self.logits_dt != FP32 else None
-        s.free(g2)
+        if glog is None and tanh is not None:  # fp32 logits: the soft-cap's backward starts from g2 itself
+            glog = g2
+        else:
+            s.free(g2)
         if tanh is not None:  # backward of × cap, of tanh (then its saved output dies), of / cap
             for step in ("mul", "tanh", "div"):
                 new = s.alloc(self.softcap)

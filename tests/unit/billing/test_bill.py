@@ -1,11 +1,12 @@
 """The bill against independent truth: exact state arithmetic, DeepSpeed's published estimator
 formulas, and fake-tensor traces of the real HF code (a fast subset of benchmarks/accuracy.py)."""
 
+import json
 import statistics
 import sys
 
 import pytest
-from conftest import BENCHMARKS
+from conftest import BENCHMARKS, bill_plan
 
 from memdoc.core.billing.bill import compute_bill
 from memdoc.core.billing.inference import kv_cache_bytes
@@ -174,3 +175,16 @@ def test_ladder_skips_remedies_that_save_nothing_yet():
     ids = [s.rung.id for s in climbed]
     assert ids[:2] == ["fused-adamw", "lora"] and steps[-1].fits
     assert all(s.saved_bytes > 0 for s in climbed)
+
+
+@pytest.mark.slow
+def test_fp32_soft_capped_logits_bill_matches_the_trace():
+    # Gemma-2 soft-caps its logits (/ cap, tanh, × cap). In fp32 the soft-cap's backward starts from the
+    # log-softmax's gradient itself; the allocator replay crashed on that path ("internal error").
+    from conftest import invoke_diagnose
+
+    flags = ("--precision", "fp32", "--seq", "512")
+    traced = json.loads(invoke_diagnose("google/gemma-2-2b", *flags, "--json").stdout)["measured"]
+    billed = bill_plan("google/gemma-2-2b", "80", precision="fp32", seq=512)
+    assert billed.peak_allocated == pytest.approx(traced["peak_allocated"], rel=0.001)
+    assert billed.peak_reserved >= billed.peak_allocated
