@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from enum import Enum
 
+from memdoc.core.model.stack import MoeExperts
 from memdoc.errors import PlanError, did_you_mean, quoted
 
 ALL_LINEAR = "all-linear"
@@ -132,6 +133,9 @@ class Loss(str, Enum):
     weight) computed in the forward — plus Liger's RMSNorm, RoPE and SwiGLU/GeGLU kernels."""
     FUSED_CE = "fused-ce"
     """Liger's fused linear cross-entropy alone (RMSNorm, RoPE and the MLP stay transformers')."""
+    TRL_FUSED = "trl-fused"
+    """TRL's fused LM head (trl/kernels/chunked_logprob.py), run by TRL 1.16's SFT/DPO/GRPO trainers: logits
+    in `[min(tokens, 4096) × 32768]` tiles, never whole; fp32 gradients of the head (`activations.head`)."""
 
 
 class Shard(str, Enum):
@@ -252,6 +256,8 @@ class TrainingPlan:
     """Allow seq_len beyond the model's max_position_embeddings."""
     allocator: Allocator = Allocator.DEFAULT
     """CUDA caching-allocator mode (reserved memory and fragmentation)."""
+    moe_experts: MoeExperts = MoeExperts.FUSED
+    """MoE routed experts: fused 3-D parameters (transformers 5) or `nn.Linear`s (4.x, quantised by QLoRA)."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -369,6 +375,7 @@ _ENUMS = {
     "offload": Offload,
     "offload_to": OffloadTarget,
     "allocator": Allocator,
+    "moe_experts": MoeExperts,
 }
 
 

@@ -8,6 +8,7 @@ holds those versions; `memdoc.resolve.stack` reads the installed ones or parses 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 from memdoc.errors import PlanError
 
@@ -38,6 +39,8 @@ class Stack:
     """e.g. {"transformers": "5.24.0", "trl": "1.16.0"}; a library absent here is unknown."""
     source: str = "memdoc's latest known versions"
     """How the versions were found: 'installed', '--stack', or memdoc's latest known versions."""
+    assumed: tuple[str, ...] = ()
+    """With source 'installed': the libraries not installed, whose versions are memdoc's latest known."""
 
     def version(self, package: str) -> tuple[int, ...] | None:
         text = self.versions.get(package)
@@ -49,4 +52,106 @@ class Stack:
         return have is not None and have >= parse_version(version)
 
     def to_json(self) -> dict:
-        return {"versions": dict(self.versions), "source": self.source}
+        return {"versions": dict(self.versions), "source": self.source, "assumed": list(self.assumed)}
+
+
+@dataclass(frozen=True)
+class KnownVersion:
+    """One library's newest version memdoc knows, when it was released, and where that was read."""
+
+    version: str
+    released: str
+    """Year and month of the release ('2026-10')."""
+    source: str
+
+
+LATEST_KNOWN_DATE = "2026-12-01"
+"""When `LATEST_KNOWN` was last checked."""
+_DEV_ENV = "memdoc's development environment (pip, 2026-12-01)"
+_PYPI = "the PyPI index (2026-12-01)"
+LATEST_KNOWN: dict[str, KnownVersion] = {
+    "transformers": KnownVersion("5.24.0", "2026-11", _DEV_ENV),
+    "trl": KnownVersion("1.16.0", "2026-10", _DEV_ENV),
+    "peft": KnownVersion("0.21.2", "2026-10", _DEV_ENV),
+    "accelerate": KnownVersion("1.15.0", "2026-09", _DEV_ENV),
+    "deepspeed": KnownVersion("0.19.8", "2026-10", _DEV_ENV),
+    "torch": KnownVersion("2.15.0", "2026-10", _PYPI),
+    "bitsandbytes": KnownVersion("0.50.2", "2026-08", _PYPI),
+    "liger-kernel": KnownVersion("0.8.5", "2026-10", _DEV_ENV),
+    "axolotl": KnownVersion("0.21.0", "2026-10", _PYPI),
+    "llamafactory": KnownVersion("0.9.5", "2026-05", _DEV_ENV),
+}
+"""The libraries whose defaults change memory (distribution names, as `importlib.metadata` knows them),
+each at the newest version memdoc knows: the default when a library is neither installed nor given
+with `--stack`."""
+
+
+def latest_known_stack() -> Stack:
+    """memdoc's latest known versions of every library of `LATEST_KNOWN`."""
+    return Stack(
+        versions={name: known.version for name, known in LATEST_KNOWN.items()},
+        source=f"memdoc's latest known versions ({LATEST_KNOWN_DATE})",
+    )
+
+
+def parse_stack(spec: str) -> Stack:
+    """`--stack transformers==4.57,trl==0.19,torch==2.6` -> Stack(source='--stack'), only those libraries.
+
+    Each item is `name==version`, comma-separated; the name is a library of `LATEST_KNOWN` (`_` and `-`
+    are the same, as pip has it). Anything else is a one-line PlanError naming the item.
+    """
+    versions: dict[str, str] = {}
+    for item in (part.strip() for part in spec.split(",")):
+        name, sep, version = item.partition("==")
+        name = name.strip().lower().replace("_", "-")
+        if not item or not sep or not name or not version.strip():
+            raise PlanError(f"--stack item {item!r} is not NAME==VERSION (e.g. transformers==4.57,trl==0.19)")
+        if name not in LATEST_KNOWN:
+            raise PlanError(f"--stack {name!r} is not a library memdoc reads; known: {', '.join(LATEST_KNOWN)}")
+        if name in versions:
+            raise PlanError(f"--stack names {name} twice")
+        try:
+            parse_version(version)
+        except PlanError:
+            raise PlanError(
+                f"--stack {name}=={version.strip()}: cannot read a version from {version.strip()!r}"
+            ) from None
+        versions[name] = version.strip()
+    return Stack(versions=versions, source="--stack")
+
+
+class MoeExperts(str, Enum):
+    """How transformers lays out the routed experts of an MoE model (what bitsandbytes can quantise)."""
+
+    FUSED = "fused"
+    """transformers ≥ 5: one 3-D parameter per projection for all experts (`gate_up_proj`, `down_proj`
+    of `MixtralExperts`), not `nn.Linear`: bitsandbytes leaves them in the load dtype under QLoRA."""
+    LINEAR = "linear"
+    """transformers 4.x: each expert is a module of `nn.Linear`s (Mixtral's `w1`, `w2`, `w3` in
+    `MixtralBlockSparseTop2MLP`), which bitsandbytes replaces like any other decoder linear: NF4 under QLoRA."""
+
+
+def moe_experts_layout(stack: Stack) -> MoeExperts:
+    """The expert layout of the stack's transformers: linear before 5.0, fused from 5.0 on (and when unknown).
+
+    transformers 5.0 moved MoE models to fused expert parameters (`MixtralExperts.gate_up_proj`,
+    a 3-D `nn.Parameter`, transformers/models/mixtral/modeling_mixtral.py); 4.x builds
+    `nn.ModuleList` of `MixtralBlockSparseTop2MLP` with `nn.Linear` w1/w2/w3 (4.57's modeling_mixtral.py).
+    """
+    version = stack.version("transformers")
+    return MoeExperts.LINEAR if version is not None and version < (5,) else MoeExperts.FUSED
+
+
+TRL_FUSED_LM_HEAD_SINCE = "1.16.0"
+"""The earliest TRL version established to compute SFT/DPO/GRPO losses through its fused LM head: 1.16.0,
+installed here (`trl/trainer/sft_trainer.py` calls `add_fused_lm_head` in `__init__` and
+`model(**inputs, fused_lm_head=True)` in `compute_loss`). Earlier 1.x releases moved to it gradually
+(huggingface/trl #5349, AsyncGRPO's chunked LM head; #5575, SFT's opt-in `loss_type="chunked_nll"`; #7077,
+GRPO on `_ChunkedLogProbFunction`); the release that made it SFT's default is not established, so older
+versions are billed with transformers' own loss."""
+
+
+def trl_fused_lm_head(stack: Stack) -> bool:
+    """Does the stack's TRL compute the loss through its fused LM head (memdoc's `--loss trl-fused`)?
+    A stack without TRL's version is taken at the newest (yes), as `LATEST_KNOWN` has it."""
+    return stack.version("trl") is None or stack.at_least("trl", TRL_FUSED_LM_HEAD_SINCE)
