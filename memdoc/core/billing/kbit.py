@@ -3,7 +3,10 @@
 bitsandbytes quantises the decoder's `nn.Linear` weights only (transformers
 `integrations/bitsandbytes.py: replace_with_bnb_linear`); embeddings, norms, the LM head, the
 linears' biases (a plain `Parameter` of `Linear4bit`), routers and — since transformers 5 —
-fused MoE experts keep the load dtype (`non_quantised_params`).
+fused MoE experts keep the load dtype (`non_quantised_params`). Under transformers 4.x
+(`--moe-experts linear`) each expert is a module of `nn.Linear`s, quantised like the others;
+routers are still counted in the load dtype (4.x Mixtral's `gate` is an `nn.Linear` too, 0.002% of
+its parameters; DeepSeek's 4.x `MoEGate` is a plain parameter).
 
 peft's `prepare_model_for_kbit_training` (src/peft/utils/other.py) then casts every one of them to
 fp32: `if ((param.dtype == torch.float16) or (param.dtype == torch.bfloat16)) and
@@ -40,38 +43,45 @@ fp32:
 from __future__ import annotations
 
 from memdoc.core.model.model_spec import ModelSpec
-from memdoc.core.model.plan import Method, Precision, TrainingPlan
+from memdoc.core.model.plan import Method, MoeExperts, Precision, TrainingPlan
 
 FP32 = 4
 
 
-def _quantised_linears(model: ModelSpec):
+def linear_experts(plan: TrainingPlan) -> bool:
+    """Are the plan's MoE experts `nn.Linear` modules (transformers 4.x, `--moe-experts linear`)?"""
+    return plan.moe_experts is MoeExperts.LINEAR
+
+
+def _quantised_linears(model: ModelSpec, experts: bool):
     """(layers, linear) for every linear bitsandbytes replaces: the decoder's `nn.Linear` modules —
-    not routers or transformers 5's fused experts (3-D parameters, not `nn.Linear`)."""
+    not routers, nor transformers 5's fused experts (3-D parameters, not `nn.Linear`); with `experts`
+    (transformers 4.x), the routed experts too."""
+    skipped = ("router",) if experts else ("experts", "router")
     for _, layout, layers in model.layer_groups:
         for linear in layout.linears:
-            if linear.group not in ("experts", "router"):
+            if linear.group not in skipped:
                 yield layers, linear
 
 
-def quantised_params(model: ModelSpec) -> int:
+def quantised_params(model: ModelSpec, *, experts: bool = False) -> int:
     """Parameters bitsandbytes stores in 4 (or 8) bit: those linears' weights — not their biases
-    (`Linear4bit.bias` is a plain 16-bit `Parameter`)."""
+    (`Linear4bit.bias` is a plain 16-bit `Parameter`); `experts`: the routed experts are `nn.Linear`."""
     return sum(
         layers * linear.copies * linear.in_features * linear.out_features
-        for layers, linear in _quantised_linears(model)
+        for layers, linear in _quantised_linears(model, experts)
     )
 
 
 def quantised_rows(model: ModelSpec) -> int:
     """Output rows of the quantised weights (LLM.int8 keeps one fp32 scale per row)."""
-    return sum(layers * linear.copies * linear.out_features for layers, linear in _quantised_linears(model))
+    return sum(layers * linear.copies * linear.out_features for layers, linear in _quantised_linears(model, False))
 
 
-def non_quantised_params(model: ModelSpec) -> int:
+def non_quantised_params(model: ModelSpec, *, experts: bool = False) -> int:
     """Parameters a 4-bit model keeps in the load dtype: embeddings, LM head (unless tied), norms,
     routers, fused experts (what `prepare_model_for_kbit_training` upcasts)."""
-    return model.params.total - quantised_params(model)
+    return model.params.total - quantised_params(model, experts=experts)
 
 
 def upcasts(plan: TrainingPlan) -> bool:
@@ -83,7 +93,7 @@ def upcast_weight_bytes(model: ModelSpec, plan: TrainingPlan) -> int:
     """Extra weight bytes of the upcast: each non-quantised parameter grows from the compute dtype to fp32."""
     if not upcasts(plan):
         return 0
-    return non_quantised_params(model) * (FP32 - plan.precision.compute_bits // 8)
+    return non_quantised_params(model, experts=linear_experts(plan)) * (FP32 - plan.precision.compute_bits // 8)
 
 
 def activation_plan(plan: TrainingPlan) -> TrainingPlan:
@@ -112,6 +122,7 @@ def head_weight_copy(model: ModelSpec, plan: TrainingPlan) -> int:
 __all__ = [
     "activation_plan",
     "head_weight_copy",
+    "linear_experts",
     "non_quantised_params",
     "quantised_params",
     "quantised_rows",

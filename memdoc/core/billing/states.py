@@ -12,7 +12,8 @@ Dtype rules (what HF Trainer / peft / bitsandbytes actually allocate):
   `autocast_adapter_dtype=True` upcasts 16-bit adapters), so their grads and states are fp32;
 * QLoRA: every base `nn.Linear` of the decoder in NF4 — 4 bits per weight, one 8-bit absmax per
   64-weight block, and one fp32 absmax per 256 of those (bitsandbytes double quantisation:
-  0.5 + 1/64 + 4/16384 bytes per weight); embeddings, norms, the LM head, biases and (transformers 5)
+  0.5 + 1/64 + 4/16384 bytes per weight), MoE experts too when they are `nn.Linear`s (transformers 4.x,
+  `--moe-experts linear`); embeddings, norms, the LM head, biases and (transformers 5)
   fused MoE experts stay 16-bit (`qlora_weight_bytes`), or become fp32 with `kbit_upcast`
   (peft's `prepare_model_for_kbit_training`, `kbit.upcast_weight_bytes`).
 """
@@ -24,7 +25,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from memdoc.core.billing.kbit import quantised_params, upcast_weight_bytes
+from memdoc.core.billing.kbit import linear_experts, quantised_params, upcast_weight_bytes
 from memdoc.core.model.lora import adapted_names, is_trained
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Attention, Checkpointing, Loss, Method, Optimizer, TrainingPlan
@@ -67,15 +68,16 @@ def _lora_params(model: ModelSpec, plan: TrainingPlan) -> tuple[int, Shapes]:
     return sum(plan.lora_rank * (a + b) * k for (a, b), k in shapes.items()), shapes
 
 
-def qlora_weight_bytes(model: ModelSpec, base_bytes: int) -> int:
+def qlora_weight_bytes(model: ModelSpec, base_bytes: int, *, experts: bool = False) -> int:
     """Weights of a 4-bit model: NF4 for what bitsandbytes quantises, 16-bit for the rest.
 
     transformers replaces `nn.Linear` (and GPT-2's Conv1D) modules only
     (`integrations/bitsandbytes.py: replace_with_bnb_linear`); since transformers 5 the routed
     experts of MoE models are fused 3-D parameters, not `nn.Linear`, so they stay 16-bit — as do
-    the linears' biases, routers, embeddings, norms and the LM head (`kbit.quantised_params`).
+    the linears' biases, routers, embeddings, norms and the LM head (`kbit.quantised_params`). With
+    `experts` (transformers 4.x: `nn.ModuleList` of expert MLPs of `nn.Linear`s) the experts are NF4 too.
     """
-    quantised = quantised_params(model)
+    quantised = quantised_params(model, experts=experts)
     return int(quantised * NF4_BYTES_PER_WEIGHT) + (model.params.total - quantised) * base_bytes
 
 
@@ -237,7 +239,7 @@ def _model_states(model: ModelSpec, plan: TrainingPlan) -> ModelStates:
         adapter_shapes[(b, plan.lora_rank)] += k
     base_bytes = compute_bytes
     if plan.method is Method.QLORA:
-        weights = qlora_weight_bytes(model, base_bytes) + upcast_weight_bytes(model, plan)
+        weights = qlora_weight_bytes(model, base_bytes, experts=linear_experts(plan)) + upcast_weight_bytes(model, plan)
     else:
         weights = model.params.total * base_bytes
     states, temp = _optimizer_bytes(plan, adapter_shapes, 4)

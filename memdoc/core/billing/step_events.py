@@ -166,7 +166,7 @@ class _TrainingRun:
         compute_bytes = plan.precision.compute_bits // 8
         self.residual = acts.layers_saved // model.num_layers if self.checkpointing else 0
         self.copies = acts.weight_copies // model.num_layers
-        self.fused = plan.loss is not Loss.HF  # fused and fused-ce both run the fused linear cross-entropy
+        self.fused = plan.loss is not Loss.HF  # Liger's fused linear cross-entropy or TRL's fused head
         self.logits_dt = 2 if plan.precision.is_amp and self.full else compute_bytes
         self.logits_numel = T * model.vocab_size  # tokens × vocabulary
         self.logsoftmax = 0 if self.fused else FP32 * self.logits_numel
@@ -263,9 +263,11 @@ class _TrainingRun:
     def _loss_backward(self, head: list[int], tanh: int | None) -> int | None:
         """The fp32 gradients of the logits; frees the saved log-softmax. Returns the logits' gradient
         in their own width (None when fp32, or under the fused loss)."""
-        if self.fused:
-            return None
         s, TV = self.stream, self.logits_numel
+        if self.fused:  # TRL's fused head: its fp32 gradients and tile buffer (Liger's backward has none)
+            if self.acts.loss_backward_peak:
+                s.free(s.alloc(self.acts.loss_backward_peak))
+            return None
         g1 = s.alloc(FP32 * TV)  # nll's gradient
         g2 = s.alloc(FP32 * TV)  # log_softmax's gradient
         s.free(g1)

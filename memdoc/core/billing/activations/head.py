@@ -1,4 +1,4 @@
-"""What the final norm, the LM head and the loss keep: HF's cross-entropy or Liger's fused one."""
+"""What the final norm, the LM head and the loss keep: HF's cross-entropy, Liger's fused one or TRL's fused head."""
 
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ def head_saved(model: ModelSpec, plan: TrainingPlan, *, dt: int, amp: bool) -> t
         gemma = model.arch.norm is Norm.GEMMA_RMS
         liger = liger_layers(model, plan)
         norm_saved(norm, "final_norm", T, h, dt=dt, trainable=full, gemma=gemma, amp=amp, liger=liger)
+    if plan.loss is Loss.TRL_FUSED:
+        return _trl_fused_head(model, plan, norm.total, dt=dt, amp=amp)
     if plan.loss is not Loss.HF:
         return _fused_head(model, plan, norm.total, dt=dt, amp=amp)
     saved = norm.total + (dt * T * h if full else 0) + FP32 * T * V
@@ -68,4 +70,54 @@ def _fused_head(model: ModelSpec, plan: TrainingPlan, norm_bytes: int, *, dt: in
     return saved, act_bytes * chunk * V, 0
 
 
-__all__ = ["fused_chunk_tokens", "head_saved"]
+TRL_TOKEN_CHUNK = 4096
+"""Rows of TRL's tile buffer: `TOKEN_CHUNK_SIZE` in trl/kernels/chunked_logprob.py."""
+TRL_VOCAB_CHUNK = 32768
+"""Columns of TRL's tile buffer: `_CHUNKED_LOGPROB_CHUNK_SIZE` in trl/trainer/utils.py, whatever the vocabulary."""
+
+
+def trl_scored_tokens(plan: TrainingPlan) -> int:
+    """Tokens TRL's fused head scores: every position with a next-token label, batch × (seq − 1)
+    (`add_fused_lm_head` drops the last position of each row: `last_hidden_state[:, :-1]`)."""
+    return plan.micro_batch * (plan.seq_len - 1)
+
+
+def trl_tile_bytes(plan: TrainingPlan, tokens: int) -> int:
+    """TRL's `mm_buf`: `torch.empty((min(N, 4096), 32768))` in the compute dtype, once in the forward and
+    once in the backward of `ChunkedLogProbFunction` (trl/kernels/chunked_logprob.py)."""
+    return min(tokens, TRL_TOKEN_CHUNK) * TRL_VOCAB_CHUNK * (plan.precision.compute_bits // 8)
+
+
+def _trl_fused_head(
+    model: ModelSpec, plan: TrainingPlan, norm_bytes: int, *, dt: int, amp: bool
+) -> tuple[int, int, int]:
+    """TRL's fused LM head (`trl.trainer.utils.add_fused_lm_head`, `ChunkedLogProbFunction`), what it
+    allocates and saves with N = `trl_scored_tokens` and the compute dtype `cb` (the autocast dtype, else
+    the hidden states' dtype):
+
+    * forward: the scored hidden states are gathered (`hidden_states[mask]`, a copy of N × H in their
+      dtype, fp32 under full AMP) and saved with the int64 targets, `log_z` and the entropy (fp32, SFT asks
+      for it) and the label mask; transient: the tile buffer (`trl_tile_bytes`), 7 fp32 per-token running
+      statistics, and under full AMP the compute-dtype copies of a token chunk and of a vocabulary chunk
+      of the fp32 head weight (`.to(compute_dtype)`);
+    * backward, before the decoder layers: `grad_hidden` (fp32, N × H), `grad_weight` (fp32, V × H, when
+      the head trains), the tile buffer again and the same chunk copies; at its return, `grad_hidden` and
+      `grad_weight` cast to the input's and the weight's dtypes while the fp32 ones are alive.
+    """
+    N, V, h = trl_scored_tokens(plan), model.vocab_size, model.hidden_size
+    cb = plan.precision.compute_bits // 8
+    hidden_bytes = FP32 if amp else dt
+    full = plan.method is Method.FULL
+    saved = norm_bytes + hidden_bytes * N * h + (8 + FP32 + FP32 + 1) * N
+    chunk_copies = cb * (min(N, TRL_TOKEN_CHUNK) + min(V, TRL_VOCAB_CHUNK)) * h if amp else 0
+    tile = trl_tile_bytes(plan, N)
+    forward = tile + 7 * FP32 * N + chunk_copies
+    param_bytes = plan.precision.param_bits // 8
+    fp32_grads = FP32 * N * h + (FP32 * V * h if full else 0)
+    casts = (hidden_bytes * N * h if hidden_bytes != FP32 else 0) + (
+        param_bytes * V * h if full and param_bytes != FP32 else 0
+    )
+    return saved, forward, fp32_grads + tile + chunk_copies + casts
+
+
+__all__ = ["fused_chunk_tokens", "head_saved", "trl_scored_tokens", "trl_tile_bytes"]
