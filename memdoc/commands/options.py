@@ -23,6 +23,7 @@ from memdoc.core.model.plan import (
     Checkpointing,
     Loss,
     Method,
+    MoeExperts,
     Offload,
     OffloadTarget,
     Optimizer,
@@ -134,7 +135,8 @@ LossOpt = Annotated[
         "--loss",
         help="hf = transformers' loss (full fp32 logits); fused = Liger as use_liger_kernel=True applies it: "
         "fused linear cross-entropy (logits never stored whole) + RMSNorm, RoPE, SwiGLU kernels; "
-        "fused-ce = the fused cross-entropy alone. \\[default: hf]",
+        "fused-ce = the fused cross-entropy alone; trl-fused = TRL's fused LM head (TRL ≥ 1.16 SFT/DPO/GRPO: "
+        "4096 × 32768 logit tiles). \\[default: hf]",
         rich_help_panel=PLAN,
     ),
 ]
@@ -191,6 +193,15 @@ AllocatorOpt = Annotated[
         rich_help_panel=PLAN,
     ),
 ]
+MoeExpertsOpt = Annotated[
+    Optional[MoeExperts],
+    typer.Option(
+        "--moe-experts",
+        help="MoE experts as transformers lays them out: fused 3-D parameters (transformers 5, left 16-bit by "
+        "QLoRA) or linear modules (transformers 4.x, quantised to NF4 by QLoRA). \\[default: fused]",
+        rich_help_panel=PLAN,
+    ),
+]
 AllowLongOpt = Annotated[
     bool, typer.Option("--allow-long", help="Allow --seq beyond the model's context length.", rich_help_panel=PLAN)
 ]
@@ -224,6 +235,7 @@ PLAN_OPTIONS = {
     "offload": OffloadOpt,
     "offload_to": OffloadToOpt,
     "allocator": AllocatorOpt,
+    "moe_experts": MoeExpertsOpt,
     "allow_long": AllowLongOpt,
     "recipe": RecipeOpt,
 }

@@ -37,7 +37,7 @@ from memdoc.core.billing.verdict import verdict
 from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
 from memdoc.core.model.gpu import GpuSpec, gpu_json
 from memdoc.core.model.model_spec import ModelSpec
-from memdoc.core.model.plan import Allocator, Method, Offload, Precision, Shard, TrainingPlan
+from memdoc.core.model.plan import Allocator, Method, MoeExperts, Offload, Precision, Shard, TrainingPlan
 
 PROCESS_OVERHEAD_BYTES = 804_061_184
 """A training process's device memory outside PyTorch's allocator (CUDA context, kernels, cuBLAS
@@ -221,11 +221,13 @@ def _model_notes(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> l
             f"no activation model for model_type {model.model_type!r}: activations estimated for a generic "
             "decoder layer of its sizes (parameters are exact, from the meta device)"
         )
-    if plan.method is Method.QLORA and model.is_moe:
+    if plan.method is Method.QLORA and model.is_moe and plan.moe_experts is MoeExperts.FUSED:
         notes.append(
             "QLoRA leaves the routed experts 16-bit: transformers 5 stores them as fused 3-D tensors, "
-            "which bitsandbytes does not quantise"
+            "which bitsandbytes does not quantise (transformers 4.x: --moe-experts linear)"
         )
+    elif plan.method is Method.QLORA and model.is_moe:
+        notes.append("QLoRA quantises the routed experts to NF4: transformers 4.x builds them of nn.Linear modules")
     return notes
 
 

@@ -67,10 +67,10 @@ class KnownVersion:
 
 LATEST_KNOWN_DATE = "2026-12-01"
 """When `LATEST_KNOWN` was last checked."""
-_DEV_ENV = "memdoc's development environment (pip, 2026-12-01)"
-_PYPI = "the PyPI index (2026-12-01)"
+_DEV_ENV = "installed in memdoc's development environment (2026-12-01)"
+_PYPI = "PyPI's package list read for memdoc's development (2026-12-01)"
 LATEST_KNOWN: dict[str, KnownVersion] = {
-    "transformers": KnownVersion("5.24.0", "2026-11", _DEV_ENV),
+    "transformers": KnownVersion("5.24.0", "2026-11", _DEV_ENV + "; PyPI's list had 5.23.0 of 2026-11"),
     "trl": KnownVersion("1.16.0", "2026-10", _DEV_ENV),
     "peft": KnownVersion("0.21.2", "2026-10", _DEV_ENV),
     "accelerate": KnownVersion("1.15.0", "2026-09", _DEV_ENV),

@@ -1,0 +1,112 @@
+"""The stack: `--stack` parsing, installed versions, memdoc's latest known versions, and the defaults
+that follow from them, against the installed packages' own metadata and dataclass defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+import sys
+from importlib import metadata
+
+import pytest
+from conftest import ROOT
+
+from memdoc.core.model.plan import Optimizer
+from memdoc.core.model.stack import LATEST_KNOWN, LATEST_KNOWN_DATE, Stack, parse_stack, parse_version
+from memdoc.core.user_config.defaults import default_optimizer, trl_sft_defaults
+from memdoc.errors import PlanError
+from memdoc.resolve.stack import current_stack
+
+
+def test_stack_spec_is_parsed():
+    stack = current_stack("transformers==4.57,trl==0.19,torch==2.6")
+    assert stack == Stack(versions={"transformers": "4.57", "trl": "0.19", "torch": "2.6"}, source="--stack")
+    assert stack.at_least("transformers", "4.56") and not stack.at_least("transformers", "5.0")
+    assert current_stack("Liger_Kernel==0.5.2").versions == {"liger-kernel": "0.5.2"}  # pip's name rules
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("transformers=4.57", "--stack item 'transformers=4.57' is not NAME==VERSION"),
+        ("transformers==4.57,", "--stack item '' is not NAME==VERSION"),
+        ("jax==0.4", "--stack 'jax' is not a library memdoc reads"),
+        ("trl==latest", "--stack trl==latest: cannot read a version from 'latest'"),
+        ("trl==1.0,trl==1.1", "--stack names trl twice"),
+    ],
+)
+def test_malformed_stack_is_a_one_line_plan_error(spec, message):
+    with pytest.raises(PlanError) as err:
+        current_stack(spec)
+    assert str(err.value).startswith(message)
+    assert "\n" not in str(err.value)
+
+
+def test_installed_versions_come_from_the_distributions_metadata():
+    stack = current_stack()
+    assert stack.source == "installed"
+    for package, known in LATEST_KNOWN.items():
+        try:
+            assert stack.versions[package] == metadata.version(package)
+            assert package not in stack.assumed
+        except metadata.PackageNotFoundError:
+            assert stack.versions[package] == known.version
+            assert package in stack.assumed
+    assert stack.to_json()["assumed"] == list(stack.assumed)
+
+
+def test_reading_the_stack_imports_no_torch():
+    code = "import sys; from memdoc.resolve.stack import current_stack; current_stack(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_latest_known_versions_are_dated_and_sourced():
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", LATEST_KNOWN_DATE)
+    assert set(LATEST_KNOWN) == {
+        "transformers", "trl", "peft", "accelerate", "deepspeed", "torch",
+        "bitsandbytes", "liger-kernel", "axolotl", "llamafactory",
+    }  # fmt: skip
+    for known in LATEST_KNOWN.values():
+        parse_version(known.version)
+        assert re.fullmatch(r"\d{4}-\d{2}", known.released) and known.released <= LATEST_KNOWN_DATE[:7]
+        assert known.source
+    for package, known in LATEST_KNOWN.items():  # never older than what is installed here
+        try:
+            assert parse_version(known.version) >= parse_version(metadata.version(package))
+        except metadata.PackageNotFoundError:
+            pass
+
+
+@pytest.mark.parametrize(
+    "spec, optimizer",
+    [
+        ("transformers==4.57,torch==2.6", Optimizer.ADAMW_FOREACH),  # torch < 2.8: adamw_torch
+        ("transformers==4.53.3,torch==2.8", Optimizer.ADAMW_FOREACH),  # before huggingface/transformers#37358
+        ("transformers==4.57,torch==2.8", Optimizer.ADAMW_FUSED),
+        ("transformers==5.24,torch==2.13", Optimizer.ADAMW_FUSED),
+        ("transformers==4.57", Optimizer.ADAMW_FUSED),  # torch unknown: the newest
+    ],
+)
+def test_default_optimizer_per_stack(spec, optimizer):
+    assert default_optimizer(parse_stack(spec)) is optimizer
+
+
+@pytest.mark.slow
+def test_installed_defaults_are_the_installed_trainers():
+    """transformers' `TrainingArguments.optim` and TRL's `SFTConfig` defaults, read from the installed classes."""
+    from transformers import TrainingArguments
+    from trl import SFTConfig
+
+    names = {Optimizer.ADAMW_FUSED: "adamw_torch_fused", Optimizer.ADAMW_FOREACH: "adamw_torch"}
+    optim = next(f for f in dataclasses.fields(TrainingArguments) if f.name == "optim").default
+    assert names[default_optimizer(current_stack())] == optim
+    sft = {f.name: f.default for f in dataclasses.fields(SFTConfig)}
+    ours = trl_sft_defaults(current_stack())
+    assert (ours.max_length, ours.packing, ours.padding_free) == (
+        sft["max_length"],
+        sft["packing"],
+        sft["padding_free"],
+    )
+    assert sft["loss_type"] == "nll"  # computed through the fused LM head (trl/trainer/sft_trainer.py)
