@@ -221,8 +221,9 @@ which keeps the keys the model's patch function takes (swiglu for Llama, geglu f
 
 
 def uses_liger(plan: TrainingPlan) -> bool:
-    """Any Liger kernel: --loss fused (use_liger_kernel's full set) or fused-ce (the fused cross-entropy alone)."""
-    return plan.loss is not Loss.HF
+    """Any Liger kernel: --loss fused (use_liger_kernel's full set) or fused-ce (the fused cross-entropy alone);
+    not trl-fused, TRL's own head (TRL's default, nothing to write)."""
+    return plan.loss in (Loss.FUSED, Loss.FUSED_CE)
 
 
 WARMUP_RATIO = 0.1
