@@ -37,6 +37,12 @@ def default_optimizer(stack: Stack) -> Optimizer:
     return Optimizer.ADAMW_FUSED if new_transformers and new_torch else Optimizer.ADAMW_FOREACH
 
 
+def hf_default_optim(stack: Stack) -> str:
+    """`default_optimizer` as the name `TrainingArguments.optim` takes (`adamw_torch_fused` / `adamw_torch`),
+    for readers that map an absent `optim` key through the trainer's own names."""
+    return "adamw_torch_fused" if default_optimizer(stack) is Optimizer.ADAMW_FUSED else "adamw_torch"
+
+
 @dataclass(frozen=True)
 class TrlSftDefaults:
     """TRL `SFTConfig` defaults that change memory, read from trl/trainer/sft_config.py (TRL 1.16.0)."""
@@ -63,4 +69,4 @@ def trl_sft_defaults(stack: Stack) -> TrlSftDefaults:
     return TrlSftDefaults(loss=Loss.TRL_FUSED if trl_fused_lm_head(stack) else Loss.HF)
 
 
-__all__ = ["FUSED_ADAMW_DEFAULT_SINCE", "TrlSftDefaults", "default_optimizer", "trl_sft_defaults"]
+__all__ = ["FUSED_ADAMW_DEFAULT_SINCE", "TrlSftDefaults", "default_optimizer", "hf_default_optim", "trl_sft_defaults"]

@@ -1,0 +1,237 @@
+"""A LLaMA-Factory YAML (`llamafactory-cli train config.yaml`) -> the plan it runs: the inverse of
+`memdoc.core.emit.llamafactory`.
+
+Keys, types and defaults come from llamafactory/hparams/: `model_args.py` (model_name_or_path,
+quantization_bit/method/type, double_quantization, flash_attn (default auto),
+disable_gradient_checkpointing (default false: LLaMA-Factory checkpoints), use_reentrant_gc,
+enable_liger_kernel), `finetuning_args.py` (stage, finetuning_type (default lora), lora_rank (8),
+lora_alpha (2 × rank), lora_dropout (0.0), lora_target (all), pure_bf16), `data_args.py` (cutoff_len
+(2048), packing, neat_packing) and `training_args.py` (transformers' TrainingArguments: bf16, fp16, optim,
+per_device_train_batch_size (8), gradient_accumulation_steps (1), deepspeed, fsdp, fsdp_config). How they
+combine: llamafactory/hparams/parser.py (`get_train_args`) and llamafactory/model/adapter.py (trainable
+parameters upcast to fp32 unless pure_bf16).
+"""
+
+from __future__ import annotations
+
+from memdoc.core.model.plan import ALL_LINEAR
+from memdoc.core.model.stack import Stack
+from memdoc.core.user_config.defaults import hf_default_optim
+from memdoc.core.user_config.reading import ConfigReading, KeyRead, SourceDoc
+from memdoc.core.user_config.trainer_keys import (
+    fsdp_words,
+    get_bool,
+    get_float,
+    get_int,
+    get_mapping,
+    get_str,
+    read_deepspeed,
+    read_fsdp_shard,
+    read_optimizer,
+    skip_set_keys,
+)
+from memdoc.errors import quoted
+
+DEFAULTS = {"lora_rank": 8, "lora_dropout": 0.0, "seq_len": 2048, "micro_batch": 8, "grad_accum": 1}
+"""finetuning_args.py lora_rank 8, lora_dropout 0.0; data_args.py cutoff_len 2048; transformers'
+TrainingArguments per_device_train_batch_size 8, gradient_accumulation_steps 1."""
+
+NOT_BILLED = {
+    "packing": "each row is billed at the full cutoff_len, which packing fills; packed rows' per-sequence "
+    "masking is not billed",
+    "neat_packing": "each row is billed at the full cutoff_len, which packing fills; the block-diagonal "
+    "attention mask of neat packing is not billed",
+    "additional_target": "fully trained extra modules (weights, gradients, optimizer states) are not billed",
+    "use_dora": "DoRA's magnitude vectors and its extra weight-norm activations are not billed",
+    "pissa_init": "PiSSA's initialisation (an SVD of each adapted weight) is not billed",
+    "use_llama_pro": "LLaMA Pro's expanded blocks are not billed",
+    "use_galore": "GaLore's projected optimizer states are not billed",
+    "use_apollo": "APOLLO's optimizer states are not billed",
+    "use_badam": "BAdam's block-wise optimizer is not billed",
+    "use_adam_mini": "Adam-mini's optimizer states are not billed",
+    "use_muon": "Muon's optimizer states are not billed",
+    "use_unsloth": "Unsloth's kernels are not billed",
+    "use_unsloth_gc": "Unsloth's checkpointing (layer inputs offloaded to the CPU) is billed on the GPU",
+    "shift_attn": "LongLoRA's shifted short attention is not billed",
+    "upcast_layernorm": "fp32 copies of the norm weights are not billed",
+    "upcast_lmhead_output": "the LM head's fp32 output is not billed beyond transformers' own fp32 loss upcast",
+    "fp8": "FP8 training is not billed",
+    "use_kt": "KTransformers' CPU-offloaded experts are not billed",
+    "use_v1_kernels": "LLaMA-Factory's v1 kernels are not billed",
+    "mixture_of_depths": "mixture-of-depths is not billed",
+}
+"""Keys that change memory but that memdoc does not bill, each with the reason (recorded when turned on)."""
+
+
+def read_llamafactory(doc: SourceDoc, stack: Stack) -> ConfigReading:
+    """What a LLaMA-Factory config says about the plan; absent keys take LLaMA-Factory's defaults, and an
+    absent `optim` transformers' default for `stack` (`defaults.hf_default_optim`)."""
+    reading = ConfigReading(formats=["llamafactory"])
+    model = get_str(doc, "model_name_or_path")
+    if model is not None:
+        reading.model = model
+        reading.read.append(KeyRead(doc.path, "model_name_or_path", "model"))
+    _stage(reading, doc)
+    method = _method(reading, doc)
+    if method != "full":
+        _lora(reading, doc)
+    _precision(reading, doc, method)
+    read_optimizer(reading, doc, "optim", hf_default_optim(stack))
+    _batch(reading, doc)
+    _checkpointing(reading, doc)
+    _attention(reading, doc)
+    _loss(reading, doc)
+    _sharding(reading, doc)
+    skip_set_keys(reading, doc, NOT_BILLED)
+    return reading
+
+
+def _stage(reading: ConfigReading, doc: SourceDoc) -> None:
+    """`stage` (default sft): pt packs by default (parser.py: packing = stage == "pt"); rm/ppo/dpo/kto hold
+    a reference, reward or value model and pairs of sequences that memdoc does not bill."""
+    stage = (get_str(doc, "stage") or "sft").strip().lower()
+    if stage in ("rm", "ppo", "dpo", "kto"):
+        reading.skip(
+            doc, "stage", f"stage {stage}: its reference/reward/value models and paired sequences are not billed"
+        )
+    elif stage == "pt" and doc.data.get("packing") is None:
+        reading.skip(doc, "stage", "stage pt packs rows by default: " + NOT_BILLED["packing"])
+
+
+def _method(reading: ConfigReading, doc: SourceDoc) -> str:
+    """finetuning_type (default lora) + quantization_bit: bitsandbytes 4-bit under LoRA is memdoc's qlora
+    (NF4 with double quantisation by default: model_args.py `QuantizationArguments`); quantisation needs
+    LoRA or OFT (parser.py)."""
+    kind = (get_str(doc, "finetuning_type") or "lora").strip().lower()
+    bits = get_int(doc, "quantization_bit")
+    if bits is not None and kind not in ("lora", "oft"):
+        raise doc.error("quantization_bit", f"quantization needs finetuning_type lora (or oft), not {kind}")
+    if kind in ("freeze", "oft"):
+        reading.skip(
+            doc, "finetuning_type", f"finetuning_type {kind} is not billed (memdoc bills full and lora); billed as full"
+        )
+        reading.plan["method"] = "full"
+        return "full"
+    if kind == "full":
+        reading.set(doc, "finetuning_type", "method", "full")
+        return "full"
+    quant = (get_str(doc, "quantization_method") or "bnb").strip().lower()
+    if bits == 4 and quant in ("bnb", "bitsandbytes"):
+        _set_or_default(reading, doc, "finetuning_type", "method", "qlora")
+        reading.read.append(KeyRead(doc.path, "quantization_bit", "method"))
+        if get_bool(doc, "double_quantization") is False:
+            reading.skip(doc, "double_quantization", "4-bit constants without double quantisation are not billed")
+        return "qlora"
+    _set_or_default(reading, doc, "finetuning_type", "method", "lora")
+    if bits is not None:
+        reading.skip(doc, "quantization_bit", f"a {bits}-bit {quant} base is not billed; billed in the compute dtype")
+    return "lora"
+
+
+def _set_or_default(reading: ConfigReading, doc: SourceDoc, key: str, plan_field: str, value) -> None:
+    """Set `plan_field` from `key` when the file has it, else as the trainer's default (no key read)."""
+    if doc.data.get(key) is not None:
+        reading.set(doc, key, plan_field, value)
+    else:
+        reading.plan[plan_field] = value
+
+
+def _lora(reading: ConfigReading, doc: SourceDoc) -> None:
+    """lora_rank, lora_alpha (absent: 2 × rank, memdoc's own default), lora_dropout and lora_target
+    (`all`, the default, is every linear; else comma-separated module names)."""
+    _set_or_default(reading, doc, "lora_rank", "lora_rank", get_int(doc, "lora_rank") or DEFAULTS["lora_rank"])
+    alpha = get_int(doc, "lora_alpha")
+    if alpha is not None:
+        reading.set(doc, "lora_alpha", "lora_alpha", alpha)
+    dropout = get_float(doc, "lora_dropout")
+    _set_or_default(
+        reading, doc, "lora_dropout", "lora_dropout", DEFAULTS["lora_dropout"] if dropout is None else dropout
+    )
+    target = get_str(doc, "lora_target")
+    names = [t.strip() for t in (target or "all").split(",") if t.strip()]
+    if not names:
+        raise doc.error("lora_target", f"must name modules (or all), got {quoted(target)}")
+    targets = [ALL_LINEAR] if names == ["all"] else names
+    _set_or_default(reading, doc, "lora_target", "lora_targets", targets)
+
+
+def _precision(reading: ConfigReading, doc: SourceDoc, method: str) -> None:
+    """bf16/fp16 (TrainingArguments: autocast) and pure_bf16 (finetuning_args.py). The weights load in the
+    compute dtype (parser.py: bf16 or pure_bf16 -> bfloat16, fp16 -> float16; neither: inferred from the
+    checkpoint, bf16 for today's checkpoints, model/patcher.py `infer_optim_dtype`), then adapter.py upcasts
+    the trainable ones to fp32 unless pure_bf16. So a full fine-tune is amp-bf16/amp-fp16 (fp32 master
+    weights), pure_bf16 is bf16, neither flag fp32; a LoRA base stays in the compute dtype (amp-bf16 or
+    amp-fp16 under autocast, bf16 without it)."""
+    bf16, fp16, pure = (get_bool(doc, k) for k in ("bf16", "fp16", "pure_bf16"))
+    if bf16 and fp16:
+        raise doc.error("fp16", "bf16 and fp16 are both true; choose one")
+    if pure and fp16:
+        raise doc.error("fp16", "pure_bf16 and fp16 are both true; choose one")
+    if pure:
+        precision = "bf16"
+    elif bf16:
+        precision = "amp-bf16"
+    elif fp16:
+        precision = "amp-fp16"
+    else:
+        precision = "fp32" if method == "full" else "bf16"
+    reading.plan["precision"] = precision
+    for key in ("bf16", "fp16", "pure_bf16"):
+        if doc.data.get(key) is not None:
+            reading.set(doc, key, "precision", precision)
+
+
+def _batch(reading: ConfigReading, doc: SourceDoc) -> None:
+    """per_device_train_batch_size, gradient_accumulation_steps and cutoff_len (defaults in `DEFAULTS`)."""
+    for key, plan_field in (
+        ("per_device_train_batch_size", "micro_batch"),
+        ("gradient_accumulation_steps", "grad_accum"),
+        ("cutoff_len", "seq_len"),
+    ):
+        value = get_int(doc, key)
+        _set_or_default(reading, doc, key, plan_field, DEFAULTS[plan_field] if value is None else value)
+
+
+def _checkpointing(reading: ConfigReading, doc: SourceDoc) -> None:
+    """LLaMA-Factory checkpoints unless disable_gradient_checkpointing (model/model_utils/checkpointing.py,
+    reentrant unless use_reentrant_gc: false: the same saved layer inputs). TrainingArguments'
+    `gradient_checkpointing` is not how LLaMA-Factory turns it on; a `false` there changes nothing."""
+    off = get_bool(doc, "disable_gradient_checkpointing")
+    get_bool(doc, "use_reentrant_gc")
+    _set_or_default(reading, doc, "disable_gradient_checkpointing", "checkpointing", "none" if off else "full")
+    if get_bool(doc, "gradient_checkpointing") is False and not off:
+        reading.skip(
+            doc,
+            "gradient_checkpointing",
+            "LLaMA-Factory checkpoints anyway (disable_gradient_checkpointing: true turns it off); billed as full",
+        )
+
+
+_FLASH_ATTN = {"auto": "sdpa", "sdpa": "sdpa", "fa2": "sdpa", "fa3": "sdpa", "disabled": "eager"}
+"""llamafactory/extras/constants.py `AttentionFunction` -> memdoc attention (model/model_utils/attention.py:
+auto leaves transformers' default, sdpa; disabled is eager; FlashAttention-2/3 keep O(s) state, as sdpa)."""
+
+
+def _attention(reading: ConfigReading, doc: SourceDoc) -> None:
+    value = get_str(doc, "flash_attn")
+    if value is not None and value.strip().lower() not in _FLASH_ATTN:
+        raise doc.error("flash_attn", f"{quoted(value)} is not one of: {', '.join(_FLASH_ATTN)}")
+    _set_or_default(reading, doc, "flash_attn", "attention", _FLASH_ATTN[(value or "auto").strip().lower()])
+
+
+def _loss(reading: ConfigReading, doc: SourceDoc) -> None:
+    """enable_liger_kernel applies every Liger kernel the model has (transformers' `apply_liger_kernel`):
+    memdoc's fused loss."""
+    on = get_bool(doc, "enable_liger_kernel")
+    _set_or_default(reading, doc, "enable_liger_kernel", "loss", "fused" if on else "hf")
+
+
+def _sharding(reading: ConfigReading, doc: SourceDoc) -> None:
+    """`deepspeed:` (a JSON path, read next) or transformers' `fsdp` words with `fsdp_config` -> shard
+    (LLaMA-Factory otherwise takes FSDP from an accelerate config at launch); both at once contradict."""
+    config = get_mapping(doc, "fsdp_config") or {}
+    words = fsdp_words(doc)
+    if read_deepspeed(reading, doc) and words:
+        raise doc.error("fsdp", "deepspeed and fsdp both shard the model; keep one")
+    if words:
+        read_fsdp_shard(reading, doc, words, config)
