@@ -302,14 +302,19 @@ def _distributed(doc: SourceDoc, reading: ConfigReading, stack: Stack) -> None:
 
 
 def _fsdp(doc: SourceDoc, reading: ConfigReading) -> None:
-    """`fsdp`: True / "full_shard" / "shard_grad_op" / "hybrid_shard" … plus "offload" (space-separated
-    options, transformers' `FSDPOption`); `fsdp_config.activation_checkpointing`."""
+    """`fsdp`: true, or the legacy option string ("full_shard offload", "shard_grad_op", "hybrid_shard", …;
+    transformers' `FSDPOption`), and `fsdp_config`'s `reshard_after_forward` (false: gradients and states
+    sharded, weights kept gathered = zero2), `cpu_offload` and `activation_checkpointing` — transformers
+    5.x turns the legacy strings into these keys (TrainingArguments._process_fsdp_args)."""
     fsdp = doc.data.get("fsdp")
-    if fsdp in (None, False, "", []):
+    if fsdp in (None, False, "", [], "false"):
         return
     options = fsdp.split() if isinstance(fsdp, str) else fsdp if isinstance(fsdp, list) else ["full_shard"]
     options = [str(o).lower() for o in options]
-    if "shard_grad_op" in options or "hybrid_shard_zero2" in options:
+    config = get_mapping(doc, "fsdp_config") if not isinstance(doc.data.get("fsdp_config"), str) else None
+    config = config or {}
+    keep_gathered = get_bool(doc, "reshard_after_forward", config, where="fsdp_config.reshard_after_forward") is False
+    if "shard_grad_op" in options or "hybrid_shard_zero2" in options or keep_gathered:
         reading.set(doc, "fsdp", "shard", "zero2")
     elif "no_shard" in options:
         reading.set(doc, "fsdp", "shard", "none")
@@ -317,12 +322,9 @@ def _fsdp(doc: SourceDoc, reading: ConfigReading) -> None:
         reading.set(doc, "fsdp", "shard", "fsdp")
     if any(o.startswith("hybrid_shard") for o in options):
         reading.skip(doc, "fsdp", "hybrid sharding shards within a node only: memdoc bills sharding over every GPU")
-    if "offload" in options:
+    if "offload" in options or get_bool(doc, "cpu_offload", config, where="fsdp_config.cpu_offload"):
         reading.set(doc, "fsdp", "offload", "optimizer+params")
-    config = doc.data.get("fsdp_config")
-    if isinstance(config, dict) and get_bool(
-        doc, "activation_checkpointing", config, where="fsdp_config.activation_checkpointing"
-    ):
+    if get_bool(doc, "activation_checkpointing", config, where="fsdp_config.activation_checkpointing"):
         reading.set(doc, "fsdp_config.activation_checkpointing", "checkpointing", "full")
-    elif isinstance(config, str):
+    if isinstance(doc.data.get("fsdp_config"), str):
         reading.skip(doc, "fsdp_config", "a path to an FSDP JSON: not read (memdoc reads accelerate configs)")
