@@ -128,6 +128,8 @@ def _merge_over_recipe(
 ) -> tuple[str, str | None, dict]:
     """(model, GPU text, plan values by field name): the given ones over the config files' over the recipe's."""
     values: dict = {}
+    if reading is not None:
+        model = model or reading.model
     if recipe is not None:
         loaded = load_recipe(recipe)
         values.update(loaded.plan)
@@ -135,7 +137,6 @@ def _merge_over_recipe(
         gpu = gpu or loaded.gpu
     if reading is not None:
         values.update(reading.plan)
-        model = model or reading.model
     if model is None:
         raise PlanError(
             "no MODEL given (pass a model id, a config.json path, --recipe FILE, or a --config that names one)"

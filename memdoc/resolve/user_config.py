@@ -100,14 +100,39 @@ def _read_with_references(
     path: Path, stack: Stack, chain: tuple[Path, ...], named_by: str | None = None
 ) -> ConfigReading:
     """One file and, after it, the files it references (relative to it); a cycle or a missing referenced
-    file is an error naming both files."""
+    file is an error naming both files (`named_by`: the referencing 'file:line: key')."""
     resolved = path.resolve()
     if resolved in chain:
-        raise ConfigError(f"config {named_by}: references {path}, which references it back (a cycle)")
+        raise ConfigError(f"{named_by}: {path} references it back (a cycle)")
     if named_by is not None and not path.exists():
-        raise ConfigError(f"config {named_by}: references {path}, which does not exist")
-    reading = read_document(load_source(path), stack)
+        raise ConfigError(f"{named_by}: {path} does not exist")
+    doc = load_source(path)
+    reading = read_document(doc, stack)
     referenced, reading.referenced = list(reading.referenced), []
     for ref in referenced:
-        reading = reading.merge(_read_with_references(Path(ref), stack, chain + (resolved,), named_by=str(path)))
+        here = _referencing_key(doc, ref)
+        target = _existing(Path(ref), path)
+        reading = reading.merge(_read_with_references(target, stack, chain + (resolved,), named_by=here))
     return reading
+
+
+def _referencing_key(doc: SourceDoc, ref: str) -> str:
+    """'file:line: key' of the top-level key of `doc` whose value (or nested value) names `ref`."""
+    for key, value in doc.data.items():
+        values = value.values() if isinstance(value, dict) else [value]
+        if any(isinstance(v, str) and v and ref.endswith(v) for v in values):
+            return f"{doc.where(key)}: {key}"
+    return doc.path
+
+
+def _existing(ref: Path, referencing: Path) -> Path:
+    """`ref` (resolved relative to the referencing file); when no file is there, the path as written relative
+    to the working directory, which is where the HF Trainer and accelerate open it (and where `memdoc emit -o
+    DIR/sft.yaml` writes `deepspeed: DIR/ds_config.json`)."""
+    if ref.exists() or referencing.parent == Path("."):
+        return ref
+    try:
+        as_written = ref.relative_to(referencing.parent)
+    except ValueError:
+        return ref
+    return as_written if as_written.exists() else ref
