@@ -22,6 +22,7 @@ from memdoc.core.model.plan import (
     TrainingPlan,
     check_plan_against_model,
     check_requested_plan,
+    flag_for,
     parse_plan,
 )
 from memdoc.core.model.stack import Stack
@@ -74,8 +75,7 @@ def resolve_setup(
     if card is not None and card.count > 1:
         values["gpus_per_node"] = gpus_from_count(card, values.get("gpus_per_node"), gpu)
         card = dataclasses.replace(card, count=1)
-    plan = parse_plan(**values)
-    check_requested_plan(plan)
+    plan = _plan_from(values, reading)
     spec = resolve_model(model_name)
     if plan.is_peft and "lora_targets" not in values:
         plan = plan.replace(lora_targets=spec.default_lora_targets)
@@ -102,6 +102,21 @@ def resolve_setup(
         gpu_note=choice_note(gpu, card) if gpu and card else None,
         config=reading,
     )
+
+
+def _plan_from(values: dict, reading: ConfigReading | None) -> TrainingPlan:
+    """The validated plan; an error about a value a config file set also names where it was set."""
+    try:
+        plan = parse_plan(**values)
+        check_requested_plan(plan)
+    except PlanError as exc:
+        message = str(exc)
+        named = [k for k in (reading.read if reading else []) if k.field != "model" and flag_for(k.field) in message]
+        if not named:
+            raise
+        where = ", ".join(dict.fromkeys(f"{k.file}: {k.key}" for k in named))
+        raise PlanError(f"{message} (set by {where})") from None
+    return plan
 
 
 def config_stack() -> Stack:

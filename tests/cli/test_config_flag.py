@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import FIXTURES, invoke
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -226,3 +227,80 @@ def test_reference_cycle_names_both_files(tmp_path):
     assert result.exit_code == 2, result.output
     message = " ".join(result.stderr.split())
     assert f"{tmp_path / 'b.yaml'}:2: deepspeed_config: {tmp_path / 'a.yaml'} references it back (a cycle)" in message
+
+
+KEYS = st.sampled_from(
+    [
+        "model_name_or_path",
+        "use_peft",
+        "lora_r",
+        "lora_target_modules",
+        "load_in_4bit",
+        "bf16",
+        "fp16",
+        "dtype",
+        "optim",
+        "per_device_train_batch_size",
+        "max_length",
+        "gradient_checkpointing",
+        "gradient_checkpointing_kwargs",
+        "use_liger_kernel",
+        "liger_kernel_config",
+        "deepspeed",
+        "fsdp",
+        "fsdp_config",
+        "zero_optimization",
+        "bf16.enabled",
+        "distributed_type",
+        "num_processes",
+        "num_machines",
+        "deepspeed_config",
+    ]
+)
+VALUES = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-3, 10**10),
+        st.floats(allow_nan=True),
+        st.sampled_from(["auto", "all-linear", "bfloat16", "FSDP", "DEEPSPEED", "cpu", "adamw_torch", "ds.json", ""]),
+        st.text(max_size=6),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.sampled_from(["stage", "device", "enabled", "zero_stage"]), inner),
+    ),
+    max_leaves=6,
+)
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(data=st.dictionaries(KEYS, VALUES, min_size=1, max_size=5))
+def test_generated_configs_bill_or_fail_in_one_line(tmp_path, data):
+    """Any mapping of the keys the readers know, with any values: a bill (exit 0) or one 'Error:' line (exit 2)."""
+    path = Path(tempfile.mkdtemp(dir=tmp_path)) / "c.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True))
+    result = invoke("bill", "Qwen/Qwen2.5-0.5B", "--config", path, "--gpu", GPU, "--json", "--no-ladder")
+    assert result.exit_code in (0, 2), result.output
+    assert "Traceback" not in result.output and "internal error" not in result.output, result.output
+    if result.exit_code == 2:
+        assert result.stderr.startswith("Error: "), result.output
+
+
+def test_plan_error_from_a_config_value_names_the_key():
+    """ZeRO-1 from the DeepSpeed JSON on one GPU: the plan's own message, plus where the value came from."""
+    path = USER / "deepspeed" / "zero1_bf16.json"
+    result = invoke("bill", "Qwen/Qwen2.5-0.5B", "--config", path, "--gpu", GPU)
+    assert result.exit_code == 2, result.output
+    assert "--shard zero1 needs more than one GPU" in result.stderr
+    assert f"(set by {path}: zero_optimization.stage)" in " ".join(result.stderr.split())
+
+
+@pytest.mark.slow
+def test_diagnose_model_takes_config():
+    """diagnose MODEL traces the plan the config says (a meta-device trace: seconds)."""
+    data = _json(invoke("diagnose", "Qwen/Qwen2.5-0.5B", "--config", USER / "trl" / "qwen_lora_sft.yaml", "--json"))
+    assert data["plan"]["method"] == "lora" and data["plan"]["lora_rank"] == 32 and data["plan"]["micro_batch"] == 2

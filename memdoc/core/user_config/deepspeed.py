@@ -46,7 +46,7 @@ def read_deepspeed(doc: SourceDoc, stack: Stack) -> ConfigReading:
     zero = get_mapping(doc, "zero_optimization") or {}
     if "stage" in zero:
         stage = zero["stage"]
-        if isinstance(stage, bool) or stage not in SHARDS:
+        if not isinstance(stage, int) or isinstance(stage, bool) or stage not in SHARDS:
             raise fail(doc, "zero_optimization.stage", f"must be 0, 1, 2 or 3, got {quoted(stage)}")
         reading.set(doc, "zero_optimization.stage", "shard", SHARDS[stage])
     _offload(doc, zero, reading)
