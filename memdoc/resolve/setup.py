@@ -58,6 +58,7 @@ def resolve_setup(
     gpu: str | None = None,
     recipe: str | Path | None = None,
     config: list[Path] | None = None,
+    stack: str | None = None,
     need_gpu: bool = True,
     **plan_values,
 ) -> Setup:
@@ -69,7 +70,7 @@ def resolve_setup(
     setup has none. `config` files (TRL/HF/DeepSpeed/accelerate/… configs) sit between the recipe and
     the given values: recipe < config files < flags; MODEL defaults to the one the configs name.
     """
-    reading = read_configs(config)
+    reading = read_configs(config, stack)
     model_name, gpu, values = _merge_over_recipe(model, gpu, recipe, plan_values, reading)
     card = resolve_gpu(gpu) if gpu else None
     if card is not None and card.count > 1:
@@ -119,23 +120,23 @@ def _plan_from(values: dict, reading: ConfigReading | None) -> TrainingPlan:
     return plan
 
 
-def config_stack() -> Stack:
-    """The stack whose defaults fill keys a config leaves out: `memdoc.resolve.stack.current_stack` where
-    that module exists (it reads the installed versions or --stack), else memdoc's latest known versions."""
+def config_stack(spec: str | None = None) -> Stack:
+    """The stack whose defaults fill keys a config leaves out: `memdoc.resolve.stack.current_stack(spec)` where
+    that module exists (the installed versions, or `--stack` text), else memdoc's latest known versions."""
     try:
         from memdoc.resolve.stack import current_stack  # added by the --stack change
     except ImportError:
         return Stack()
-    return current_stack(None)
+    return current_stack(spec)
 
 
-def read_configs(paths: list[Path] | None) -> ConfigReading | None:
+def read_configs(paths: list[Path] | None, stack: str | None = None) -> ConfigReading | None:
     """The merged reading of the user's config files, or None without any."""
     if not paths:
         return None
     from memdoc.resolve.user_config import read_user_configs
 
-    return read_user_configs(list(paths), config_stack())
+    return read_user_configs(list(paths), config_stack(stack))
 
 
 def _merge_over_recipe(

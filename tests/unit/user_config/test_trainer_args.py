@@ -176,3 +176,28 @@ def test_max_seq_length_of_trl_before_0_20_is_read():
     """TRL < 0.20 called SFTConfig.max_length `max_seq_length`."""
     doc = SourceDoc("old.yaml", {"model_name_or_path": "m", "max_seq_length": 4096})
     assert read_trainer_args(doc, Stack()).plan["seq_len"] == 4096
+
+
+def test_inline_deepspeed_dict_is_read_as_deepspeed():
+    """TrainingArguments.deepspeed takes a dict too (transformers/training_args.py)."""
+    doc = SourceDoc("t.yaml", {"output_dir": "o", "deepspeed": {"zero_optimization": {"stage": 3}}}, {"deepspeed": 2})
+    reading = read_trainer_args(doc, Stack())
+    assert reading.plan["shard"] == "zero3" and not reading.referenced
+    assert any(k.file == "t.yaml:2 (deepspeed)" and k.key == "zero_optimization.stage" for k in reading.read)
+
+
+def test_activation_checkpointing_kwargs():
+    """transformers 5's `activation_checkpointing_kwargs`: `every_n_layers` and `offload` (training_args.py help)."""
+    from transformers import HfArgumentParser, TrainingArguments
+
+    cfg = {
+        "output_dir": "o",
+        "activation_checkpointing": True,
+        "activation_checkpointing_kwargs": {"every_n_layers": 2, "offload": True},
+        "use_cpu": True,
+    }
+    (args,) = HfArgumentParser(TrainingArguments).parse_dict(cfg)
+    reading = read_trainer_args(SourceDoc("t.yaml", cfg), Stack())
+    assert reading.plan["checkpointing"] == "full" and args.activation_checkpointing
+    assert reading.plan["checkpoint_every"] == args.activation_checkpointing_kwargs["every_n_layers"]
+    assert [n.key for n in reading.not_billed] == ["activation_checkpointing_kwargs.offload"]
