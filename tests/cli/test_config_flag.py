@@ -140,32 +140,18 @@ def test_bill_names_files_and_not_billed_keys_on_stderr():
 
 
 def test_flags_override_configs_and_later_files_override_earlier():
-    trl = USER / "trl" / "qwen_lora_sft.yaml"
+    """minimal.yaml: batch 8, accumulation 1 (TrainingArguments' defaults); zero1_bf16.json: 2 and 8."""
+    trl = USER / "trl" / "minimal.yaml"
     ds = USER / "deepspeed" / "zero1_bf16.json"
-    data = _json(
-        invoke(
-            "bill",
-            "--config",
-            trl,
-            "--config",
-            ds,
-            "--gpu",
-            GPU,
-            "--gpus",
-            "2",
-            "--batch",
-            "3",
-            "--json",
-            "--no-ladder",
-        )
-    )
-    assert data["plan"]["micro_batch"] == 3  # the flag over both files
-    assert data["plan"]["grad_accum"] == 8  # the DeepSpeed JSON (later) over the TRL file's 8 … equal here
-    assert data["plan"]["shard"] == "zero1" and data["plan"]["precision"] == "amp-bf16"
-    assert data["plan"]["lora_rank"] == 32 and data["config"]["model"] == "Qwen/Qwen2.5-0.5B"
-    later = _json(invoke("bill", "--config", ds, "--config", trl, "--gpu", GPU, "--gpus", "2", "--json", "--no-ladder"))
-    assert later["plan"]["micro_batch"] == 2  # the TRL file (later) over the DeepSpeed JSON's 2 … both 2
-    assert later["config"]["formats"] == ["deepspeed", "trainer-args"]
+    common = ("--gpu", GPU, "--gpus", "2", "--json", "--no-ladder")
+    ds_later = _json(invoke("bill", "--config", trl, "--config", ds, *common))["plan"]
+    assert (ds_later["micro_batch"], ds_later["grad_accum"]) == (2, 8)
+    assert ds_later["shard"] == "zero1" and ds_later["precision"] == "amp-bf16"
+    trl_later = _json(invoke("bill", "--config", ds, "--config", trl, *common))
+    assert (trl_later["plan"]["micro_batch"], trl_later["plan"]["grad_accum"]) == (8, 1)
+    assert trl_later["config"]["formats"] == ["deepspeed", "trainer-args"]
+    flagged = _json(invoke("bill", "--config", trl, "--config", ds, *common, "--batch", "3"))["plan"]
+    assert (flagged["micro_batch"], flagged["grad_accum"]) == (3, 8)  # the flag over both files
 
 
 def test_recipe_below_config(tmp_path):
