@@ -128,8 +128,9 @@ def bill(
         return _bill_inference(setup, kv_cache, weights, prefill_chunk, knob, json_out, check, no_ladder)
     report = bill_report(setup.model, setup.plan, setup.gpu, ladder=not no_ladder, max_of=knob, dataset=section)
     if json_out:
-        render.print_json(report.to_json())
+        render.print_json(report.to_json() | ({"config": setup.config.to_json()} if setup.config else {}))
     else:
+        render.render_config_notes(setup.config)
         render.render_bill(report.bill, report.ladder, command_line=None, time=report.time)
         if knob is not None:
             render.render_max(knob, report.maximum, report.bill)

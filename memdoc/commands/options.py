@@ -212,6 +212,17 @@ RecipeOpt = Annotated[
     ),
 ]
 
+ConfigOpt = Annotated[
+    Optional[list[Path]],
+    typer.Option(
+        "--config",
+        help="Your own training config, repeatable: a TRL/HF TrainingArguments YAML/JSON, DeepSpeed JSON, accelerate "
+        "config, Axolotl or LLaMA-Factory YAML (files it references are read too); later files override earlier "
+        "ones, flags override them all, and MODEL defaults to the one it names.",
+        rich_help_panel=PLAN,
+    ),
+]
+
 PLAN_OPTIONS = {
     "gpu": GpuOpt,
     "gpus": GpusOpt,
@@ -238,6 +249,7 @@ PLAN_OPTIONS = {
     "moe_experts": MoeExpertsOpt,
     "allow_long": AllowLongOpt,
     "recipe": RecipeOpt,
+    "config": ConfigOpt,
 }
 """Parameter name -> option, in --help order: the flags of every command that takes a plan."""
 
@@ -249,7 +261,7 @@ class PlanFlags:
     values: dict
 
     def given(self, name: str) -> bool:
-        return self.values.get(name) not in (None, False)
+        return self.values.get(name) not in (None, False, [])
 
     @property
     def any_given(self) -> bool:

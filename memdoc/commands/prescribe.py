@@ -65,7 +65,11 @@ def prescribe(
     if symptom is None and log is None:
         raise PlanError("give --symptom NAME or --log FILE (or --list)")
     reading = read_symptom(symptom, None if log is None else read_log(log))
-    setup = plan.resolve(model, need_gpu=False) if model is not None or plan.given("recipe") else None
+    setup = (
+        plan.resolve(model, need_gpu=False)
+        if model is not None or plan.given("recipe") or plan.given("config")
+        else None
+    )
     if setup is not None and setup.gpu_note and not json_out:
         render.note(f"note: {setup.gpu_note}")
     on_plan = (setup.model, setup.plan, setup.gpu) if setup is not None else ()

@@ -13,8 +13,10 @@ from memdoc.render.diagnose import render_script_report, render_traced
 from memdoc.render.layout import format_switches, paragraph, parts_line, stderr, stdout, title
 from memdoc.render.plan import render_plans
 from memdoc.render.prescribe import render_prescriptions
+from memdoc.render.user_config import render_config_notes
 
 __all__ = [
+    "render_config_notes",
     "duration",
     "format_switches",
     "gib",

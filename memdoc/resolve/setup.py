@@ -22,8 +22,11 @@ from memdoc.core.model.plan import (
     TrainingPlan,
     check_plan_against_model,
     check_requested_plan,
+    flag_for,
     parse_plan,
 )
+from memdoc.core.model.stack import Stack
+from memdoc.core.user_config.reading import ConfigReading
 from memdoc.errors import NoGpuDetectedError, PlanError
 from memdoc.resolve.gpus import detect_local_gpu
 from memdoc.resolve.models import resolve_model
@@ -45,6 +48,8 @@ class Setup:
     gpu_note: str | None = None
     """What a loose --gpu was taken to mean (a short name's variant, the real cards near a bare size);
     human output prints it, --json leaves it out."""
+    config: ConfigReading | None = None
+    """What the user's own config files (`--config`) said, when any were given."""
 
 
 def resolve_setup(
@@ -52,6 +57,8 @@ def resolve_setup(
     *,
     gpu: str | None = None,
     recipe: str | Path | None = None,
+    config: list[Path] | None = None,
+    stack: str | None = None,
     need_gpu: bool = True,
     **plan_values,
 ) -> Setup:
@@ -60,15 +67,16 @@ def resolve_setup(
     `plan_values` are plan flags by CLI name (`batch`, `seq`, `lora_targets`, …) or field name
     (`micro_batch`), loosely typed as on a command line; None (and a false `allow_long`) means not
     given. Without `gpu` (or the recipe's), the local GPU is detected when `need_gpu`, else the
-    setup has none.
+    setup has none. `config` files (TRL/HF/DeepSpeed/accelerate/… configs) sit between the recipe and
+    the given values: recipe < config files < flags; MODEL defaults to the one the configs name.
     """
-    model_name, gpu, values = _merge_over_recipe(model, gpu, recipe, plan_values)
+    reading = read_configs(config, stack)
+    model_name, gpu, values = _merge_over_recipe(model, gpu, recipe, plan_values, reading)
     card = resolve_gpu(gpu) if gpu else None
     if card is not None and card.count > 1:
         values["gpus_per_node"] = gpus_from_count(card, values.get("gpus_per_node"), gpu)
         card = dataclasses.replace(card, count=1)
-    plan = parse_plan(**values)
-    check_requested_plan(plan)
+    plan = _plan_from(values, reading)
     spec = resolve_model(model_name)
     if plan.is_peft and "lora_targets" not in values:
         plan = plan.replace(lora_targets=spec.default_lora_targets)
@@ -93,21 +101,62 @@ def resolve_setup(
         explicit=frozenset(FLAG_ALIASES.get(k.replace("-", "_"), k.replace("-", "_")) for k in values),
         model_arg=model_name,
         gpu_note=choice_note(gpu, card) if gpu and card else None,
+        config=reading,
     )
 
 
+def _plan_from(values: dict, reading: ConfigReading | None) -> TrainingPlan:
+    """The validated plan; an error about a value a config file set also names where it was set."""
+    try:
+        plan = parse_plan(**values)
+        check_requested_plan(plan)
+    except PlanError as exc:
+        message = str(exc)
+        named = [k for k in (reading.read if reading else []) if k.field != "model" and flag_for(k.field) in message]
+        if not named:
+            raise
+        where = ", ".join(dict.fromkeys(f"{k.file}: {k.key}" for k in named))
+        raise PlanError(f"{message} (set by {where})") from None
+    return plan
+
+
+def config_stack(spec: str | None = None) -> Stack:
+    """The stack whose defaults fill keys a config leaves out: `memdoc.resolve.stack.current_stack(spec)` where
+    that module exists (the installed versions, or `--stack` text), else memdoc's latest known versions."""
+    try:
+        from memdoc.resolve.stack import current_stack  # added by the --stack change
+    except ImportError:
+        return Stack()
+    return current_stack(spec)
+
+
+def read_configs(paths: list[Path] | None, stack: str | None = None) -> ConfigReading | None:
+    """The merged reading of the user's config files, or None without any."""
+    if not paths:
+        return None
+    from memdoc.resolve.user_config import read_user_configs
+
+    return read_user_configs(list(paths), config_stack(stack))
+
+
 def _merge_over_recipe(
-    model: str | None, gpu: str | None, recipe: str | Path | None, plan_values: dict
+    model: str | None, gpu: str | None, recipe: str | Path | None, plan_values: dict, reading: ConfigReading | None
 ) -> tuple[str, str | None, dict]:
-    """(model, GPU text, plan values by field name): the given ones over the recipe's."""
+    """(model, GPU text, plan values by field name): the given ones over the config files' over the recipe's."""
     values: dict = {}
+    if reading is not None:
+        model = model or reading.model
     if recipe is not None:
         loaded = load_recipe(recipe)
         values.update(loaded.plan)
         model = model or loaded.model
         gpu = gpu or loaded.gpu
+    if reading is not None:
+        values.update(reading.plan)
     if model is None:
-        raise PlanError("no MODEL given (pass a model id, a config.json path, or --recipe FILE)")
+        raise PlanError(
+            "no MODEL given (pass a model id, a config.json path, --recipe FILE, or a --config that names one)"
+        )
     for flag, value in plan_values.items():
         if value is None or (flag == "allow_long" and not value):
             continue

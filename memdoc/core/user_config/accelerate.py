@@ -1,0 +1,151 @@
+"""Read an accelerate config (`accelerate launch --config_file`): the inverse of
+`memdoc.core.emit.accelerate_fsdp`.
+
+Keys from accelerate 1.15 (`accelerate/commands/config/config_args.py` `ClusterConfig`,
+`accelerate/utils/dataclasses.py` `FullyShardedDataParallelPlugin` / `DeepSpeedPlugin`):
+
+* `distributed_type`: FSDP -> shard fsdp (or zero2 for SHARD_GRAD_OP, none for NO_SHARD); DEEPSPEED ->
+  the plugin's `deepspeed_config` (`zero_stage`, `offload_optimizer_device`, `offload_param_device`,
+  or a `deepspeed_config_file`, read next); MULTI_GPU / NO set no sharding (a trainer config's
+  `deepspeed:` key still turns DeepSpeed on, as the HF Trainer does);
+* `num_processes` (all GPUs) and `num_machines` -> gpus_per_node = num_processes / num_machines, nodes;
+* `fsdp_config.fsdp_offload_params` -> offload optimizer+params to the CPU (FSDP offloads weights,
+  gradients and optimizer states together); `fsdp_activation_checkpointing` -> full checkpointing.
+
+`mixed_precision` is not read: it is the autocast the HF Trainer sets from its own `bf16`/`fp16`
+(TrainingArguments wins over the launch config), and the weights' dtype comes from the model load.
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+from memdoc.core.model.stack import Stack
+from memdoc.core.user_config.reading import ConfigReading, SourceDoc
+from memdoc.core.user_config.values import fail, get_bool, get_choice, get_int, get_mapping, get_str
+
+DISTRIBUTED = (
+    "NO",
+    "MULTI_GPU",
+    "FSDP",
+    "DEEPSPEED",
+    "MULTI_CPU",
+    "XLA",
+    "MEGATRON_LM",
+    "MULTI_XPU",
+    "MULTI_NPU",
+    "MULTI_MLU",
+    "MULTI_MUSA",
+    "MULTI_HPU",
+    "MULTI_SDAA",
+    "MULTI_NEURON",
+)
+"""accelerate's `DistributedType` values (accelerate/utils/dataclasses.py)."""
+
+ACCELERATE_KEYS = frozenset(
+    {"distributed_type", "compute_environment", "num_processes", "num_machines", "machine_rank", "mixed_precision"}
+)
+
+FSDP_SHARDING = {
+    "FULL_SHARD": "fsdp",
+    "1": "fsdp",
+    "SHARD_GRAD_OP": "zero2",
+    "2": "zero2",
+    "NO_SHARD": "none",
+    "3": "none",
+    "HYBRID_SHARD": "fsdp",
+    "4": "fsdp",
+    "HYBRID_SHARD_ZERO2": "zero2",
+    "5": "zero2",
+}
+"""`fsdp_sharding_strategy` / FSDP1 `fsdp_reshard_after_forward` (names or torch's enum numbers) -> shard."""
+
+
+def read_accelerate(doc: SourceDoc, stack: Stack) -> ConfigReading:
+    """An accelerate config -> GPUs, nodes, shard, offload (module docstring)."""
+    reading = ConfigReading(formats=["accelerate"])
+    kind = get_choice(doc, "distributed_type", DISTRIBUTED) or "no"
+    kind = kind.upper()
+    if kind not in ("NO", "MULTI_GPU", "FSDP", "DEEPSPEED"):
+        reading.skip(doc, "distributed_type", f"{kind}: memdoc bills CUDA GPUs (NO, MULTI_GPU, FSDP, DEEPSPEED)")
+        return reading
+    _counts(doc, reading)
+    if kind == "FSDP":
+        _fsdp(doc, reading)
+    elif kind == "DEEPSPEED":
+        _deepspeed(doc, reading)
+    return reading
+
+
+def _counts(doc: SourceDoc, reading: ConfigReading) -> None:
+    processes = get_int(doc, "num_processes")
+    machines = get_int(doc, "num_machines") or 1
+    if "num_machines" in doc.data:
+        reading.set(doc, "num_machines", "nodes", machines)
+    if processes is None:
+        return
+    if processes % machines:
+        raise fail(doc, "num_processes", f"{processes} processes do not split evenly over {machines} machines")
+    reading.set(doc, "num_processes", "gpus_per_node", processes // machines)
+
+
+def _fsdp(doc: SourceDoc, reading: ConfigReading) -> None:
+    config = get_mapping(doc, "fsdp_config") or {}
+    version = config.get("fsdp_version", 1)
+    strategy = config.get("fsdp_sharding_strategy", config.get("fsdp_reshard_after_forward", "FULL_SHARD"))
+    key = "fsdp_sharding_strategy" if "fsdp_sharding_strategy" in config else "fsdp_reshard_after_forward"
+    if isinstance(strategy, bool):  # FSDP2: reshard_after_forward True = full shard, False = keep gathered (ZeRO-2)
+        shard = "fsdp" if strategy else "zero2"
+    elif str(strategy).upper() in FSDP_SHARDING:
+        shard = FSDP_SHARDING[str(strategy).upper()]
+    else:
+        raise fail(
+            doc,
+            f"fsdp_config.{key}",
+            f"{strategy!r} is not one of: {', '.join(k for k in FSDP_SHARDING if not k.isdigit())}",
+        )
+    reading.set(doc, "distributed_type", "shard", shard)
+    if str(strategy).upper().startswith("HYBRID"):
+        reading.skip(
+            doc, f"fsdp_config.{key}", "hybrid sharding shards within a node only: memdoc bills sharding over every GPU"
+        )
+    if get_bool(doc, "fsdp_offload_params", config, where="fsdp_config.fsdp_offload_params"):
+        reading.set(doc, "fsdp_config.fsdp_offload_params", "offload", "optimizer+params")
+        reading.set(doc, "fsdp_config.fsdp_offload_params", "offload_to", "cpu")
+    if get_bool(doc, "fsdp_activation_checkpointing", config, where="fsdp_config.fsdp_activation_checkpointing"):
+        reading.set(doc, "fsdp_config.fsdp_activation_checkpointing", "checkpointing", "full")
+    if version not in (1, 2, "1", "2"):
+        raise fail(doc, "fsdp_config.fsdp_version", f"must be 1 or 2, got {version!r}")
+
+
+def _deepspeed(doc: SourceDoc, reading: ConfigReading) -> None:
+    """The DeepSpeed plugin (`deepspeed_config`): a `deepspeed_config_file` (read next), or zero_stage +
+    offload devices (accelerate's `DeepSpeedPlugin` builds the DeepSpeed config from them)."""
+    plugin = get_mapping(doc, "deepspeed_config") or {}
+    path = get_str(doc, "deepspeed_config_file", plugin, where="deepspeed_config.deepspeed_config_file")
+    if path:
+        reading.referenced.append(path if posixpath.isabs(path) else posixpath.join(posixpath.dirname(doc.path), path))
+        return
+    stage = plugin.get("zero_stage")
+    if stage is not None:
+        if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
+            raise fail(doc, "deepspeed_config.zero_stage", f"must be 0, 1, 2 or 3, got {stage!r}")
+        reading.set(doc, "deepspeed_config.zero_stage", "shard", {0: "none", 1: "zero1", 2: "zero2", 3: "zero3"}[stage])
+    devices = {}
+    for key in ("offload_optimizer_device", "offload_param_device"):
+        device = get_choice(doc, key, ("none", "cpu", "nvme"), plugin, where=f"deepspeed_config.{key}")
+        if device in ("cpu", "nvme"):
+            devices[key] = device
+    if "offload_optimizer_device" in devices:
+        both = "offload_param_device" in devices
+        reading.set(
+            doc, "deepspeed_config.offload_optimizer_device", "offload", "optimizer+params" if both else "optimizer"
+        )
+        reading.set(doc, "deepspeed_config.offload_optimizer_device", "offload_to", devices["offload_optimizer_device"])
+    elif devices:
+        reading.skip(
+            doc, "deepspeed_config.offload_param_device", "weights offloaded without the optimizer: not billed"
+        )
+    accum = get_int(doc, "gradient_accumulation_steps", plugin, where="deepspeed_config.gradient_accumulation_steps")
+    if accum is not None:
+        reading.set(doc, "deepspeed_config.gradient_accumulation_steps", "grad_accum", accum)

@@ -1,0 +1,126 @@
+"""Read a DeepSpeed JSON (the HF Trainer's `deepspeed:` file): the inverse of `memdoc.core.emit.deepspeed`.
+
+Keys and meanings from DeepSpeed 0.19 (`deepspeed/runtime/zero/config.py` `DeepSpeedZeroConfig`,
+`deepspeed/runtime/zero/offload_config.py`, `deepspeed/runtime/config.py`) and the HF integration
+(`transformers/integrations/deepspeed.py`, which fills "auto" values from TrainingArguments):
+
+* `zero_optimization.stage` 0–3 -> shard none/zero1/zero2/zero3;
+* `zero_optimization.offload_optimizer.device` cpu/nvme -> offload optimizer (to cpu/nvme), with
+  `offload_param.device` -> optimizer+params;
+* `bf16.enabled` / `fp16.enabled` true -> amp-bf16/amp-fp16 (DeepSpeed keeps fp32 master weights and
+  optimizer states for 16-bit training); "auto" takes the trainer's flags;
+* `train_micro_batch_size_per_gpu`, `gradient_accumulation_steps`: a number sets the plan, "auto"
+  takes the trainer's;
+* communication buckets and ZeRO-3's parameter cache are not billed (listed with the reason).
+"""
+
+from __future__ import annotations
+
+from memdoc.core.model.stack import Stack
+from memdoc.core.user_config.reading import ConfigReading, SourceDoc
+from memdoc.core.user_config.values import fail, get_bool, get_int, get_mapping
+from memdoc.errors import quoted
+
+SHARDS = {0: "none", 1: "zero1", 2: "zero2", 3: "zero3"}
+
+BUCKETS = {
+    "reduce_bucket_size": "the gradient-reduction bucket (elements, 2-byte or 4-byte each)",
+    "allgather_bucket_size": "ZeRO-1/2's all-gather bucket",
+    "stage3_prefetch_bucket_size": "ZeRO-3's prefetched parameters",
+    "stage3_max_live_parameters": "ZeRO-3's gathered parameters kept alive",
+    "stage3_max_reuse_distance": "ZeRO-3's gathered parameters kept for reuse",
+    "stage3_param_persistence_threshold": "ZeRO-3's small parameters kept unsharded on every GPU",
+    "sub_group_size": "ZeRO-3's optimizer-step sub-groups (fp32 temporaries per group)",
+}
+"""`zero_optimization` keys that size communication buffers and caches, which memdoc does not bill."""
+
+DS_KEYS = frozenset(
+    {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size", "zero_allow_untested_optimizer"}
+)
+"""Top-level keys only a DeepSpeed config has (deepspeed/runtime/constants.py)."""
+
+
+def read_deepspeed(doc: SourceDoc, stack: Stack) -> ConfigReading:
+    """A DeepSpeed config -> shard, offload, precision, micro-batch and accumulation (module docstring)."""
+    reading = ConfigReading(formats=["deepspeed"])
+    zero = get_mapping(doc, "zero_optimization") or {}
+    if "stage" in zero:
+        stage = zero["stage"]
+        if not isinstance(stage, int) or isinstance(stage, bool) or stage not in SHARDS:
+            raise fail(doc, "zero_optimization.stage", f"must be 0, 1, 2 or 3, got {quoted(stage)}")
+        reading.set(doc, "zero_optimization.stage", "shard", SHARDS[stage])
+    _offload(doc, zero, reading)
+    _precision(doc, reading)
+    for key, plan_field in (
+        ("train_micro_batch_size_per_gpu", "micro_batch"),
+        ("gradient_accumulation_steps", "grad_accum"),
+    ):
+        if doc.data.get(key) not in (None, "auto"):
+            reading.set(doc, key, plan_field, get_int(doc, key))
+    if doc.data.get("train_batch_size") not in (None, "auto") and "train_micro_batch_size_per_gpu" not in doc.data:
+        reading.skip(
+            doc,
+            "train_batch_size",
+            "the global batch; memdoc bills the per-GPU micro-batch (train_micro_batch_size_per_gpu, or the trainer's)",
+        )
+    for key, what in BUCKETS.items():
+        if key in zero:
+            reading.skip(doc, f"zero_optimization.{key}", f"sizes {what}: not billed")
+    _extras(doc, reading)
+    return reading
+
+
+def _offload(doc: SourceDoc, zero: dict, reading: ConfigReading) -> None:
+    """`offload_optimizer` / `offload_param`: {"device": "cpu"|"nvme"|"none", …} (offload_config.py)."""
+    devices = {}
+    for key in ("offload_optimizer", "offload_param"):
+        block = get_mapping(doc, key, zero, where=f"zero_optimization.{key}")
+        if block is None:
+            continue
+        device = block.get("device", "none")
+        if device not in ("none", "cpu", "nvme", None):
+            raise fail(doc, f"zero_optimization.{key}.device", f"must be cpu, nvme or none, got {quoted(device)}")
+        if device in ("cpu", "nvme"):
+            devices[key] = device
+    if not devices:
+        return
+    if "offload_param" in devices and "offload_optimizer" not in devices:
+        reading.skip(doc, "zero_optimization.offload_param", "weights offloaded without the optimizer: not billed")
+        return
+    both = "offload_param" in devices
+    key = "zero_optimization.offload_param" if both else "zero_optimization.offload_optimizer"
+    reading.set(doc, key, "offload", "optimizer+params" if both else "optimizer")
+    reading.set(doc, "zero_optimization.offload_optimizer.device", "offload_to", devices["offload_optimizer"])
+
+
+def _precision(doc: SourceDoc, reading: ConfigReading) -> None:
+    """`bf16.enabled` / `fp16.enabled` (true, false or "auto"); both true is a contradiction."""
+    enabled = {}
+    for key in ("bf16", "fp16"):
+        block = get_mapping(doc, key)
+        if block is None or block.get("enabled", False) == "auto":
+            continue
+        enabled[key] = get_bool(doc, "enabled", block, where=f"{key}.enabled")
+    if enabled.get("bf16") and enabled.get("fp16"):
+        raise fail(doc, "fp16.enabled", "bf16.enabled and fp16.enabled are both true; DeepSpeed trains in one of them")
+    for key in ("bf16", "fp16"):
+        if enabled.get(key):
+            reading.set(doc, f"{key}.enabled", "precision", f"amp-{key}")
+
+
+def _extras(doc: SourceDoc, reading: ConfigReading) -> None:
+    """DeepSpeed's own activation checkpointing and optimizer block."""
+    ac = doc.data.get("activation_checkpointing")
+    if isinstance(ac, dict) and (ac.get("partition_activations") or ac.get("cpu_checkpointing")):
+        reading.skip(
+            doc,
+            "activation_checkpointing",
+            "DeepSpeed's partitioned/CPU activation checkpoints (Megatron models only): not billed",
+        )
+    optimizer = doc.data.get("optimizer")
+    if isinstance(optimizer, dict):
+        kind = str(optimizer.get("type", "")).lower()
+        if kind not in ("adam", "adamw", "cpuadam", "fusedadam", ""):
+            reading.skip(
+                doc, "optimizer", f"DeepSpeed optimizer {optimizer.get('type')}: memdoc bills AdamW's 2 states"
+            )
