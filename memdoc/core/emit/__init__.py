@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from memdoc.core.emit.axolotl import emit_axolotl
-from memdoc.core.emit.base import EmitContext, Emitted, SideFile, render_main, render_side
+from memdoc.core.emit.base import EmitContext, Emitted, SideFile, loss_path_note, render_main, render_side
 from memdoc.core.emit.hf import emit_hf
 from memdoc.core.emit.llamafactory import emit_llamafactory
 from memdoc.core.emit.trl import emit_trl
@@ -33,6 +33,9 @@ def emit(fmt: str, ctx: EmitContext) -> Emitted:
     except KeyError:
         raise PlanError(f"--format {fmt!r} is not one of: {', '.join(FORMATS)}") from None
     emitted = emitter(ctx)
+    loss_note = loss_path_note(fmt, ctx.plan)
+    if loss_note:
+        emitted.notes.append(loss_note)
     if ctx.config_of:
         emitted.notes.insert(
             0,
