@@ -67,23 +67,16 @@ def variant_base(model: str) -> str | None:
     return catalog_ids().get(base.lower()) if base != model else None
 
 
-@functools.cache
-def _catalog_by_repo_name() -> dict[str, frozenset[str]]:
-    """Lowercased repository name (after the org) -> the catalog ids of every catalog id and alias of that name."""
-    names: dict[str, set[str]] = {}
-    for key, target in catalog_ids().items():
-        names.setdefault(key.rsplit("/", 1)[-1], set()).add(target)
-    return {name: frozenset(targets) for name, targets in names.items()}
-
-
 def mirror_of(model: str) -> str | None:
     """The catalog id an `org/name` id mirrors: the one catalog model whose repository name is `name`
     (case-insensitive). None for a catalog id or alias, an id without exactly one org, or a name that no
     catalog model, or more than one, has."""
-    if model.count("/") != 1 or model.lower() in catalog_ids():
+    ids = catalog_ids()
+    if model.count("/") != 1 or model.lower() in ids:
         return None
-    targets = _catalog_by_repo_name().get(model.split("/")[1].lower(), frozenset())
-    return next(iter(targets)) if len(targets) == 1 else None
+    name = model.split("/")[1].lower()
+    targets = {target for key, target in ids.items() if key.rsplit("/", 1)[-1] == name}
+    return targets.pop() if len(targets) == 1 else None
 
 
 def mirror_note(model: str, resolved: ModelSpec) -> str | None:

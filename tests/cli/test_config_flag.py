@@ -38,13 +38,13 @@ HF_ONLY_FLAGS = ("method", "precision", "seq", "attention", "lora_rank", "lora_a
 
 def _round_trip(tmp_path: Path, model: str, plan: dict, fmt: str) -> tuple[dict, dict]:
     """(bill of the flags, bill of the emitted files); the GPU count travels as flags where no file holds it
-    (the DeepSpeed launch line carries it, not the JSON)."""
+    (the DeepSpeed launch line carries it, not the JSON; Axolotl's FSDP keys sit in its YAML, without it)."""
     out = Path(tempfile.mkdtemp(prefix=fmt, dir=tmp_path))  # one folder per example (hypothesis reuses tmp_path)
     emitted = invoke("emit", model, "--gpu", GPU, *_flags(plan), "--format", fmt, "-o", out / "main.yaml", "--force")
     assert emitted.exit_code == 0, emitted.output
     side = sorted(p for p in out.iterdir() if p.name not in ("main.yaml", "ds_config.json"))  # ds: via `deepspeed:`
     configs = [a for p in [out / "main.yaml", *side] for a in ("--config", p)]
-    extra = {} if plan.get("shard") == "fsdp" else {k: plan[k] for k in ("gpus", "nodes") if k in plan}
+    extra = {} if side else {k: plan[k] for k in ("gpus", "nodes") if k in plan}  # accelerate's YAML holds them
     if fmt == "hf":
         extra |= {k: plan[k] for k in HF_ONLY_FLAGS if k in plan}
     model_arg = [model] if fmt == "hf" else []  # the other formats name the model

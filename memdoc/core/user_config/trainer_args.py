@@ -23,8 +23,8 @@ from __future__ import annotations
 import posixpath
 
 from memdoc.core.model.stack import Stack, trl_fused_lm_head
-from memdoc.core.user_config.defaults import trl_sft_defaults
 from memdoc.core.user_config.deepspeed import read_deepspeed
+from memdoc.core.user_config.defaults import trl_sft_defaults
 from memdoc.core.user_config.optimizers import ALL_NAMES, BILLED, NOT_BILLED, default_optimizer
 from memdoc.core.user_config.precision import read_precision
 from memdoc.core.user_config.reading import ConfigReading, KeyRead, SourceDoc
