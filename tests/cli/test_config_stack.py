@@ -230,3 +230,13 @@ def test_a_config_naming_a_mirror_bills_the_catalog_model(tmp_path):
     mirrored = _json("--config", path, *NO_LADDER)
     assert mirrored == _json("meta-llama/Meta-Llama-3-8B", "--config", path, *NO_LADDER)
     assert mirrored["model"]["id"] == "meta-llama/Meta-Llama-3-8B"
+
+
+def test_emit_of_a_mirror_says_which_repository_the_config_names():
+    result = invoke("emit", "NousResearch/Meta-Llama-3-8B", "--gpu", GPU, "--loss", "trl-fused")
+    assert result.exit_code == 0, result.output
+    assert "model_name_or_path: meta-llama/Meta-Llama-3-8B" in result.stdout
+    assert (
+        "write NousResearch/Meta-Llama-3-8B back to load your copy" in _stderr_line(result)
+        and "catalogued as" not in result.stderr
+    )
