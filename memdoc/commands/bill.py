@@ -14,6 +14,7 @@ from memdoc.commands.options import (
     PrefillChunkOpt,
     WeightsOpt,
     plan_options,
+    print_setup_notes,
 )
 from memdoc.core.billing.inference import KvCache, Weights
 
@@ -120,17 +121,16 @@ def bill(
     section = (
         None if dataset is None else _dataset_section(dataset, tokenizer or model, text_field, setup, plan, json_out)
     )
-    if setup.gpu_note and not json_out:
-        render.note(f"note: {setup.gpu_note}")
+    if not json_out:
+        print_setup_notes(setup)
     if not inference and (kv_cache is not KvCache.AUTO or weights is not Weights.AUTO or prefill_chunk is not None):
         raise PlanError("--kv-cache, --weights and --prefill-chunk describe inference: add --inference")
     if inference:
         return _bill_inference(setup, kv_cache, weights, prefill_chunk, knob, json_out, check, no_ladder)
     report = bill_report(setup.model, setup.plan, setup.gpu, ladder=not no_ladder, max_of=knob, dataset=section)
     if json_out:
-        render.print_json(report.to_json() | ({"config": setup.config.to_json()} if setup.config else {}))
+        render.print_json(report.to_json() | _setup_json(setup))
     else:
-        render.render_config_notes(setup.config)
         render.render_bill(report.bill, report.ladder, command_line=None, time=report.time)
         if knob is not None:
             render.render_max(knob, report.maximum, report.bill)
@@ -138,6 +138,13 @@ def bill(
             render.render_dataset(section)
     if check and report.fits is False:
         raise typer.Exit(3)
+
+
+def _setup_json(setup) -> dict:
+    """What the config files said (`config`) and the stack whose defaults were used (`stack`), when given."""
+    return ({"config": setup.config.to_json()} if setup.config else {}) | (
+        {"stack": setup.stack.to_json()} if setup.stack else {}
+    )
 
 
 def _dataset_section(path: Path, tokenizer: str | None, text_field, setup, plan: PlanFlags, quiet: bool) -> dict:
@@ -165,7 +172,7 @@ def _bill_inference(setup, kv_cache, weights, prefill_chunk, knob, json_out: boo
     plan = InferencePlan(plan=setup.plan, kv_cache=kv_cache, weights=weights, prefill_chunk=prefill_chunk)
     report = inference_report(setup.model, plan, setup.gpu, ladder=not no_ladder, max_of=knob)
     if json_out:
-        render.print_json(report.to_json())
+        render.print_json(report.to_json() | _setup_json(setup))
     else:
         render_inference(report.bill, report.ladder, report.vllm)
         if knob is not None:

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from memdoc.commands.options import JsonOpt, PlanFlags, PrefillChunkOpt, plan_options
+from memdoc.commands.options import JsonOpt, PlanFlags, PrefillChunkOpt, plan_options, print_setup_notes
 
 EXAMPLES = """
 Examples:
@@ -155,6 +155,8 @@ def _diagnose_inference(target: str, *, plan: PlanFlags, json_out: bool, prefill
     from memdoc.resolve.models import load_config
 
     setup = plan.resolve(target, need_gpu=False)
+    if not json_out:
+        print_setup_notes(setup, gpu_note=False)
     inference = InferencePlan(plan=setup.plan, prefill_chunk=prefill_chunk)
     _, config, _ = load_config(setup.model.id if setup.model.source == "catalog" else target)
     with quiet_libraries():
@@ -184,6 +186,8 @@ def _diagnose_model(target: str, *, plan: PlanFlags, json_out: bool, device: str
     from memdoc.resolve.models import load_config
 
     setup = plan.resolve(target, need_gpu=False)
+    if not json_out:
+        print_setup_notes(setup, gpu_note=False)
     if device == "cuda":
         from memdoc.probe.cuda_step import require_cuda
 

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from memdoc.commands.options import JsonOpt, ModelArg, PlanFlags, plan_options
+from memdoc.commands.options import JsonOpt, ModelArg, PlanFlags, plan_options, print_setup_notes
 from memdoc.core.emit import FORMATS
 
 EXAMPLES = """
@@ -87,7 +87,8 @@ def emit(
 
         render.print_json(result.to_json())
         return
-    print_emitted(result, gpu_note=setup.gpu_note)
+    print_setup_notes(setup)
+    print_emitted(result, gpu_note=None)
 
 
 def print_emitted(result, *, gpu_note: str | None) -> None:

@@ -222,6 +222,17 @@ ConfigOpt = Annotated[
         rich_help_panel=PLAN,
     ),
 ]
+StackOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--stack",
+        metavar="SPEC",
+        help="The library versions that will run the plan, e.g. transformers==4.57,trl==0.19,torch==2.6: their "
+        "defaults fill what you leave out (transformers' optim, TRL's loss path, the MoE expert layout); libraries "
+        "left out are taken at memdoc's latest known versions. \\[default: the installed versions, with --config]",
+        rich_help_panel=PLAN,
+    ),
+]
 
 PLAN_OPTIONS = {
     "gpu": GpuOpt,
@@ -250,6 +261,7 @@ PLAN_OPTIONS = {
     "allow_long": AllowLongOpt,
     "recipe": RecipeOpt,
     "config": ConfigOpt,
+    "stack": StackOpt,
 }
 """Parameter name -> option, in --help order: the flags of every command that takes a plan."""
 
@@ -270,6 +282,18 @@ class PlanFlags:
     def resolve(self, model: str | None, *, need_gpu: bool = True) -> Setup:
         """The setup these flags describe for MODEL (see `resolve_setup`)."""
         return resolve_setup(model, need_gpu=need_gpu, **self.values)
+
+
+def print_setup_notes(setup: Setup, *, gpu_note: bool = True) -> None:
+    """On stderr: how a loose --gpu (unless not `gpu_note`) and a mirrored MODEL were taken, what the config
+    files said (the files read, the stack, every key not billed). Every command that takes a plan prints these
+    in its human output."""
+    from memdoc import render
+
+    for text in (setup.gpu_note if gpu_note else None, setup.model_note):
+        if text:
+            render.note(f"note: {text}")
+    render.render_config_notes(setup.config, setup.stack)
 
 
 def plan_options(command):

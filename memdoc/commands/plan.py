@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 import typer
 
 from memdoc.commands.emit import Format, print_emitted
-from memdoc.commands.options import JsonOpt, ModelArg, PlanFlags, plan_options
+from memdoc.commands.options import JsonOpt, ModelArg, PlanFlags, plan_options, print_setup_notes
 
 EXAMPLES = """
 Examples:
@@ -75,6 +75,7 @@ def plan_command(
         emitted = _emit(setup, chosen, emit_format, output, force)[0] if chosen else None
         render.print_json(report.to_json(emitted=None if emitted is None else emitted.to_json()))
     else:
+        print_setup_notes(setup, gpu_note=False)
         render.render_plans(setup, report.candidates, report.headroom)
         if chosen is not None:
             emitted, note = _emit(setup, chosen, emit_format, output, force)

@@ -4,7 +4,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from memdoc.commands.options import JsonOpt, KvCacheOpt, PlanFlags, PrefillChunkOpt, WeightsOpt, plan_options
+from memdoc.commands.options import (
+    JsonOpt,
+    KvCacheOpt,
+    PlanFlags,
+    PrefillChunkOpt,
+    WeightsOpt,
+    plan_options,
+    print_setup_notes,
+)
 from memdoc.core.billing.inference import KvCache, Weights
 
 EXAMPLES = """
@@ -70,8 +78,8 @@ def prescribe(
         if model is not None or plan.given("recipe") or plan.given("config")
         else None
     )
-    if setup is not None and setup.gpu_note and not json_out:
-        render.note(f"note: {setup.gpu_note}")
+    if setup is not None and not json_out:
+        print_setup_notes(setup)
     on_plan = (setup.model, setup.plan, setup.gpu) if setup is not None else ()
     result = prescribe_for(reading, *on_plan, kv_cache=kv_cache, weights=weights, prefill_chunk=prefill_chunk)
     if json_out:

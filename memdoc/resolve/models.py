@@ -9,7 +9,10 @@ Resolution order (first hit wins):
 4. a fine-tuned variant of a catalog model (`…-Instruct`, `…-chat-hf`, `…-it`): billed with its
    base's config (same layer shapes; the few sizing fields known to differ are in `variants.json`)
    but keeping the id as given — the id is what a trainer loads (`ModelSpec.config_of` names the base);
-5. the Hub, only when `HF_HUB_OFFLINE` is unset and the Hub answers within a few seconds.
+5. the Hub, only when `HF_HUB_OFFLINE` is unset and the Hub answers within a few seconds;
+6. a mirror of a catalog model (`NousResearch/Meta-Llama-3-8B`, `unsloth/Meta-Llama-3.1-8B`): an id whose
+   repository name (after the org) is, case-insensitively, exactly one catalog model's (or alias's)
+   repository name is taken as that model (`mirror_of`; `mirror_note` says so). No other fuzzy matching.
 """
 
 from __future__ import annotations
@@ -62,6 +65,25 @@ def variant_base(model: str) -> str | None:
     """The catalog id a fine-tuned variant (instruct/chat/it) shares its architecture with, else None."""
     base = _VARIANT_SUFFIX.sub("", model, count=1)
     return catalog_ids().get(base.lower()) if base != model else None
+
+
+def mirror_of(model: str) -> str | None:
+    """The catalog id an `org/name` id mirrors: the one catalog model whose repository name is `name`
+    (case-insensitive). None for a catalog id or alias, an id without exactly one org, or a name that no
+    catalog model, or more than one, has."""
+    ids = catalog_ids()
+    if model.count("/") != 1 or model.lower() in ids:
+        return None
+    name = model.split("/")[1].lower()
+    targets = {target for key, target in ids.items() if key.rsplit("/", 1)[-1] == name}
+    return targets.pop() if len(targets) == 1 else None
+
+
+def mirror_note(model: str, resolved: ModelSpec) -> str | None:
+    """What a command says when MODEL was resolved as a mirror of a catalog model (`mirror_of`), else None."""
+    if resolved.source != "catalog" or mirror_of(model) != resolved.id:
+        return None
+    return f"{model} taken as {resolved.id}: the catalog's model of the same name"
 
 
 def _variant_config(model: str, base: str) -> dict:
@@ -161,6 +183,9 @@ def load_config(model: str) -> tuple[str, dict, str]:
     hub = _hub_config(model)
     if hub is not None:
         return model, hub, "hub"
+    mirrored = mirror_of(model)
+    if mirrored is not None:
+        return mirrored, catalog_config(mirrored), "catalog"
     close = suggest(model)
     hint = f"did you mean {' or '.join(close)}?" if close else "see `memdoc models` for the bundled catalog"
     raise UnknownModelError(

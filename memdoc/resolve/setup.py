@@ -25,12 +25,13 @@ from memdoc.core.model.plan import (
     flag_for,
     parse_plan,
 )
-from memdoc.core.model.stack import Stack
+from memdoc.core.model.stack import Stack, moe_experts_layout
 from memdoc.core.user_config.reading import ConfigReading
 from memdoc.errors import NoGpuDetectedError, PlanError
 from memdoc.resolve.gpus import detect_local_gpu
-from memdoc.resolve.models import resolve_model
+from memdoc.resolve.models import mirror_note, resolve_model
 from memdoc.resolve.recipes import load_recipe
+from memdoc.resolve.stack import stack_in_use
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,11 @@ class Setup:
     human output prints it, --json leaves it out."""
     config: ConfigReading | None = None
     """What the user's own config files (`--config`) said, when any were given."""
+    stack: Stack | None = None
+    """The library versions whose defaults filled what the user left out (`stack_in_use`), when a config
+    file or `--stack` was given; None otherwise (memdoc's own defaults, as before either existed)."""
+    model_note: str | None = None
+    """How MODEL was taken when it is a mirror of a catalog model (`memdoc.resolve.models.mirror_note`)."""
 
 
 def resolve_setup(
@@ -69,8 +75,11 @@ def resolve_setup(
     given. Without `gpu` (or the recipe's), the local GPU is detected when `need_gpu`, else the
     setup has none. `config` files (TRL/HF/DeepSpeed/accelerate/… configs) sit between the recipe and
     the given values: recipe < config files < flags; MODEL defaults to the one the configs name.
+    With config files or a `stack` SPEC (`--stack transformers==4.57,trl==0.19`), the stack's defaults
+    fill what nobody set (`stack_defaults`); the config readers apply the trainers' own per version.
     """
-    reading = read_configs(config, stack)
+    used_stack = config_stack(stack) if config or stack else None
+    reading = read_configs(config, used_stack)
     model_name, gpu, values = _merge_over_recipe(model, gpu, recipe, plan_values, reading)
     card = resolve_gpu(gpu) if gpu else None
     if card is not None and card.count > 1:
@@ -80,6 +89,8 @@ def resolve_setup(
     spec = resolve_model(model_name)
     if plan.is_peft and "lora_targets" not in values:
         plan = plan.replace(lora_targets=spec.default_lora_targets)
+    if used_stack is not None:
+        plan = stack_defaults(plan, spec, used_stack, set_by_user=values.keys())
     check_plan_against_model(
         plan,
         hidden_size=spec.hidden_size,
@@ -102,7 +113,21 @@ def resolve_setup(
         model_arg=model_name,
         gpu_note=choice_note(gpu, card) if gpu and card else None,
         config=reading,
+        stack=used_stack,
+        model_note=mirror_note(model_name, spec),
     )
+
+
+def stack_defaults(plan: TrainingPlan, model: ModelSpec, stack: Stack, *, set_by_user) -> TrainingPlan:
+    """`plan` with the stack's defaults for the fields nobody set (no flag, recipe or config key in
+    `set_by_user`, plan field names): the MoE expert layout of the stack's transformers for an MoE model
+    (`moe_experts_layout`: linear, quantised by QLoRA, before transformers 5; fused from 5 on).
+
+    The other stack defaults depend on the trainer and are the config readers': transformers' `optim`
+    (`memdoc.core.user_config.defaults.default_optimizer`) and TRL's loss path (`trl_sft_defaults`)."""
+    if model.is_moe and "moe_experts" not in set_by_user:
+        plan = plan.replace(moe_experts=moe_experts_layout(stack))
+    return plan
 
 
 def _plan_from(values: dict, reading: ConfigReading | None) -> TrainingPlan:
@@ -121,22 +146,19 @@ def _plan_from(values: dict, reading: ConfigReading | None) -> TrainingPlan:
 
 
 def config_stack(spec: str | None = None) -> Stack:
-    """The stack whose defaults fill keys a config leaves out: `memdoc.resolve.stack.current_stack(spec)` where
-    that module exists (the installed versions, or `--stack` text), else memdoc's latest known versions."""
-    try:
-        from memdoc.resolve.stack import current_stack  # added by the --stack change
-    except ImportError:
-        return Stack()
-    return current_stack(spec)
+    """The stack whose defaults fill keys a config leaves out: the `--stack` SPEC (libraries it leaves out at
+    memdoc's latest known versions), else the installed versions (`memdoc.resolve.stack.stack_in_use`)."""
+    return stack_in_use(spec)
 
 
-def read_configs(paths: list[Path] | None, stack: str | None = None) -> ConfigReading | None:
-    """The merged reading of the user's config files, or None without any."""
+def read_configs(paths: list[Path] | None, stack: Stack | None = None) -> ConfigReading | None:
+    """The merged reading of the user's config files under `stack` (default: `config_stack()`), or None
+    without any."""
     if not paths:
         return None
     from memdoc.resolve.user_config import read_user_configs
 
-    return read_user_configs(list(paths), config_stack(stack))
+    return read_user_configs(list(paths), stack or config_stack())
 
 
 def _merge_over_recipe(

@@ -41,4 +41,17 @@ def current_stack(spec: str | None = None) -> Stack:
     return Stack(versions=versions, source="installed", assumed=tuple(assumed))
 
 
-__all__ = ["current_stack", "installed_version"]
+def stack_in_use(spec: str | None = None) -> Stack:
+    """The stack a plan is billed under: `current_stack(spec)`, where a `--stack` SPEC that leaves libraries
+    out has them at memdoc's latest known versions, named in `assumed` (what the defaults take for a library
+    the stack does not know: `moe_experts_layout`, `trl_fused_lm_head` and `default_optimizer` read an
+    unknown version as the newest)."""
+    stack = current_stack(spec)
+    if spec is None:
+        return stack
+    missing = tuple(package for package in LATEST_KNOWN if package not in stack.versions)
+    versions = {**stack.versions, **{package: LATEST_KNOWN[package].version for package in missing}}
+    return Stack(versions=versions, source=stack.source, assumed=missing)
+
+
+__all__ = ["current_stack", "installed_version", "stack_in_use"]

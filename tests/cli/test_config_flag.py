@@ -1,5 +1,6 @@
-"""`--config FILE` on the commands: the round trip (`memdoc emit` writes a TRL or HF config and its
-DeepSpeed/accelerate side files; `memdoc bill --config` on those files bills the same plan to the byte),
+"""`--config FILE` on the commands: the round trip (`memdoc emit` writes a TRL, HF, Axolotl or LLaMA-Factory
+config and its DeepSpeed/accelerate side files; `memdoc bill --config` on those files bills the same plan to
+the byte, for the plans whose loss the format's trainer runs: trl-fused for TRL, hf/fused/fused-ce elsewhere),
 the merge order (recipe < config files < flags), the not-billed note, and one-line errors naming file:line: key."""
 
 from __future__ import annotations
@@ -37,45 +38,72 @@ HF_ONLY_FLAGS = ("method", "precision", "seq", "attention", "lora_rank", "lora_a
 
 def _round_trip(tmp_path: Path, model: str, plan: dict, fmt: str) -> tuple[dict, dict]:
     """(bill of the flags, bill of the emitted files); the GPU count travels as flags where no file holds it
-    (the DeepSpeed launch line carries it, not the JSON)."""
+    (the DeepSpeed launch line carries it, not the JSON; Axolotl's FSDP keys sit in its YAML, without it)."""
     out = Path(tempfile.mkdtemp(prefix=fmt, dir=tmp_path))  # one folder per example (hypothesis reuses tmp_path)
     emitted = invoke("emit", model, "--gpu", GPU, *_flags(plan), "--format", fmt, "-o", out / "main.yaml", "--force")
     assert emitted.exit_code == 0, emitted.output
     side = sorted(p for p in out.iterdir() if p.name not in ("main.yaml", "ds_config.json"))  # ds: via `deepspeed:`
     configs = [a for p in [out / "main.yaml", *side] for a in ("--config", p)]
-    extra = {} if plan.get("shard") == "fsdp" else {k: plan[k] for k in ("gpus", "nodes") if k in plan}
+    extra = {} if side else {k: plan[k] for k in ("gpus", "nodes") if k in plan}  # accelerate's YAML holds them
     if fmt == "hf":
         extra |= {k: plan[k] for k in HF_ONLY_FLAGS if k in plan}
-    model_arg = [model] if fmt == "hf" else []
+    model_arg = [model] if fmt == "hf" else []  # the other formats name the model
     from_files = _json(invoke("bill", *model_arg, *configs, "--gpu", GPU, *_flags(extra), "--json", "--no-ladder"))
     direct = _json(invoke("bill", model, "--gpu", GPU, *_flags(plan), "--json", "--no-ladder"))
     return direct, from_files
 
 
-def _same_bill(direct: dict, from_files: dict) -> None:
+READER = {"trl": "trainer-args", "hf": "trainer-args", "axolotl": "axolotl", "llamafactory": "llamafactory"}
+"""The format `bill --config` detects in each emitted main config."""
+
+
+def _same_bill(direct: dict, from_files: dict, fmt: str = "trl") -> None:
     config = from_files.pop("config")
-    assert config["formats"][0] == "trainer-args" and len(config["formats"]) == len(set(config["formats"]))
+    assert from_files.pop("stack")["source"] == "installed"  # a config file was read: the stack is stated
+    assert config["formats"][0] == READER[fmt] and len(config["formats"]) == len(set(config["formats"]))
     assert from_files["plan"] == direct["plan"]
     assert from_files == direct
 
 
+PEFT_PRECISIONS = {"lora": ["amp-bf16", "amp-fp16", "fp32"], "qlora": ["amp-bf16", "amp-fp16"]}
+PRECISIONS = {
+    "trl": {"full": ["bf16", "fp16", "amp-bf16", "amp-fp16", "fp32"]} | PEFT_PRECISIONS,
+    "hf": {"full": ["bf16", "fp16", "amp-bf16", "amp-fp16", "fp32"]} | PEFT_PRECISIONS,
+    # Axolotl loads the weights in the dtype of bf16/fp16: a full fine-tune has no fp32 master copy (no amp-*)
+    "axolotl": {"full": ["bf16", "fp16", "fp32"]} | PEFT_PRECISIONS,
+    # LLaMA-Factory: a full fp16 plan has no key (fp32 weights), a LoRA base in fp32 gets the inferred bf16
+    "llamafactory": {"full": ["bf16", "amp-bf16", "amp-fp16", "fp32"], "lora": ["amp-bf16", "amp-fp16"]}
+    | {"qlora": PEFT_PRECISIONS["qlora"]},
+}
+"""The precisions each format's trainer runs as emitted (tests/unit/user_config/test_axolotl.py `axolotl_runs`,
+test_llamafactory.py `llamafactory_runs`: the others come back as another precision, and emit says so)."""
+LOSSES = {
+    "trl": ["trl-fused"],  # TRL ≥ 1.16 computes every loss through its fused LM head (emit notes the others)
+    "hf": ["hf", "fused", "fused-ce"],
+    "axolotl": ["hf", "fused", "fused-ce"],
+    "llamafactory": ["hf", "fused"],  # enable_liger_kernel applies every kernel: no fused-ce alone
+}
+"""The loss paths each format's trainer runs (trl-fused in the HF-based trainers: emit notes they compute the
+full logits)."""
+
+
 @st.composite
-def plans(draw) -> dict:
-    """Plans every HF-based format writes exactly (emit adds no 'no equivalent' note): no selective or
-    partial checkpointing, no offload without sharding, peft in amp/fp32 (a 16-bit peft base with
-    `bf16: true` runs as amp), FSDP offload of everything to the CPU, NVMe only under ZeRO-3."""
+def plans(draw, fmt: str = "trl") -> dict:
+    """Plans `fmt` writes exactly (emit adds no 'no equivalent' note): no selective or partial checkpointing,
+    no offload without sharding, the precisions (`PRECISIONS`) and losses (`LOSSES`) its trainer runs as
+    emitted, FSDP offload of everything to the CPU, NVMe only under ZeRO-3, and for LLaMA-Factory no pure bf16
+    under ZeRO-3 (it refuses it; emit writes amp-bf16)."""
     method = draw(st.sampled_from(["full", "lora", "qlora"]))
-    precisions = {"full": ["bf16", "fp16", "amp-bf16", "amp-fp16", "fp32"], "lora": ["amp-bf16", "amp-fp16", "fp32"]}
     plan = {
         "method": method,
-        "precision": draw(st.sampled_from(precisions.get(method, ["amp-bf16", "amp-fp16"]))),
+        "precision": draw(st.sampled_from(PRECISIONS[fmt][method])),
         "optimizer": draw(st.sampled_from(["adamw-fused", "adamw-foreach", "adamw-8bit", "sgd", "adafactor", "lion"])),
         "batch": draw(st.integers(1, 8)),
         "seq": draw(st.sampled_from([512, 1024, 2048, 4096])),
         "accum": draw(st.integers(1, 4)),
         "checkpointing": draw(st.sampled_from(["none", "full"])),
         "attention": draw(st.sampled_from(["sdpa", "eager"])),
-        "loss": draw(st.sampled_from(["hf", "fused", "fused-ce"])),
+        "loss": draw(st.sampled_from(LOSSES[fmt])),
     }
     if method != "full":
         plan |= {
@@ -95,10 +123,12 @@ def plans(draw) -> dict:
             plan["offload_to"] = draw(st.sampled_from(["cpu", "nvme"])) if shard == "zero3" else "cpu"
         if plan.get("offload") and plan["optimizer"] == "adamw-8bit":
             plan["optimizer"] = "adamw-fused"
+        if fmt == "llamafactory" and shard == "zero3" and plan["precision"] == "bf16":
+            plan["precision"] = "amp-bf16"
     return plan
 
 
-@pytest.mark.parametrize("fmt", ["trl", "hf"])
+@pytest.mark.parametrize("fmt", ["trl", "hf", "axolotl", "llamafactory"])
 def test_round_trip_one_sharded_plan(tmp_path, fmt):
     plan = {
         "method": "lora",
@@ -114,18 +144,19 @@ def test_round_trip_one_sharded_plan(tmp_path, fmt):
         "gpus": 4,
         "offload": "optimizer+params",
         "offload_to": "nvme",
+        "loss": LOSSES[fmt][0],
     }
-    _same_bill(*_round_trip(tmp_path, MODELS[0], plan, fmt))
+    _same_bill(*_round_trip(tmp_path, MODELS[0], plan, fmt), fmt)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fmt", ["trl", "hf"])
+@pytest.mark.parametrize("fmt", ["trl", "hf", "axolotl", "llamafactory"])
 @settings(
     max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 )
-@given(model=st.sampled_from(MODELS), plan=plans())
-def test_round_trip_reproduces_plan_and_bill(tmp_path, fmt, model, plan):
-    _same_bill(*_round_trip(tmp_path, model, plan, fmt))
+@given(model=st.sampled_from(MODELS), data=st.data())
+def test_round_trip_reproduces_plan_and_bill(tmp_path, fmt, model, data):
+    _same_bill(*_round_trip(tmp_path, model, data.draw(plans(fmt)), fmt), fmt)
 
 
 def test_bill_names_files_and_not_billed_keys_on_stderr():

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from memdoc.core.emit.axolotl import emit_axolotl
-from memdoc.core.emit.base import EmitContext, Emitted, SideFile, render_main, render_side
+from memdoc.core.emit.base import EmitContext, Emitted, SideFile, loss_path_note, render_main, render_side
 from memdoc.core.emit.hf import emit_hf
 from memdoc.core.emit.llamafactory import emit_llamafactory
 from memdoc.core.emit.trl import emit_trl
@@ -27,16 +27,33 @@ FORMATS = tuple(_FORMATS)
 DEFAULT_FILENAMES = {fmt: filename for fmt, (_, filename) in _FORMATS.items()}
 
 
+def _mirrored(asked: str, model_id: str) -> bool:
+    """Is `asked` another org's repository of the same name as the catalog's `model_id` (a mirror,
+    `memdoc.resolve.models.mirror_of`), rather than a spelling of the catalog's id?"""
+    asked_org, _, asked_name = asked.lower().rpartition("/")
+    org, _, name = model_id.lower().rpartition("/")
+    return bool(asked_org) and asked_org != org and asked_name == name
+
+
 def emit(fmt: str, ctx: EmitContext) -> Emitted:
     try:
         emitter, _ = _FORMATS[fmt]
     except KeyError:
         raise PlanError(f"--format {fmt!r} is not one of: {', '.join(FORMATS)}") from None
     emitted = emitter(ctx)
+    loss_note = loss_path_note(fmt, ctx.plan)
+    if loss_note:
+        emitted.notes.append(loss_note)
     if ctx.config_of:
         emitted.notes.insert(
             0,
             f"model {ctx.model_id} is loaded as given; it was billed with the config of {ctx.config_of} (same layer shapes)",
+        )
+    elif ctx.asked_id and _mirrored(ctx.asked_id, ctx.model_id):
+        emitted.notes.insert(
+            0,
+            f"model {ctx.asked_id} was taken as {ctx.model_id}, the catalog's model of the same name: the config "
+            f"names {ctx.model_id}; write {ctx.asked_id} back to load your copy",
         )
     elif ctx.asked_id and ctx.asked_id.lower() != ctx.model_id.lower():
         emitted.notes.insert(

@@ -226,6 +226,39 @@ def uses_liger(plan: TrainingPlan) -> bool:
     return plan.loss in (Loss.FUSED, Loss.FUSED_CE)
 
 
+_TRL_HEAD = "TRL ≥ 1.16's SFTTrainer computes the loss through its fused LM head (trl/trainer/sft_trainer.py)"
+FULL_LOGITS_TRAINERS = {
+    "hf": "the HF Trainer computes",
+    "axolotl": "Axolotl's trainer (a transformers Trainer) computes",
+    "llamafactory": "LLaMA-Factory's trainer (a transformers Seq2SeqTrainer) computes",
+}
+"""The formats whose trainer computes transformers' own loss (the full logits), never TRL's fused LM head."""
+
+
+def loss_path_note(fmt: str, plan: TrainingPlan) -> str | None:
+    """Where the trainer of `fmt` computes the loss differently from the plan's `--loss`, the note that says so
+    and what to bill: TRL ≥ 1.16 always uses its fused LM head (bill trl-fused), the other formats' trainers
+    always compute the full logits or Liger's fused cross-entropy (never trl-fused)."""
+    if fmt == "trl" and plan.loss is Loss.HF:
+        return f"loss hf: {_TRL_HEAD}, never the full logits — bill --loss trl-fused for this config"
+    if fmt == "trl" and plan.loss is Loss.FUSED:
+        return (
+            f"loss fused: {_TRL_HEAD} and turns Liger's fused cross-entropy off (use_liger_kernel applies its layer "
+            "kernels only) — bill --loss trl-fused for this config"
+        )
+    if fmt == "trl" and plan.loss is Loss.FUSED_CE:
+        return (
+            f"loss fused-ce: {_TRL_HEAD} and refuses liger_kernel_config with fused_linear_cross_entropy — on TRL "
+            "≥ 1.16 drop the Liger keys and bill --loss trl-fused"
+        )
+    if fmt in FULL_LOGITS_TRAINERS and plan.loss is Loss.TRL_FUSED:
+        return (
+            f"loss trl-fused: TRL's fused LM head runs in TRL's trainers only; {FULL_LOGITS_TRAINERS[fmt]} the "
+            "full logits — bill --loss hf for this config"
+        )
+    return None
+
+
 WARMUP_RATIO = 0.1
 """Linear warmup over the first 10 % of the steps, then cosine decay: LLaMA-Factory's SFT examples
 (examples/train_lora/llama3_lora_sft.yaml, examples/train_full/llama3_full_sft.yaml) and Axolotl's

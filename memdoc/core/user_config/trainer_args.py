@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import posixpath
 
-from memdoc.core.model.stack import Stack
+from memdoc.core.model.stack import Stack, trl_fused_lm_head
 from memdoc.core.user_config.deepspeed import read_deepspeed
+from memdoc.core.user_config.defaults import trl_sft_defaults
 from memdoc.core.user_config.optimizers import ALL_NAMES, BILLED, NOT_BILLED, default_optimizer
 from memdoc.core.user_config.precision import read_precision
 from memdoc.core.user_config.reading import ConfigReading, KeyRead, SourceDoc
@@ -116,7 +117,10 @@ def read_trainer_args(doc: SourceDoc, stack: Stack) -> ConfigReading:
     _optimizer(doc, reading, stack)
     _length(doc, reading, trl)
     _checkpointing(doc, reading, trl)
-    _liger(doc, reading)
+    if trl and trl_fused_lm_head(stack):
+        _trl_loss(doc, reading, stack)
+    else:
+        _liger(doc, reading)
     _attention(doc, reading)
     _distributed(doc, reading, stack)
     return reading
@@ -274,6 +278,34 @@ def _liger(doc: SourceDoc, reading: ConfigReading) -> None:
             reading.skip(
                 doc, "liger_kernel_config", "Liger's RMSNorm/RoPE/SwiGLU without its fused cross-entropy: not billed"
             )
+
+
+def _trl_loss(doc: SourceDoc, reading: ConfigReading, stack: Stack) -> None:
+    """The loss path of a TRL file on a stack whose TRL has the fused LM head (`trl_sft_defaults(stack).loss`,
+    memdoc's trl-fused), whatever the file says about Liger.
+
+    trl/trainer/sft_trainer.py (TRL 1.16): `__init__` calls `add_fused_lm_head` on every model and, under
+    `use_liger_kernel`, sets `liger_kernel_config["fused_linear_cross_entropy"] = False` (Liger's layer kernels
+    only), refusing a config that asks for the fused cross-entropy; `compute_loss` runs
+    `model(**inputs, fused_lm_head=True)` for every `loss_type` ("nll", the default, and "dft"; TRL's DPO and
+    GRPO trainers compute theirs through the same head)."""
+    key = "loss_type" if get_str(doc, "loss_type") is not None else "loss_type (default)"
+    reading.set(doc, key, "loss", trl_sft_defaults(stack).loss.value)
+    if not get_bool(doc, "use_liger_kernel"):
+        return
+    config = get_mapping(doc, "liger_kernel_config") or {}
+    if config.get("fused_linear_cross_entropy"):
+        raise fail(
+            doc,
+            "liger_kernel_config",
+            "fused_linear_cross_entropy: true is refused by TRL's SFTTrainer, which computes the loss through its "
+            "own fused LM head (use_liger_kernel applies Liger's layer kernels only)",
+        )
+    reading.skip(
+        doc,
+        "use_liger_kernel",
+        "under TRL's fused LM head only Liger's layer kernels (RMSNorm, RoPE, SwiGLU) apply: not billed",
+    )
 
 
 def _attention(doc: SourceDoc, reading: ConfigReading) -> None:
