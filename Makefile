@@ -40,6 +40,7 @@ bench: $(BIN)/memdoc
 
 docs: $(BIN)/memdoc
 	$(BIN)/python scripts/gen_cli_reference.py
+	$(BIN)/python scripts/config_keys_table.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
