@@ -62,6 +62,7 @@ def test_qlora_example():
         "checkpointing": "full",
         "attention": "sdpa",
         "loss": "hf",
+        "optimizer": "adamw-fused",
     }
     assert not_billed(r) == {"optimizer", "sample_packing"}
     assert r.referenced == [] and r.formats == ["axolotl"]
