@@ -38,8 +38,8 @@ BILLED = {
 
 _PAGED = "paging moves them to the host only under memory pressure (CUDA unified memory, outside PyTorch's allocator)"
 _FP32_STATES = (
-    "bitsandbytes keeps them in fp32 whatever the weights' dtype, so with pure bf16/fp16 weights "
-    "(--precision bf16/fp16) the bill, which keeps states in the weights' dtype, is half the states"
+    "bitsandbytes keeps them in fp32 whatever the weights' dtype, so under pure bf16/fp16 weights "
+    "(--precision bf16/fp16) the bill's states, in the weights' dtype, are half the real ones"
 )
 _RMSPROP_BNB = (
     "bitsandbytes RMSprop with optim_bits=32 keeps one fp32 state (the squared-gradient average), as SGD with "
