@@ -18,11 +18,11 @@ Keys from accelerate 1.15 (`accelerate/commands/config/config_args.py` `ClusterC
 
 from __future__ import annotations
 
-import posixpath
-
 from memdoc.core.model.stack import Stack
+from memdoc.core.user_config.deepspeed import SHARDS, reference
+from memdoc.core.user_config.fsdp import read_fsdp
 from memdoc.core.user_config.reading import ConfigReading, SourceDoc
-from memdoc.core.user_config.values import fail, get_bool, get_choice, get_int, get_mapping, get_str
+from memdoc.core.user_config.values import fail, get_choice, get_int, get_mapping, get_str
 
 DISTRIBUTED = (
     "NO",
@@ -45,20 +45,6 @@ DISTRIBUTED = (
 ACCELERATE_KEYS = frozenset(
     {"distributed_type", "compute_environment", "num_processes", "num_machines", "machine_rank", "mixed_precision"}
 )
-
-FSDP_SHARDING = {
-    "FULL_SHARD": "fsdp",
-    "1": "fsdp",
-    "SHARD_GRAD_OP": "zero2",
-    "2": "zero2",
-    "NO_SHARD": "none",
-    "3": "none",
-    "HYBRID_SHARD": "fsdp",
-    "4": "fsdp",
-    "HYBRID_SHARD_ZERO2": "zero2",
-    "5": "zero2",
-}
-"""`fsdp_sharding_strategy` / FSDP1 `fsdp_reshard_after_forward` (names or torch's enum numbers) -> shard."""
 
 
 def read_accelerate(doc: SourceDoc, stack: Stack) -> ConfigReading:
@@ -90,30 +76,11 @@ def _counts(doc: SourceDoc, reading: ConfigReading) -> None:
 
 
 def _fsdp(doc: SourceDoc, reading: ConfigReading) -> None:
+    """`fsdp_config` (`fsdp_sharding_strategy` or `fsdp_reshard_after_forward`, default FULL_SHARD;
+    `fsdp_offload_params`; `fsdp_activation_checkpointing`) through `fsdp.read_fsdp`; `fsdp_version` 1 or 2."""
     config = get_mapping(doc, "fsdp_config") or {}
     version = config.get("fsdp_version", 1)
-    strategy = config.get("fsdp_sharding_strategy", config.get("fsdp_reshard_after_forward", "FULL_SHARD"))
-    key = "fsdp_sharding_strategy" if "fsdp_sharding_strategy" in config else "fsdp_reshard_after_forward"
-    if isinstance(strategy, bool):  # FSDP2: reshard_after_forward True = full shard, False = keep gathered (ZeRO-2)
-        shard = "fsdp" if strategy else "zero2"
-    elif str(strategy).upper() in FSDP_SHARDING:
-        shard = FSDP_SHARDING[str(strategy).upper()]
-    else:
-        raise fail(
-            doc,
-            f"fsdp_config.{key}",
-            f"{strategy!r} is not one of: {', '.join(k for k in FSDP_SHARDING if not k.isdigit())}",
-        )
-    reading.set(doc, "distributed_type", "shard", shard)
-    if str(strategy).upper().startswith("HYBRID"):
-        reading.skip(
-            doc, f"fsdp_config.{key}", "hybrid sharding shards within a node only: memdoc bills sharding over every GPU"
-        )
-    if get_bool(doc, "fsdp_offload_params", config, where="fsdp_config.fsdp_offload_params"):
-        reading.set(doc, "fsdp_config.fsdp_offload_params", "offload", "optimizer+params")
-        reading.set(doc, "fsdp_config.fsdp_offload_params", "offload_to", "cpu")
-    if get_bool(doc, "fsdp_activation_checkpointing", config, where="fsdp_config.fsdp_activation_checkpointing"):
-        reading.set(doc, "fsdp_config.fsdp_activation_checkpointing", "checkpointing", "full")
+    read_fsdp(reading, doc, "distributed_type", [], config)
     if version not in (1, 2, "1", "2"):
         raise fail(doc, "fsdp_config.fsdp_version", f"must be 1 or 2, got {version!r}")
 
@@ -124,13 +91,13 @@ def _deepspeed(doc: SourceDoc, reading: ConfigReading) -> None:
     plugin = get_mapping(doc, "deepspeed_config") or {}
     path = get_str(doc, "deepspeed_config_file", plugin, where="deepspeed_config.deepspeed_config_file")
     if path:
-        reading.referenced.append(path if posixpath.isabs(path) else posixpath.join(posixpath.dirname(doc.path), path))
+        reading.referenced.append(reference(doc, path))
         return
     stage = plugin.get("zero_stage")
     if stage is not None:
         if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
             raise fail(doc, "deepspeed_config.zero_stage", f"must be 0, 1, 2 or 3, got {stage!r}")
-        reading.set(doc, "deepspeed_config.zero_stage", "shard", {0: "none", 1: "zero1", 2: "zero2", 3: "zero3"}[stage])
+        reading.set(doc, "deepspeed_config.zero_stage", "shard", SHARDS[stage])
     devices = {}
     for key in ("offload_optimizer_device", "offload_param_device"):
         device = get_choice(doc, key, ("none", "cpu", "nvme"), plugin, where=f"deepspeed_config.{key}")

@@ -13,19 +13,12 @@ from __future__ import annotations
 
 from memdoc.core.model.plan import ALL_LINEAR
 from memdoc.core.model.stack import Stack
+from memdoc.core.user_config.deepspeed import read_deepspeed_key
+from memdoc.core.user_config.fsdp import fsdp_words, read_fsdp
+from memdoc.core.user_config.optimizers import read_optimizer
+from memdoc.core.user_config.precision import trained_precision
 from memdoc.core.user_config.reading import ConfigReading, KeyRead, SourceDoc
-from memdoc.core.user_config.trainer_keys import (
-    fsdp_words,
-    get_bool,
-    get_float,
-    get_int,
-    get_mapping,
-    get_str,
-    read_deepspeed,
-    read_fsdp_shard,
-    read_optimizer,
-    skip_set_keys,
-)
+from memdoc.core.user_config.values import get_bool, get_float, get_int, get_mapping, get_str, skip_set_keys
 from memdoc.errors import quoted
 
 DEFAULT_OPTIMIZER = "adamw_torch_fused"
@@ -71,8 +64,8 @@ NOT_BILLED = {
 def read_axolotl(doc: SourceDoc, stack: Stack) -> ConfigReading:
     """What an Axolotl config says about the plan; absent keys take Axolotl's defaults.
 
-    `stack` is unused: Axolotl's defaults are its own schema's, not the libraries' (kept for the readers'
-    common signature)."""
+    Axolotl's defaults are its own schema's, not the libraries'; `stack` only reaches an inline DeepSpeed
+    config's reader."""
     reading = ConfigReading(formats=["axolotl"])
     model = get_str(doc, "base_model")
     if model is not None:
@@ -87,7 +80,7 @@ def read_axolotl(doc: SourceDoc, stack: Stack) -> ConfigReading:
     _checkpointing(reading, doc)
     _attention(reading, doc)
     _loss(reading, doc)
-    _sharding(reading, doc)
+    _sharding(reading, doc, stack)
     skip_set_keys(reading, doc, NOT_BILLED)
     return reading
 
@@ -162,7 +155,7 @@ def _precision(reading: ConfigReading, doc: SourceDoc, method: str) -> None:
     memdoc bills bf16 on; fp16 otherwise), fp16 turns auto off; the weights are bfloat16 when bf16 or
     bfloat16, else float16 when fp16, float16 or load_in_8bit, else float32. A full fine-tune trains those
     weights (no fp32 master copy: pure bf16/fp16); a LoRA base is frozen, so bf16 autocast over it is
-    memdoc's amp-bf16."""
+    memdoc's amp-bf16 (`precision.trained_precision`)."""
     bf16 = _bf16_flag(doc)
     fp16, bfloat16, float16 = (get_bool(doc, k) for k in ("fp16", "bfloat16", "float16"))
     get_bool(doc, "float32")
@@ -179,10 +172,7 @@ def _precision(reading: ConfigReading, doc: SourceDoc, method: str) -> None:
     else:
         weights = "fp32"
     autocast = bool(bf16 or fp16)
-    if method == "full" or weights == "fp32" or not autocast:
-        precision = weights
-    else:
-        precision = "amp-" + weights
+    precision = trained_precision(weights, weights if autocast else None, peft=method != "full")
     present = [k for k in _DTYPE_KEYS if doc.data.get(k) is not None]
     reading.plan["precision"] = precision
     for key in present:
@@ -308,17 +298,15 @@ def _loss(reading: ConfigReading, doc: SourceDoc) -> None:
         reading.skip(doc, "plugins", "cut cross-entropy (never stores the logits) is not billed; bill --loss fused-ce")
 
 
-def _sharding(reading: ConfigReading, doc: SourceDoc) -> None:
-    """`deepspeed:` (a JSON path, read next) or FSDP (`fsdp_config`, the deprecated `fsdp` list,
-    `fsdp_version`; config.py) -> shard; both at once is a contradiction."""
+def _sharding(reading: ConfigReading, doc: SourceDoc, stack: Stack) -> None:
+    """`deepspeed:` (a JSON path, read next, or an inline mapping) or FSDP (`fsdp_config`, the deprecated
+    `fsdp` list, `fsdp_version`; config.py) -> shard (`fsdp.read_fsdp`); both at once is a contradiction."""
     config = get_mapping(doc, "fsdp_config") or {}
     words = fsdp_words(doc)
     version = get_int(doc, "fsdp_version")
     fsdp = bool(config or words or version)
-    if read_deepspeed(reading, doc) and fsdp:
+    if read_deepspeed_key(reading, doc, stack) and fsdp:
         key = "fsdp_config" if config else ("fsdp" if words else "fsdp_version")
         raise doc.error(key, f"deepspeed and {key} both shard the model; keep one")
     if fsdp:
-        read_fsdp_shard(reading, doc, words, config)
-        if config.get("activation_checkpointing") or config.get("fsdp_activation_checkpointing"):
-            reading.set(doc, "fsdp_config", "checkpointing", "full")
+        read_fsdp(reading, doc, "fsdp_config" if config else "fsdp", words, config)

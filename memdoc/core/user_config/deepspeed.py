@@ -12,12 +12,17 @@ Keys and meanings from DeepSpeed 0.19 (`deepspeed/runtime/zero/config.py` `DeepS
 * `train_micro_batch_size_per_gpu`, `gradient_accumulation_steps`: a number sets the plan, "auto"
   takes the trainer's;
 * communication buckets and ZeRO-3's parameter cache are not billed (listed with the reason).
+
+A trainer config's `deepspeed:` key (TrainingArguments, Axolotl, LLaMA-Factory) is a path to such a file
+(read next) or the config itself, inline: both go through `read_deepspeed` (`read_deepspeed_key`).
 """
 
 from __future__ import annotations
 
+import posixpath
+
 from memdoc.core.model.stack import Stack
-from memdoc.core.user_config.reading import ConfigReading, SourceDoc
+from memdoc.core.user_config.reading import ConfigReading, KeyRead, SourceDoc
 from memdoc.core.user_config.values import fail, get_bool, get_int, get_mapping
 from memdoc.errors import quoted
 
@@ -124,3 +129,29 @@ def _extras(doc: SourceDoc, reading: ConfigReading) -> None:
             reading.skip(
                 doc, "optimizer", f"DeepSpeed optimizer {optimizer.get('type')}: memdoc bills AdamW's 2 states"
             )
+
+
+def reference(doc: SourceDoc, path: str) -> str:
+    """A path a config names (a DeepSpeed JSON), relative to that config's directory unless absolute."""
+    path = path.strip()
+    return path if posixpath.isabs(path) else posixpath.normpath(posixpath.join(posixpath.dirname(doc.path), path))
+
+
+def read_deepspeed_key(reading: ConfigReading, doc: SourceDoc, stack: Stack, key: str = "deepspeed") -> bool:
+    """A trainer config's `deepspeed:` (transformers/training_args.py `TrainingArguments.deepspeed`: a path
+    or a dict; Axolotl's and LLaMA-Factory's pass it on): a path goes to `reading.referenced` (read next),
+    a mapping is read here as a DeepSpeed config (its keys listed as `file:line (deepspeed)`). Returns
+    whether DeepSpeed is used."""
+    value = doc.data.get(key)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return False
+    if isinstance(value, str):
+        reading.referenced.append(reference(doc, value))
+        reading.read.append(KeyRead(doc.path, key, "shard"))
+    elif isinstance(value, dict):
+        inline = SourceDoc(f"{doc.where(key)} ({key})", value, {})
+        merged = reading.merge(read_deepspeed(inline, stack))
+        reading.plan, reading.read, reading.not_billed = merged.plan, merged.read, merged.not_billed
+    else:
+        raise fail(doc, key, f"must be a path to a DeepSpeed JSON or a mapping, got {quoted(value)}")
+    return True

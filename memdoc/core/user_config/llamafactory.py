@@ -16,20 +16,13 @@ from __future__ import annotations
 
 from memdoc.core.model.plan import ALL_LINEAR
 from memdoc.core.model.stack import Stack
+from memdoc.core.user_config.deepspeed import read_deepspeed_key
 from memdoc.core.user_config.defaults import hf_default_optim
+from memdoc.core.user_config.fsdp import fsdp_words, read_fsdp
+from memdoc.core.user_config.optimizers import read_optimizer
+from memdoc.core.user_config.precision import trained_precision
 from memdoc.core.user_config.reading import ConfigReading, KeyRead, SourceDoc
-from memdoc.core.user_config.trainer_keys import (
-    fsdp_words,
-    get_bool,
-    get_float,
-    get_int,
-    get_mapping,
-    get_str,
-    read_deepspeed,
-    read_fsdp_shard,
-    read_optimizer,
-    skip_set_keys,
-)
+from memdoc.core.user_config.values import get_bool, get_float, get_int, get_mapping, get_str, skip_set_keys
 from memdoc.errors import quoted
 
 DEFAULTS = {"lora_rank": 8, "lora_dropout": 0.0, "seq_len": 2048, "micro_batch": 8, "grad_accum": 1}
@@ -81,7 +74,7 @@ def read_llamafactory(doc: SourceDoc, stack: Stack) -> ConfigReading:
     _checkpointing(reading, doc)
     _attention(reading, doc)
     _loss(reading, doc)
-    _sharding(reading, doc)
+    _sharding(reading, doc, stack)
     skip_set_keys(reading, doc, NOT_BILLED)
     return reading
 
@@ -161,20 +154,18 @@ def _precision(reading: ConfigReading, doc: SourceDoc, method: str) -> None:
     checkpoint, bf16 for today's checkpoints, model/patcher.py `infer_optim_dtype`), then adapter.py upcasts
     the trainable ones to fp32 unless pure_bf16. So a full fine-tune is amp-bf16/amp-fp16 (fp32 master
     weights), pure_bf16 is bf16, neither flag fp32; a LoRA base stays in the compute dtype (amp-bf16 or
-    amp-fp16 under autocast, bf16 without it)."""
+    amp-fp16 under autocast, bf16 without it): `precision.trained_precision` of those weights."""
     bf16, fp16, pure = (get_bool(doc, k) for k in ("bf16", "fp16", "pure_bf16"))
     if bf16 and fp16:
         raise doc.error("fp16", "bf16 and fp16 are both true; choose one")
     if pure and fp16:
         raise doc.error("fp16", "pure_bf16 and fp16 are both true; choose one")
     if pure:
-        precision = "bf16"
-    elif bf16:
-        precision = "amp-bf16"
-    elif fp16:
-        precision = "amp-fp16"
+        weights, amp = "bf16", None
     else:
-        precision = "fp32" if method == "full" else "bf16"
+        amp = "bf16" if bf16 else "fp16" if fp16 else None
+        weights = "fp32" if method == "full" else amp or "bf16"  # adapter.py's upcast; else the compute dtype
+    precision = trained_precision(weights, amp, peft=method != "full")
     reading.plan["precision"] = precision
     for key in ("bf16", "fp16", "pure_bf16"):
         if doc.data.get(key) is not None:
@@ -226,12 +217,13 @@ def _loss(reading: ConfigReading, doc: SourceDoc) -> None:
     _set_or_default(reading, doc, "enable_liger_kernel", "loss", "fused" if on else "hf")
 
 
-def _sharding(reading: ConfigReading, doc: SourceDoc) -> None:
-    """`deepspeed:` (a JSON path, read next) or transformers' `fsdp` words with `fsdp_config` -> shard
-    (LLaMA-Factory otherwise takes FSDP from an accelerate config at launch); both at once contradict."""
+def _sharding(reading: ConfigReading, doc: SourceDoc, stack: Stack) -> None:
+    """`deepspeed:` (a JSON path, read next, or an inline mapping) or transformers' `fsdp` words with
+    `fsdp_config` -> shard (`fsdp.read_fsdp`; LLaMA-Factory otherwise takes FSDP from an accelerate config at
+    launch); both at once contradict."""
     config = get_mapping(doc, "fsdp_config") or {}
     words = fsdp_words(doc)
-    if read_deepspeed(reading, doc) and words:
+    if read_deepspeed_key(reading, doc, stack) and words:
         raise doc.error("fsdp", "deepspeed and fsdp both shard the model; keep one")
     if words:
-        read_fsdp_shard(reading, doc, words, config)
+        read_fsdp(reading, doc, "fsdp", words, config)

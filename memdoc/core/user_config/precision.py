@@ -8,6 +8,10 @@ The inverse of `memdoc.core.emit.base.load_dtype` + `trainer_amp_flags`:
   autocast = amp-bf16/amp-fp16; float32 without autocast = fp32;
 * LoRA/QLoRA: a frozen 16-bit base + autocast runs as memdoc's amp-* (adapters fp32, their matmuls
   autocast: `emit.base.precision_note`); a 16-bit base without autocast = pure bf16/fp16.
+
+That last step, from the weights' dtype and the autocast to memdoc's precision, is the same for every
+trainer: `trained_precision`. How a trainer's flags give the weights' dtype differs, and stays in its
+reader (Axolotl's `bf16: auto` and `bfloat16`, LLaMA-Factory's fp32 upcast of trainable weights).
 """
 
 from __future__ import annotations
@@ -52,6 +56,20 @@ def read_precision(doc: SourceDoc, reading: ConfigReading, *, trl: bool) -> None
             reading.read.append(KeyRead(doc.path, amp_key, "precision"))
 
 
+def trained_precision(weights: str, amp: str | None, *, peft: bool) -> str:
+    """memdoc's precision for trainable-or-base weights stored in `weights` ("fp32", "bf16", "fp16") and run
+    under `amp` autocast ("bf16", "fp16" or None): fp32 weights are amp-{amp} (fp32 master weights), or
+    fp32 without autocast; 16-bit weights without autocast are pure bf16/fp16; a LoRA/QLoRA base (`peft`:
+    frozen 16-bit, adapters fp32) under autocast is amp-{weights}; a full fine-tune of 16-bit weights under
+    autocast trains them as they are (pure, no fp32 master copy). The inverse of
+    `memdoc.core.emit.base.load_dtype` + `trainer_amp_flags`."""
+    if weights == "fp32":
+        return f"amp-{amp}" if amp else "fp32"
+    if amp is None or not peft:
+        return weights
+    return f"amp-{weights}"
+
+
 def _precision(doc: SourceDoc, reading: ConfigReading, load: str, amp: str | None, where: str) -> str | None:
     peft = reading.plan.get("method") in ("lora", "qlora")
     if load == "float32":
@@ -62,19 +80,15 @@ def _precision(doc: SourceDoc, reading: ConfigReading, load: str, amp: str | Non
                 "float32: the frozen base is loaded in fp32 (TRL's default dtype); memdoc bills a LoRA base in the "
                 f"compute dtype ({amp}): set dtype: {'bfloat16' if amp == 'bf16' else 'float16'} to match the bill",
             )
-        return f"amp-{amp}" if amp else "fp32"
+        return trained_precision("fp32", amp, peft=peft)
     bits = _BITS16[load]
-    if amp is None:
-        return bits
-    if amp != bits:
+    if amp is not None and amp != bits:
         raise fail(doc, where, f"weights loaded in {load} with {amp} autocast: load in {amp} or float32")
-    if peft:
-        return f"amp-{bits}"
-    if bits == "fp16":
+    if amp == "fp16" and not peft:
         raise fail(
             doc,
             where,
             "float16 weights with fp16: true: the HF Trainer's loss scaler refuses fp16 gradients; load in float32 "
             "(amp-fp16) or turn fp16 off (pure fp16)",
         )
-    return bits
+    return trained_precision(bits, amp, peft=peft)

@@ -20,12 +20,12 @@ TrainingArguments' ("hf"): TrainingArguments cannot say the model, its load dtyp
 
 from __future__ import annotations
 
-import posixpath
-
+from memdoc.core.model.plan import Optimizer
 from memdoc.core.model.stack import Stack, trl_fused_lm_head
-from memdoc.core.user_config.deepspeed import read_deepspeed
-from memdoc.core.user_config.defaults import trl_sft_defaults
-from memdoc.core.user_config.optimizers import ALL_NAMES, BILLED, NOT_BILLED, default_optimizer
+from memdoc.core.user_config.deepspeed import read_deepspeed_key
+from memdoc.core.user_config.defaults import default_optimizer, trl_sft_defaults
+from memdoc.core.user_config.fsdp import fsdp_words, read_fsdp
+from memdoc.core.user_config.optimizers import read_optimizer
 from memdoc.core.user_config.precision import read_precision
 from memdoc.core.user_config.reading import ConfigReading, KeyRead, SourceDoc
 from memdoc.core.user_config.values import (
@@ -37,7 +37,7 @@ from memdoc.core.user_config.values import (
     get_mapping,
     get_str,
 )
-from memdoc.errors import did_you_mean, quoted
+from memdoc.errors import quoted
 
 TRL_KEYS = frozenset(
     {
@@ -206,23 +206,15 @@ def _lora(doc: SourceDoc, reading: ConfigReading, trl: bool) -> None:
 
 
 def _optimizer(doc: SourceDoc, reading: ConfigReading, stack: Stack) -> None:
-    """`optim`: every `OptimizerNames` value (memdoc.core.user_config.optimizers); absent: the stack's default."""
-    name = get_str(doc, "optim")
-    if name is None:
-        default = default_optimizer(stack)
-        if default:
-            _set_default(doc, reading, "optim", "optimizer", default)
+    """`optim`: every `OptimizerNames` value (memdoc.core.user_config.optimizers; a name transformers does not
+    know is an error, as in its parser); absent: the stack's default (`defaults.default_optimizer`), left to
+    the plan's own default when that is fused AdamW."""
+    if doc.data.get("optim") is not None:
+        read_optimizer(reading, doc, "optim", strict=True)
         return
-    name = name.strip().lower()
-    if name in BILLED:
-        reading.set(doc, "optim", "optimizer", BILLED[name])
-        if name == "sgd" and "momentum" not in str(doc.data.get("optim_args") or ""):
-            reading.skip(doc, "optim_args", "sgd without momentum keeps no state; memdoc bills 1 momentum state")
-    elif name in NOT_BILLED:
-        reading.skip(doc, "optim", f"{name}: {NOT_BILLED[name]}")
-    else:
-        hint = did_you_mean(name, ALL_NAMES)
-        raise fail(doc, "optim", f"{quoted(name)} is not an optimizer transformers knows{hint}")
+    default = default_optimizer(stack)
+    if default is not Optimizer.ADAMW_FUSED:
+        _set_default(doc, reading, "optim", "optimizer", default.value)
 
 
 def _length(doc: SourceDoc, reading: ConfigReading, trl: bool) -> None:
@@ -319,44 +311,22 @@ def _attention(doc: SourceDoc, reading: ConfigReading) -> None:
 
 
 def _distributed(doc: SourceDoc, reading: ConfigReading, stack: Stack) -> None:
-    """`deepspeed`: a path (read next, relative to this file) or an inline dict; `fsdp`/`fsdp_config`."""
-    ds = doc.data.get("deepspeed")
-    if isinstance(ds, str) and ds.strip():
-        reading.referenced.append(posixpath.join(posixpath.dirname(doc.path), ds) if not posixpath.isabs(ds) else ds)
-        reading.read.append(KeyRead(doc.path, "deepspeed", "shard"))
-    elif isinstance(ds, dict):
-        inline = SourceDoc(f"{doc.where('deepspeed')} (deepspeed)", ds, {})
-        merged = reading.merge(read_deepspeed(inline, stack))
-        reading.plan, reading.read, reading.not_billed = merged.plan, merged.read, merged.not_billed
-    elif ds is not None:
-        raise fail(doc, "deepspeed", f"must be a path to a DeepSpeed JSON or a mapping, got {quoted(ds)}")
+    """`deepspeed`: a path (read next, relative to this file) or an inline dict (`deepspeed.read_deepspeed_key`);
+    `fsdp`/`fsdp_config` (`fsdp.read_fsdp`)."""
+    read_deepspeed_key(reading, doc, stack)
     _fsdp(doc, reading)
 
 
 def _fsdp(doc: SourceDoc, reading: ConfigReading) -> None:
     """`fsdp`: true, or the legacy option string ("full_shard offload", "shard_grad_op", "hybrid_shard", …;
-    transformers' `FSDPOption`), and `fsdp_config`'s `reshard_after_forward` (false: gradients and states
-    sharded, weights kept gathered = zero2), `cpu_offload` and `activation_checkpointing` — transformers
-    5.x turns the legacy strings into these keys (TrainingArguments._process_fsdp_args)."""
-    fsdp = doc.data.get("fsdp")
-    if fsdp in (None, False, "", [], "false"):
+    transformers' `FSDPOption`) with `fsdp_config` (`reshard_after_forward`, `cpu_offload`,
+    `activation_checkpointing`; TrainingArguments._process_fsdp_args). `fsdp_config` as a path to a JSON is
+    not read."""
+    words = fsdp_words(doc)
+    if not words:
         return
-    options = fsdp.split() if isinstance(fsdp, str) else fsdp if isinstance(fsdp, list) else ["full_shard"]
-    options = [str(o).lower() for o in options]
-    config = get_mapping(doc, "fsdp_config") if not isinstance(doc.data.get("fsdp_config"), str) else None
-    config = config or {}
-    keep_gathered = get_bool(doc, "reshard_after_forward", config, where="fsdp_config.reshard_after_forward") is False
-    if "shard_grad_op" in options or "hybrid_shard_zero2" in options or keep_gathered:
-        reading.set(doc, "fsdp", "shard", "zero2")
-    elif "no_shard" in options:
-        reading.set(doc, "fsdp", "shard", "none")
-    else:
-        reading.set(doc, "fsdp", "shard", "fsdp")
-    if any(o.startswith("hybrid_shard") for o in options):
-        reading.skip(doc, "fsdp", "hybrid sharding shards within a node only: memdoc bills sharding over every GPU")
-    if "offload" in options or get_bool(doc, "cpu_offload", config, where="fsdp_config.cpu_offload"):
-        reading.set(doc, "fsdp", "offload", "optimizer+params")
-    if get_bool(doc, "activation_checkpointing", config, where="fsdp_config.activation_checkpointing"):
-        reading.set(doc, "fsdp_config.activation_checkpointing", "checkpointing", "full")
-    if isinstance(doc.data.get("fsdp_config"), str):
+    path = isinstance(doc.data.get("fsdp_config"), str)
+    config = {} if path else get_mapping(doc, "fsdp_config") or {}
+    read_fsdp(reading, doc, "fsdp", words, config)
+    if path:
         reading.skip(doc, "fsdp_config", "a path to an FSDP JSON: not read (memdoc reads accelerate configs)")

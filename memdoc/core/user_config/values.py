@@ -1,13 +1,17 @@
 """Typed access to a config document's values: each check fails with a one-line error naming the
-file, the line and the key (`SourceDoc.error`). Shared by the trainer-args, DeepSpeed and accelerate
-readers."""
+file, the line and the key (`SourceDoc.error`). The one set of getters every reader uses (trainer-args,
+Axolotl, LLaMA-Factory, DeepSpeed, accelerate).
+
+Text is accepted where the trainers accept it: argparse-based trainers (`HfArgumentParser`,
+transformers/hf_argparser.py `string_to_bool`) and pydantic (Axolotl's schema) both take "true"/"false",
+"yes"/"no" and "1"/"0" for a boolean, and digits for an integer."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from memdoc.core.model.plan import MAX_PLAN_VALUE
-from memdoc.core.user_config.reading import SourceDoc
+from memdoc.core.user_config.reading import ConfigReading, SourceDoc
 from memdoc.errors import ConfigError, quoted
 
 
@@ -87,3 +91,19 @@ def get_mapping(doc: SourceDoc, key: str, data: dict | None = None, *, where: st
     if not isinstance(value, dict):
         raise fail(doc, where or key, f"must be a mapping, got {quoted(value)}")
     return value
+
+
+def is_set(value: Any) -> bool:
+    """Does a key's value turn its feature on (true, a non-empty list or text, a number above 1)?"""
+    if isinstance(value, bool) or value is None:
+        return bool(value)
+    if isinstance(value, (int, float)):
+        return value > 1
+    return bool(value)
+
+
+def skip_set_keys(reading: ConfigReading, doc: SourceDoc, reasons: dict[str, str]) -> None:
+    """Record every key of `reasons` that the document turns on as not billed, with its reason."""
+    for key, reason in reasons.items():
+        if is_set(doc.data.get(key)):
+            reading.skip(doc, key, reason)

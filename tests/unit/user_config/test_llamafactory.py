@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import FIXTURES
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
+from generated_plans import PLAN_VALUES, generated_plan
+from hypothesis import HealthCheck, given, settings
 
 from memdoc.core.emit import EmitContext, emit
 from memdoc.core.model.plan import TrainingPlan
@@ -20,7 +20,7 @@ from memdoc.core.model.stack import Stack
 from memdoc.core.user_config.defaults import hf_default_optim
 from memdoc.core.user_config.llamafactory import read_llamafactory
 from memdoc.core.user_config.reading import SourceDoc
-from memdoc.errors import ConfigError, PlanError
+from memdoc.errors import ConfigError
 
 LF = FIXTURES / "user_configs" / "llamafactory"
 MODEL = "meta-llama/Llama-3.1-8B"
@@ -245,37 +245,6 @@ def llamafactory_runs(plan: TrainingPlan) -> str:
     if p == "bf16" and plan.shard.value == "zero3":
         return "amp-bf16"
     return p
-
-
-PLAN_VALUES = st.fixed_dictionaries(
-    {
-        "method": st.sampled_from(["full", "lora", "qlora"]),
-        "precision": st.sampled_from(["bf16", "fp16", "fp32", "amp-bf16", "amp-fp16"]),
-        "optimizer": st.sampled_from(
-            ["adamw-fused", "adamw-foreach", "adamw-8bit", "paged-adamw-8bit", "sgd", "adafactor", "lion"]
-        ),
-        "micro_batch": st.integers(1, 64),
-        "seq_len": st.integers(1, 131072),
-        "grad_accum": st.integers(1, 64),
-        "checkpointing": st.sampled_from(["none", "full", "selective"]),
-        "attention": st.sampled_from(["sdpa", "eager"]),
-        "loss": st.sampled_from(["hf", "fused", "fused-ce"]),
-        "lora_rank": st.integers(1, 256),
-        "lora_alpha": st.one_of(st.none(), st.integers(1, 512)),
-        "lora_dropout": st.sampled_from([0.0, 0.05, 0.1]),
-        "lora_targets": st.sampled_from([["all-linear"], ["q_proj", "v_proj"], ["q_proj", "k_proj", "o_proj"]]),
-        "shard": st.sampled_from(["none", "zero1", "zero2", "zero3", "fsdp"]),
-        "offload": st.sampled_from(["none", "optimizer", "optimizer+params"]),
-        "gpus_per_node": st.sampled_from([1, 2, 8]),
-    }
-)
-
-
-def generated_plan(values: dict) -> TrainingPlan:
-    try:
-        return TrainingPlan.from_dict(values)
-    except PlanError:
-        assume(False)
 
 
 def expected_back(plan: TrainingPlan) -> dict:

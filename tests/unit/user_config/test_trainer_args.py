@@ -10,8 +10,10 @@ import pytest
 import yaml
 from conftest import FIXTURES
 
+from memdoc.core.model.plan import Optimizer
 from memdoc.core.model.stack import Stack
-from memdoc.core.user_config.optimizers import ALL_NAMES, BILLED, default_optimizer
+from memdoc.core.user_config.defaults import default_optimizer
+from memdoc.core.user_config.optimizers import BILLED
 from memdoc.core.user_config.reading import SourceDoc
 from memdoc.core.user_config.trainer_args import read_trainer_args
 from memdoc.errors import ConfigError
@@ -115,15 +117,6 @@ def test_hf_fsdp_json():
     assert {n.key for n in reading.not_billed} == {"optim", "fp16"}
 
 
-def test_every_transformers_optimizer_is_billed_or_explained():
-    from transformers.training_args import OptimizerNames
-
-    assert set(ALL_NAMES) == {o.value for o in OptimizerNames}
-    for name in ALL_NAMES:
-        reading = read_trainer_args(SourceDoc("t.yaml", {"output_dir": "o", "optim": name}), Stack())
-        assert ("optimizer" in reading.plan) != any(n.key == "optim" for n in reading.not_billed), name
-
-
 def test_optimizer_default_follows_the_stack():
     """transformers' `default_optim`: adamw_torch_fused only with torch ≥ 2.8 (transformers/training_args.py)."""
     from transformers.training_args import TrainingArguments
@@ -131,7 +124,7 @@ def test_optimizer_default_follows_the_stack():
     new = Stack({"transformers": "5.24.0", "torch": "2.9.0"})
     old_torch = Stack({"transformers": "5.24.0", "torch": "2.7.1"})
     old_transformers = Stack({"transformers": "4.46.3", "torch": "2.5.1"})
-    assert default_optimizer(new) is None  # memdoc's own default, adamw-fused
+    assert default_optimizer(new) is Optimizer.ADAMW_FUSED  # memdoc's own default
     assert TrainingArguments.default_optim == "adamw_torch_fused"  # the installed torch is ≥ 2.8
     assert default_optimizer(old_torch) == default_optimizer(old_transformers) == BILLED["adamw_torch"]
     doc = SourceDoc("t.yaml", {"output_dir": "o"})
