@@ -18,14 +18,16 @@ from memdoc.core.model.gpu import GpuSpec, choice_note, resolve_gpu
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import (
     FLAG_ALIASES,
+    Method,
     Precision,
+    Shard,
     TrainingPlan,
     check_plan_against_model,
     check_requested_plan,
     flag_for,
     parse_plan,
 )
-from memdoc.core.model.stack import Stack, moe_experts_layout
+from memdoc.core.model.stack import Stack, moe_experts_layout, qlora_zero3_blockers
 from memdoc.core.user_config.reading import ConfigReading
 from memdoc.errors import NoGpuDetectedError, PlanError
 from memdoc.resolve.gpus import detect_local_gpu
@@ -91,6 +93,7 @@ def resolve_setup(
         plan = plan.replace(lora_targets=spec.default_lora_targets)
     if used_stack is not None:
         plan = stack_defaults(plan, spec, used_stack, set_by_user=values.keys())
+        check_plan_against_stack(plan, used_stack, reading)
     check_plan_against_model(
         plan,
         hidden_size=spec.hidden_size,
@@ -128,6 +131,21 @@ def stack_defaults(plan: TrainingPlan, model: ModelSpec, stack: Stack, *, set_by
     if model.is_moe and "moe_experts" not in set_by_user:
         plan = plan.replace(moe_experts=moe_experts_layout(stack))
     return plan
+
+
+def check_plan_against_stack(plan: TrainingPlan, stack: Stack, reading: ConfigReading | None) -> None:
+    """Refuse a plan the stack cannot run: ZeRO-3 over a 4-bit (QLoRA) base before the versions that support
+    it (`qlora_zero3_blockers`), naming the config keys that asked for it."""
+    if plan.method is not Method.QLORA or plan.shard is not Shard.ZERO3:
+        return
+    blockers = qlora_zero3_blockers(stack)
+    if not blockers:
+        return
+    keys = [f"{k.file}: {k.key}" for k in (reading.read if reading else []) if k.field in ("method", "shard")]
+    where = f" (set by {', '.join(dict.fromkeys(keys))})" if keys else ""
+    raise PlanError(
+        f"DeepSpeed ZeRO-3 with a 4-bit base{where} needs newer libraries than this stack has: {', '.join(blockers)}"
+    )
 
 
 def _plan_from(values: dict, reading: ConfigReading | None) -> TrainingPlan:

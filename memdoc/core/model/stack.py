@@ -155,3 +155,26 @@ def trl_fused_lm_head(stack: Stack) -> bool:
     """Does the stack's TRL compute the loss through its fused LM head (memdoc's `--loss trl-fused`)?
     A stack without TRL's version is taken at the newest (yes), as `LATEST_KNOWN` has it."""
     return stack.version("trl") is None or stack.at_least("trl", TRL_FUSED_LM_HEAD_SINCE)
+
+
+QLORA_ZERO3_SINCE = {
+    "bitsandbytes": "0.43.3",
+    "accelerate": "1.0.1",
+    "transformers": "4.45.0",
+    "trl": "0.12.0",
+    "peft": "0.13.1",
+}
+"""The versions from which DeepSpeed ZeRO-3 shards a 4-bit (QLoRA) model: peft's guide "Use PEFT QLoRA and
+DeepSpeed with ZeRO3" (docs/source/accelerate/deepspeed.md) asks for bitsandbytes>=0.43.3,
+accelerate>=1.0.1, transformers>4.44.2, trl>0.11.4 and peft>0.13.0 (the releases after those)."""
+
+
+def qlora_zero3_blockers(stack: Stack) -> list[str]:
+    """The stack's libraries too old for ZeRO-3 with a 4-bit base ('bitsandbytes 0.42.0 < 0.43.3'); only
+    versions the stack knows (given or installed, not assumed) count."""
+    known = {name: text for name, text in stack.versions.items() if name not in stack.assumed}
+    return [
+        f"{name} {known[name]} < {since}"
+        for name, since in QLORA_ZERO3_SINCE.items()
+        if name in known and not stack.at_least(name, since)
+    ]
