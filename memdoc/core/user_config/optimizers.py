@@ -36,23 +36,19 @@ BILLED = {
 }
 """Names memdoc bills, and as what."""
 
-_PAGED = "paging moves them to the host only under memory pressure (CUDA unified memory, outside PyTorch's allocator)"
-_FP32_STATES = (
-    "bitsandbytes keeps them in fp32 whatever the weights' dtype, so under pure bf16/fp16 weights "
-    "(--precision bf16/fp16) the bill's states, in the weights' dtype, are half the real ones"
-)
-_RMSPROP_BNB = (
-    "bitsandbytes RMSprop with optim_bits=32 keeps one fp32 state (the squared-gradient average), as SGD with "
-    "momentum keeps one, and updates in one fused kernel (no temporaries); " + _FP32_STATES
-)
+_PAGED = "paged states leave the GPU only under memory pressure"
+_FP32_STATES = "they stay fp32 under pure bf16/fp16 weights, twice the bill's 16-bit states"
+_RMSPROP_BNB = "one fp32 state (the squared-gradient average), as SGD with momentum keeps one; " + _FP32_STATES
 
 BILLED_AS = {
     "paged_adamw_32bit": (
         "adamw-fused",
-        "same 32-bit states (bitsandbytes AdamW with optim_bits=32: fp32 exp_avg and exp_avg_sq, 8 bytes per "
-        "trainable weight, one fused kernel, no foreach temporaries); " + _PAGED + "; " + _FP32_STATES,
+        "the same fp32 exp_avg and exp_avg_sq (8 bytes per trainable weight), one fused kernel; "
+        + _PAGED
+        + "; "
+        + _FP32_STATES,
     ),
-    "paged_lion_32bit": ("lion", "the same bitsandbytes Lion with one fp32 state as lion_32bit; " + _PAGED),
+    "paged_lion_32bit": ("lion", "lion_32bit's one fp32 state; " + _PAGED),
     "rmsprop_bnb": ("sgd", _RMSPROP_BNB),
     "rmsprop_bnb_32bit": ("sgd", _RMSPROP_BNB),
 }
