@@ -15,11 +15,60 @@ and says so (`tests/test_robust_output.py` recomputes these errors from the H200
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 VERDICT_ERROR = 0.10
 """Relative error band of the billed process total: real H200 steps (benchmarks/data/h200.jsonl) are
 within ±5.6%; the band is wider for what this sample does not cover (see the module docstring)."""
 VERDICT_ERROR_SOURCE = "benchmarks/data/h200.jsonl (20 real H200 steps) and benchmarks/RESULTS.md P7–P14"
+
+
+class Fit(str, Enum):
+    """The one answer to "does it fit", from the simulated minimum memory and its error band (`fit_answer`)."""
+
+    COMFORTABLE = "comfortable"
+    """Fits with more headroom than the bill's error: it runs even if the bill is off by its benchmarked error."""
+    CLOSE_CALL = "close call"
+    """Within the bill's error of the card's memory, on either side: the bill cannot tell fit from OOM."""
+    NO = "does not fit"
+    """Over the card's memory by more than the bill's error."""
+
+
+MIN_MEMORY_ERROR = VERDICT_ERROR
+"""Relative error band of the simulated minimum memory (`Bill.min_memory_bytes`: the smallest card the step
+runs on, the allocator replayed at that capacity, plus the CUDA context). No real run has measured a minimum
+yet (that needs a GPU and a binary search with `torch.cuda.set_per_process_memory_fraction`); it comes from
+the same allocator simulation and context model as the process total, so it carries that total's band until
+it is measured."""
+
+
+@dataclass(frozen=True)
+class FitAnswer:
+    """Whether a step fits a card: its simulated minimum memory against the card's memory, with the error."""
+
+    fit: Fit
+    min_memory_bytes: int
+    capacity_bytes: int
+    error_bytes: int
+    """MIN_MEMORY_ERROR × the minimum memory."""
+
+    @property
+    def fits(self) -> bool:
+        """Runs at all per the bill: the minimum memory is within the card's."""
+        return self.min_memory_bytes <= self.capacity_bytes
+
+    @property
+    def comfortable(self) -> bool:
+        return self.fit is Fit.COMFORTABLE
+
+
+def fit_answer(min_memory_bytes: int, capacity_bytes: int) -> FitAnswer:
+    """The fit of a step whose simulated minimum is `min_memory_bytes` on a card of `capacity_bytes`: comfortable
+    when the headroom exceeds the error band, no when the overshoot does, a close call in between."""
+    error = round(MIN_MEMORY_ERROR * min_memory_bytes)
+    margin = capacity_bytes - min_memory_bytes
+    fit = Fit.COMFORTABLE if margin > error else Fit.NO if -margin > error else Fit.CLOSE_CALL
+    return FitAnswer(fit=fit, min_memory_bytes=min_memory_bytes, capacity_bytes=capacity_bytes, error_bytes=error)
 
 
 @dataclass(frozen=True)
