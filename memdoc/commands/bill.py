@@ -28,9 +28,14 @@ class MaxKnob(str, Enum):
     SEQ = "seq"
 
 
-CheckOpt = Annotated[bool, typer.Option("--check", help="Exit 3 when the plan does not fit the GPU.")]
+CheckOpt = Annotated[
+    bool, typer.Option("--check", help="Exit 3 when the plan does not fit the GPU (a close call that fits exits 0).")
+]
 NoLadderOpt = Annotated[bool, typer.Option("--no-ladder", help="Do not search the ladder when it does not fit.")]
-MaxOpt = Annotated[Optional[MaxKnob], typer.Option("--max", help="Find the largest 'batch' or 'seq' that fits.")]
+MaxOpt = Annotated[
+    Optional[MaxKnob],
+    typer.Option("--max", help="Find the largest 'batch' or 'seq' that fits comfortably, and that fits at all."),
+]
 InferenceOpt = Annotated[
     bool,
     typer.Option(
@@ -127,13 +132,15 @@ def bill(
         raise PlanError("--kv-cache, --weights and --prefill-chunk describe inference: add --inference")
     if inference:
         return _bill_inference(setup, kv_cache, weights, prefill_chunk, knob, json_out, check, no_ladder)
-    report = bill_report(setup.model, setup.plan, setup.gpu, ladder=not no_ladder, max_of=knob, dataset=section)
+    report = bill_report(
+        setup.model, setup.plan, setup.gpu, ladder=not no_ladder, max_of=knob, dataset=section, fixed=setup.explicit
+    )
     if json_out:
         render.print_json(report.to_json() | _setup_json(setup))
     else:
         render.render_bill(report.bill, report.ladder, command_line=None, time=report.time)
-        if knob is not None:
-            render.render_max(knob, report.maximum, report.bill)
+        if report.maximum is not None:
+            render.render_max(report.maximum)
         if section is not None:
             render.render_dataset(section)
     if check and report.fits is False:
@@ -175,7 +182,7 @@ def _bill_inference(setup, kv_cache, weights, prefill_chunk, knob, json_out: boo
         render.print_json(report.to_json() | _setup_json(setup))
     else:
         render_inference(report.bill, report.ladder, report.vllm)
-        if knob is not None:
-            render.render_max(knob, report.maximum, report.bill, inference=True)
+        if report.maximum is not None:
+            render.render_max(report.maximum, inference=True)
     if check and report.fits is False:
         raise typer.Exit(3)

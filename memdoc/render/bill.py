@@ -42,18 +42,10 @@ def render_bill(bill, ladder, command_line=None, time=None) -> None:
     _bill_title(bill)
     _bill_table(bill)
     _bill_summary(bill, time)
-    gpu = bill.gpu
-    if gpu is None:
+    if bill.gpu is None:
         return
-    # the smallest GPU (a bisection of simulations) is worth its time only when fragmentation decides
-    near = bill.peak_allocated + bill.overhead_bytes <= gpu.memory_bytes and bill.headroom_bytes < 0
     render_verdict(
-        bill.process_total,
-        gpu,
-        bill.plan.world_size,
-        peak_phase=bill.peak_phase,
-        fits=bill.fits,
-        min_memory=bill.min_memory_bytes if near else None,
+        bill.fit, bill.gpu, bill.plan.world_size, peak_phase=bill.peak_phase, process_total=bill.process_total
     )
     if ladder:
         render_ladder(ladder)
@@ -125,53 +117,57 @@ def _bill_summary(bill, time) -> None:
 
 
 def render_verdict(
-    process_total: int,
+    answer,
     gpu,
     world_size: int = 1,
     *,
     peak_phase: str | None = None,
-    fits: bool | None = None,
-    min_memory: int | None = None,
+    process_total: int | None = None,
     basis: str | None = None,
 ) -> None:
-    """✔ fits / ✘ does not fit, with the margin against the bill's benchmarked error (close call inside it).
+    """The one fit rule's answer (a `verdict.FitAnswer`) in one line: comfortable, close call or does not fit,
+    with the margin of the card over the minimum memory against that minimum's error band.
 
-    `fits` is the bill's simulated answer where it has one: a run that fits with a negative margin
-    completes only because the allocator frees its cache and retries. `min_memory`: the smallest
-    GPU that runs the step, printed when given. `basis`: what the error band rests on, when it is not
-    the training benchmark."""
-    from memdoc.core.billing.verdict import verdict
+    `process_total`: the unconstrained run's total, to say when a step fits only because the allocator
+    releases its cache and retries (its total is over the card, its minimum is not). `basis`: what the
+    error band rests on, when it is not the training benchmark (the inference bill, whose minimum is its
+    process total)."""
+    from memdoc.core.billing.verdict import Fit
 
-    v = verdict(process_total, gpu.memory_bytes, fits=fits)
     gpus = f"{world_size} × " if world_size > 1 else ""
     where = f"{gpus}{gpu.name} ({gib(gpu.memory_bytes)})"
-    if v.fits and v.margin_bytes < 0:
-        head = (
-            f"[bold yellow]✔ fits[/] {where} only because the allocator releases its cache and retries "
-            f"(the unconstrained run reserves {gib(-v.margin_bytes)} more)"
-        )
-    elif v.fits:
-        head = f"[bold green]✔ fits[/] {where} with {gib(v.margin_bytes)} headroom per GPU"
+    margin = answer.margin_bytes
+    over = f"{gib(-margin)} over per GPU" + (f", peak in {peak_phase}" if peak_phase else "")
+    if answer.fit is Fit.COMFORTABLE:
+        head = f"[bold green]✔ fits[/] {where} comfortably: {gib(margin)} headroom per GPU"
+    elif answer.fits:
+        head = f"[bold yellow]✔ fits[/] {where}, a close call: {gib(margin)} headroom per GPU"
+    elif answer.fit is Fit.CLOSE_CALL:
+        head = f"[bold yellow]✘ close call[/] on {where}: {over}"
     else:
-        head = f"[bold red]✘ does not fit[/] {where}: {gib(-v.margin_bytes)} over per GPU" + (
-            f", peak in {peak_phase}" if peak_phase else ""
+        head = f"[bold red]✘ does not fit[/] {where}: {over}"
+    parts = [head, _error_band(answer, basis)]
+    if basis is None:
+        parts.append(f"smallest GPU that runs it: {gib(answer.min_memory_bytes)}")
+    if answer.fits and process_total is not None and process_total > gpu.memory_bytes:
+        parts.append(
+            "it fits only because the allocator releases its cache and retries "
+            f"(the unconstrained run reserves {gib(process_total - gpu.memory_bytes)} more)"
         )
-    parts = [head, _error_band(v, basis)]
-    parts += [f"smallest GPU that runs it: {gib(min_memory)}"] if min_memory is not None else []
     parts_line(*parts, indent="")
 
 
-def _error_band(v, basis: str | None) -> str:
+def _error_band(answer, basis: str | None) -> str:
     """'close call: within …' or 'margin beyond …' the bill's benchmarked error (or the error of `basis`)."""
-    from memdoc.core.billing.verdict import VERDICT_ERROR
+    from memdoc.core.billing.verdict import MIN_MEMORY_ERROR
 
-    band = f"±{VERDICT_ERROR:.0%} (±{gib(v.error_bytes)}); {basis}" if basis else None
-    if v.close_call:
+    error = f"±{MIN_MEMORY_ERROR:.0%}"
+    band = f"{error} (±{gib(answer.error_bytes)}); {basis}" if basis else None
+    if answer.close_call:
         return "[yellow]close call[/]: within " + (
-            band
-            or f"the bill's ±{VERDICT_ERROR:.0%} benchmarked error (±{gib(v.error_bytes)}, measured on real H200 steps)"
+            band or f"the bill's {error} benchmarked error (±{gib(answer.error_bytes)}, measured on real H200 steps)"
         )
-    return "margin beyond " + (band or f"the bill's ±{VERDICT_ERROR:.0%} benchmarked error (±{gib(v.error_bytes)})")
+    return "margin beyond " + (band or f"the bill's {error} benchmarked error (±{gib(answer.error_bytes)})")
 
 
 def render_ladder(ladder) -> None:
@@ -190,37 +186,51 @@ def render_ladder(ladder) -> None:
     ):
         t.add_column(header, justify=justify, no_wrap=header != "remedy", min_width=12 if header == "remedy" else None)
     for i, step in enumerate(ladder, 1):
+        change = step.fixed_change
         t.add_row(
             str(i),
-            step.rung.action,
+            step.rung.action + (f" — [yellow]needs a change you fixed: {escape(change)}[/]" if change else ""),
             gib(step.bill.peak_allocated),
             gib(step.bill.process_total),
             gib(step.saved_bytes),
             f"×{step.relative_time:.2f} ({duration(step.step_seconds)})",
-            "[green]yes[/]" if step.fits else "no",
+            _FIT_CELL[step.fit.value],
         )
     stdout.print(t)
-    if not ladder[-1].fits:
-        stdout.print("[red]No rung makes it fit: use more GPUs (--gpus, --shard), a bigger GPU, or a smaller model.[/]")
+    if not ladder[-1].comfortable:
+        stdout.print(
+            "[red]No rung makes it fit comfortably: use more GPUs (--gpus, --shard), a bigger GPU, or a smaller "
+            "model.[/]"
+        )
 
 
-def render_max(knob: str, value, bill, *, inference: bool = False) -> None:
-    """`--max batch|seq`: the largest value that fits, or that not even 1 does."""
+_FIT_CELL = {"comfortable": "[green]comfortable[/]", "close call": "[yellow]close call[/]", "does not fit": "no"}
+"""The ladder's fits column: the one fit rule's answer (`verdict.Fit` values)."""
+
+
+def render_max(maximum, *, inference: bool = False) -> None:
+    """`--max batch|seq` (a `maximum.Maximum`): the largest value that fits comfortably and the largest that
+    fits at all (past it, a close call), or that not even 1 does."""
     name = {
         ("batch", False): "micro-batch",
         ("seq", False): "sequence length",
         ("batch", True): "batch",
         ("seq", True): "context",
-    }[(knob, inference)]
-    if value is None:
+    }[(maximum.knob, inference)]
+    if maximum.fits is None:
         stdout.print(f"No {name} fits: even 1 is over.")
+        return
+    if maximum.comfortable is None:
+        stdout.print(f"No {name} fits comfortably: even 1 is a close call.")
     else:
-        stdout.print(f"Largest {name} that fits: [bold]{value}[/]")
+        stdout.print(f"Largest {name} that fits comfortably: [bold]{maximum.comfortable}[/]")
+    if maximum.fits != maximum.comfortable:
+        stdout.print(f"Largest that fits at all: [bold]{maximum.fits}[/] (a close call: within the bill's error)")
 
 
 def render_dataset(data: dict) -> None:
     """`bill --dataset`: the token-length distribution against the longest sequence that fits."""
-    fits = data["max_seq_that_fits"]
+    fits, at_all = data["max_seq_that_fits"], data.get("max_seq_fits_at_all")
     rows = [
         [
             "samples",
@@ -230,9 +240,14 @@ def render_dataset(data: dict) -> None:
         ["p99", f"{data['p99_tokens']:,} tokens"],
         ["p50", f"{data['p50_tokens']:,} tokens"],
         [
-            f"longest that fits (micro-batch {data['micro_batch']})",
+            f"longest that fits comfortably (micro-batch {data['micro_batch']})",
             "none (not even 128 tokens)" if fits is None else f"{fits:,} tokens",
         ],
+        *(
+            [["longest that fits at all (a close call)", f"{at_all:,} tokens"]]
+            if at_all is not None and at_all != fits
+            else []
+        ),
         ["longer than that", f"{data['over']:,} samples"],
     ]
     table(

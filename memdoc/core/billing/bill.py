@@ -16,8 +16,9 @@ simulation of PyTorch's caching allocator (`allocator`, `reserved`):
 * `process_total` (≈ nvidia-smi) = peak_reserved + the process's memory outside the allocator
   (CUDA context, kernels, cuBLAS workspaces): `GpuSpec.process_overhead_bytes` where measured,
   else PROCESS_OVERHEAD_BYTES;
-* `fits`: the run completes at the card's capacity (memory_bytes − overhead), with the
-  allocator's release-and-retry before OOM; `min_memory_bytes`: the smallest card that runs it.
+* `min_memory_bytes`: the smallest card that runs it (the allocator replayed at that capacity, with its
+  release-and-retry before OOM); `fit`: the one fit rule (`verdict.fit_answer`) — that minimum against
+  the card with its error band; `fits`: it runs at all (the minimum is within the card's memory).
 
 Sharding divides what it shards by the GPU count (ZeRO-1 states, ZeRO-2 + grads, ZeRO-3/FSDP
 + weights) and adds all-gather buffers (two unsharded layers: current + prefetch). Offload moves
@@ -33,7 +34,7 @@ from memdoc.core.billing.activations import Activations, estimate_activations
 from memdoc.core.billing.reserved import MAX_SIMULATED_LAYERS, ReservedVerdict, reserved_verdict, unsimulated
 from memdoc.core.billing.states import ModelStates, model_states
 from memdoc.core.billing.step_events import training_events
-from memdoc.core.billing.verdict import verdict
+from memdoc.core.billing.verdict import Fit, FitAnswer, bounded_fit, fit_answer
 from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
 from memdoc.core.model.gpu import GpuSpec, gpu_json
 from memdoc.core.model.model_spec import ModelSpec
@@ -134,17 +135,36 @@ class Bill:
 
     @cached_property
     def fits(self) -> bool | None:
-        """Simulated at the card's capacity: the allocator releases its cache and retries before an OOM."""
-        if self.gpu is None:
-            return None
-        if self.peak_allocated + self.overhead_bytes > self.gpu.memory_bytes:
-            return False  # the tensors alone do not fit: no simulation needed
-        return self.allocator.fits(self._capacity(self.gpu.memory_bytes))
+        """Runs at all per the one fit rule: the minimum memory is within the card's (`fit`, `FitAnswer.fits`);
+        a step can run with a process total over the card because the allocator releases its cache and
+        retries before an OOM. Decided from the minimum's bounds when they agree (`bounded_fit`)."""
+        return None if self.gpu is None else self._fit_class[1]
 
-    def _capacity(self, memory_bytes: int) -> int:
-        """What the allocator can reserve on a card of `memory_bytes`, in the simulation's terms
-        (the simulated stream's allocated peak may differ slightly from the bill's)."""
-        return memory_bytes - self.overhead_bytes - (self.peak_allocated - self.allocator.peak_allocated)
+    @property
+    def comfortable(self) -> bool | None:
+        """Fits with more headroom than the minimum memory's error band (`Fit.COMFORTABLE`)."""
+        return None if self.gpu is None else self._fit_class[0] is Fit.COMFORTABLE
+
+    @property
+    def fit_kind(self) -> Fit | None:
+        """Comfortable, close call or does not fit (`fit.fit`, from the minimum's bounds when they decide it)."""
+        return None if self.gpu is None else self._fit_class[0]
+
+    @cached_property
+    def _fit_class(self) -> tuple[Fit, bool]:
+        """(fit, fits) of the one rule, without the minimum's bisection when its bounds decide it: the minimum
+        lies between peak allocated + overhead and the process total (`min_memory_bytes`)."""
+        assert self.gpu is not None
+        cap, low = self.gpu.memory_bytes, self.peak_allocated + self.overhead_bytes
+        if fit_answer(low, cap).fit is Fit.NO:  # the tensors alone are over by more than the band: no simulation
+            return Fit.NO, False
+        bounded = bounded_fit(low, self.process_total, cap)
+        return bounded if bounded is not None else (self.fit.fit, self.fit.fits)
+
+    @cached_property
+    def fit(self) -> FitAnswer | None:
+        """The one fit rule (`verdict.fit_answer`): the minimum memory against the card, with its error band."""
+        return None if self.gpu is None else fit_answer(self.min_memory_bytes, self.gpu.memory_bytes)
 
     @cached_property
     def min_memory_bytes(self) -> int:
@@ -405,8 +425,6 @@ def bill_json(bill: Bill) -> dict:
         "peak_phase": bill.peak_phase,
         "fits": bill.fits,
         "headroom_bytes": bill.headroom_bytes,
-        "verdict": None
-        if bill.gpu is None
-        else verdict(bill.process_total, bill.gpu.memory_bytes, fits=bill.fits).to_json(),
+        "verdict": None if bill.fit is None else bill.fit.to_json(),
         "notes": list(bill.notes),
     }

@@ -1,15 +1,20 @@
-"""The verdict with its uncertainty, and what the "other" line of a bill holds.
+"""The one fit rule with its uncertainty, and what the "other" line of a bill holds.
 
-The bill's verdict compares the process total (≈ nvidia-smi) with the GPU's memory. That total
-is an estimate whose error is measured: against the 20 real training steps on an H200 in
-`benchmarks/data/h200.jsonl` (process total = peak reserved + CUDA context, as measured), the
-billed process total (with the simulated caching allocator, `python benchmarks/allocator.py`) is
-off by a median 1.1%, and every row is within ±5.6% (the worst an underestimate, the cut-down
+Whether a step fits a card is its simulated minimum memory (`Bill.min_memory_bytes`: the smallest card
+the step runs on, the caching allocator replayed at that capacity, plus the CUDA context) against the
+card's memory, with that quantity's error band (`fit_answer`): comfortable, close call or does not fit.
+The verdict, `--max`, the ladder, the dataset fit and `plan` all use it.
+
+The band comes from the process total's measured error (≈ nvidia-smi): against the 20 real training
+steps on an H200 in `benchmarks/data/h200.jsonl` (process total = peak reserved + CUDA context, as
+measured), the billed process total (with the simulated caching allocator, `python benchmarks/allocator.py`)
+is off by a median 1.1%, and every row is within ±5.6% (the worst an underestimate, the cut-down
 Qwen3-MoE). The band is kept at ±10%, wider than this small sample's worst error, because other GPUs,
 drivers and torch versions are measured beyond it (published runs P7–P14 of `benchmarks/RESULTS.md`:
-|error| ≤ 11.3% but for P12). So a plan whose headroom (or overshoot) is within
-`VERDICT_ERROR` of its process total is a close call: the bill cannot tell fit from OOM there,
-and says so (`tests/test_robust_output.py` recomputes these errors from the H200 rows).
+|error| ≤ 11.3% but for P12). So a plan whose headroom (or overshoot) is within the band is a close
+call: the bill cannot tell fit from OOM there, and says so (`tests/test_robust_output.py` recomputes
+these errors from the H200 rows). `Verdict` / `verdict` apply the band to a process total: the
+inference bill's, which has no allocator simulation (its minimum is its process total).
 """
 
 from __future__ import annotations
@@ -61,6 +66,27 @@ class FitAnswer:
     def comfortable(self) -> bool:
         return self.fit is Fit.COMFORTABLE
 
+    @property
+    def margin_bytes(self) -> int:
+        """Headroom (positive) or overshoot (negative) of the card over the minimum memory."""
+        return self.capacity_bytes - self.min_memory_bytes
+
+    @property
+    def close_call(self) -> bool:
+        return self.fit is Fit.CLOSE_CALL
+
+    def to_json(self, error_source: str = VERDICT_ERROR_SOURCE) -> dict:
+        """The bill's JSON `verdict` (docs/output.md): the answer, the margin over the minimum and its band."""
+        return {
+            "fit": self.fit.value,
+            "fits": self.fits,
+            "margin_bytes": self.margin_bytes,
+            "error_bytes": self.error_bytes,
+            "close_call": self.close_call,
+            "min_memory_bytes": self.min_memory_bytes,
+            "error_source": error_source,
+        }
+
 
 def fit_answer(min_memory_bytes: int, capacity_bytes: int) -> FitAnswer:
     """The fit of a step whose simulated minimum is `min_memory_bytes` on a card of `capacity_bytes`: comfortable
@@ -69,6 +95,16 @@ def fit_answer(min_memory_bytes: int, capacity_bytes: int) -> FitAnswer:
     margin = capacity_bytes - min_memory_bytes
     fit = Fit.COMFORTABLE if margin > error else Fit.NO if -margin > error else Fit.CLOSE_CALL
     return FitAnswer(fit=fit, min_memory_bytes=min_memory_bytes, capacity_bytes=capacity_bytes, error_bytes=error)
+
+
+def bounded_fit(lower_bytes: int, upper_bytes: int, capacity_bytes: int) -> tuple[Fit, bool] | None:
+    """(fit, fits) of every minimum memory in [lower_bytes, upper_bytes] on a card of `capacity_bytes`, or None
+    when the bounds disagree: both are monotone in the minimum (a larger one is never a better fit), so equal
+    answers at the bounds are the answer inside. A bill's minimum lies between its peak allocated plus its
+    overhead (no fragmentation) and its process total (the unconstrained reserved peak): `Bill.fits`
+    uses this to skip the minimum's bisection when it cannot change the answer."""
+    low, high = fit_answer(lower_bytes, capacity_bytes), fit_answer(upper_bytes, capacity_bytes)
+    return (low.fit, low.fits) if (low.fit, low.fits) == (high.fit, high.fits) else None
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,16 @@
 """The climb: the ladder's rungs (`rungs.RUNGS`) applied cheapest first, each on top of the last, until it fits.
 
 A rung that does not apply to the plan (already on, or needs more GPUs) is skipped. Stop at the
-first plan that fits: stacking more makes runs slower and harder to debug — and then drop every
-remedy the final plan does not need ("enough is enough"): a remedy taken early (a fused loss) can
-be made unnecessary by a later one (LoRA). Each rung's time is `steptime.step_seconds`.
+first plan that fits comfortably by the one fit rule (`verdict.fit_answer`: more headroom over the
+minimum memory than the bill's error band; a close call is not a stop): stacking more makes runs slower
+and harder to debug — and then drop every remedy the final plan does not need ("enough is enough"): a
+remedy taken early (a fused loss) can be made unnecessary by a later one (LoRA). Each rung's time is
+`steptime.step_seconds`.
+
+Plan values the user set (`fixed`: flags, recipe or config keys) stay as set: a rung that would change
+one is passed over. Only when the rungs that keep them leave the plan short of a comfortable fit does
+the climb go on with the passed-over rungs, each step naming the fixed value it changes
+(`LadderStep.changes_fixed`).
 """
 
 from __future__ import annotations
@@ -12,10 +19,11 @@ from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, compute_bill
 from memdoc.core.billing.steptime import step_seconds
+from memdoc.core.billing.verdict import Fit
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.model.model_spec import ModelSpec
-from memdoc.core.model.plan import Precision, TrainingPlan
+from memdoc.core.model.plan import Precision, TrainingPlan, flag_for
 from memdoc.core.remedies.rungs import RUNGS, Rung
 from memdoc.errors import PlanError
 
@@ -33,10 +41,33 @@ class LadderStep:
     """Modelled seconds per optimizer step on one GPU (`steptime.step_seconds`)."""
     relative_time: float
     """Modelled step time relative to the user's plan (1.0 = unchanged)."""
+    changes_fixed: tuple[tuple[str, object, object], ...] = ()
+    """(plan field, the user's value, this step's value) for each value the user set that this step changes."""
 
     @property
     def fits(self) -> bool:
+        """Runs at all by the one fit rule (the minimum memory within the card's)."""
         return bool(self.bill.fits)
+
+    @property
+    def comfortable(self) -> bool:
+        """Fits with more headroom than the bill's error band: where the climb stops."""
+        return bool(self.bill.comfortable)
+
+    @property
+    def fit(self) -> Fit:
+        """Comfortable, close call or does not fit (`verdict.Fit`)."""
+        return self.bill.fit_kind
+
+    @property
+    def fixed_change(self) -> str | None:
+        """'--method lora (you set --method full)' for each fixed value this step changes, or None."""
+        if not self.changes_fixed:
+            return None
+        return "; ".join(
+            f"{flag_for(name)} {_shown(new)} (you set {flag_for(name)} {_shown(old)})"
+            for name, old, new in self.changes_fixed
+        )
 
     def to_json(self) -> dict:
         return {
@@ -49,7 +80,28 @@ class LadderStep:
             "step_seconds": round(self.step_seconds, 4),
             "relative_time": round(self.relative_time, 3),
             "fits": self.fits,
+            "fit": self.fit.value,
+            "changes_fixed": bool(self.changes_fixed),
+            "fixed_changes": [{"field": n, "flag": flag_for(n), "set": o, "to": v} for n, o, v in self.changes_fixed],
         }
+
+
+def _shown(value) -> str:
+    """A plan value as a flag takes it (`TrainingPlan.to_dict` form)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return ",".join(value) if isinstance(value, (list, tuple)) else str(value)
+
+
+def _fixed_changes(user: TrainingPlan, previous: TrainingPlan, plan: TrainingPlan, fixed: frozenset[str]):
+    """(field, the user's value, `plan`'s value) for the fixed fields `plan` changes from `previous` away
+    from what the user set."""
+    mine, before, after = user.to_dict(), previous.to_dict(), plan.to_dict()
+    return tuple(
+        (name, mine[name], after[name])
+        for name in sorted(fixed & after.keys())
+        if after[name] != before[name] and after[name] != mine[name]
+    )
 
 
 DROP_TOLERANCE = 0.05
@@ -79,64 +131,81 @@ def _on_this_card(candidate: TrainingPlan, gpu: GpuSpec) -> TrainingPlan | None:
     return candidate.replace(precision=Precision.FP16) if candidate.is_peft else None
 
 
-def _worth(rung: Rung, previous: Bill, bill: Bill, gpu: GpuSpec) -> bool:
-    """Is the rung worth taking: does it make the plan fit (expandable) or cut tensors by `MIN_SAVING`?"""
+def _worth(rung: Rung, previous: Bill, bill: Bill) -> bool:
+    """Is the rung worth taking: does it make the plan fit comfortably (expandable) or cut tensors by `MIN_SAVING`?"""
     # (checked cheapest first: the tensor bill is arithmetic, reserved memory a simulation)
     if rung.id == "expandable":  # free, but only worth a line when fragmentation is what does not fit
-        return bill.peak_allocated + bill.overhead_bytes <= gpu.memory_bytes and bool(bill.fits)
+        return bool(bill.comfortable)
     # tensor remedies must cut tensors: fragmentation they happen to remove does not pay their cost
     worth = previous.peak_allocated - bill.peak_allocated >= MIN_SAVING * previous.process_total
     return worth and previous.process_total > bill.process_total
 
 
-def _next_step(
-    model: ModelSpec, previous: Bill, remaining: list[Rung], gpu: GpuSpec, base_time: float
-) -> LadderStep | None:
-    """The cheapest remaining rung worth taking on top of `previous`, removed from `remaining`; rungs
-    that no longer apply are removed too. None when no remaining rung saves anything."""
+@dataclass(frozen=True)
+class _Climb:
+    """What every step of one climb shares: the model, the user's plan and what they fixed, the card."""
+
+    model: ModelSpec
+    user: TrainingPlan
+    gpu: GpuSpec
+    base_time: float
+    fixed: frozenset[str]
+
+
+def _next_step(c: _Climb, plan: TrainingPlan, bill: Bill, remaining: list[Rung], keep: bool) -> LadderStep | None:
+    """The cheapest remaining rung worth taking on top of `plan` (whose bill is `bill`), removed from
+    `remaining`; rungs that no longer apply are removed too; with `keep`, rungs that change a fixed value
+    are passed over (they stay). None when no remaining rung saves anything."""
     for rung in list(remaining):
-        candidate = _apply(rung, previous.plan, model)
+        candidate = _apply(rung, plan, c.model)
         if candidate is None:
             remaining.remove(rung)
             continue
-        candidate = _on_this_card(candidate, gpu)
+        candidate = _on_this_card(candidate, c.gpu)
         if candidate is None:
             continue
-        bill = compute_bill(model, candidate, gpu)
-        if _worth(rung, previous, bill, gpu):
+        changes = _fixed_changes(c.user, plan, candidate, c.fixed)
+        if keep and changes:
+            continue
+        after = compute_bill(c.model, candidate, c.gpu)
+        if _worth(rung, bill, after):
             remaining.remove(rung)
-            seconds = step_seconds(model, candidate, gpu)
-            saved = previous.process_total - bill.process_total
+            seconds = step_seconds(c.model, candidate, c.gpu)
             return LadderStep(
                 rung=rung,
                 plan=candidate,
-                bill=bill,
-                saved_bytes=saved,
+                bill=after,
+                saved_bytes=bill.process_total - after.process_total,
                 step_seconds=seconds,
-                relative_time=seconds / base_time,
+                relative_time=seconds / c.base_time,
+                changes_fixed=changes,
             )
     return None
 
 
-def climb(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec) -> list[LadderStep]:
-    """Apply the rungs cheapest first, each on top of the last, until the plan fits `gpu`.
+def climb(
+    model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec, *, fixed: frozenset[str] = frozenset()
+) -> list[LadderStep]:
+    """Apply the rungs cheapest first, each on top of the last, until the plan fits `gpu` comfortably.
 
     Each round takes the cheapest remaining rung that saves at least `MIN_SAVING`; a rung that
     saves nothing yet stays a candidate, since a later rung can make it pay (checkpointing after
-    LoRA has moved the peak from the optimizer step into backward).
+    LoRA has moved the peak from the optimizer step into backward). `fixed`: the plan fields the user
+    set; the rungs that keep them are climbed first, and the others only when those fall short.
     """
-    base_time = step_seconds(model, plan, gpu)
-    previous = compute_bill(model, plan, gpu)
+    c = _Climb(model, plan, gpu, step_seconds(model, plan, gpu), frozenset(fixed))
     steps: list[LadderStep] = []
     remaining = list(RUNGS)
-    while remaining and not previous.fits:
-        step = _next_step(model, previous, remaining, gpu, base_time)
-        if step is None:
-            break  # no remaining rung saves anything on this plan
-        steps.append(step)
-        previous = step.bill
-    if steps and steps[-1].fits:
-        final = _drop_unneeded(model, plan, steps, gpu, base_time)
+    current, bill = plan, compute_bill(model, plan, gpu)
+    for keep in (True, False):  # first the rungs that keep what the user set; then, if short, the others
+        while remaining and not bill.comfortable:
+            step = _next_step(c, current, bill, remaining, keep)
+            if step is None:
+                break  # no remaining rung saves anything on this plan
+            steps.append(step)
+            current, bill = step.plan, step.bill
+    if steps and steps[-1].comfortable:
+        final = _drop_unneeded(model, plan, steps, gpu, c.base_time)
         if final is not None:
             steps.append(final)
     return steps
@@ -158,7 +227,7 @@ def _drop_unneeded(
 ) -> LadderStep | None:
     """A last step without the remedies the final plan does not need, or None when each is needed.
 
-    A remedy is dropped when the plan without it still fits and is at most `DROP_TOLERANCE`
+    A remedy is dropped when the plan without it still fits comfortably and is at most `DROP_TOLERANCE`
     slower: LoRA that makes a weight-offloaded 70B step five times faster is not "unneeded". Greedy: of the remedies that can go, drop the one that leaves the fastest plan,
     and repeat; what stays is minimal (undoing any one of them no longer fits, or is slower).
     """
@@ -178,7 +247,7 @@ def _drop_unneeded(
                 continue
             bill = compute_bill(model, candidate, gpu)
             seconds = step_seconds(model, candidate, gpu)
-            if seconds <= current_seconds * (1 + DROP_TOLERANCE) and bill.fits:
+            if seconds <= current_seconds * (1 + DROP_TOLERANCE) and bill.comfortable:
                 options.append((seconds, rung_id, fields, candidate, bill))
         if not options:
             break

@@ -5,10 +5,11 @@ set by its length, so the longest samples decide whether a run survives (the lon
 
 - `length_stats`: samples, max, p99, p50 of the token counts. Percentiles are nearest-rank: the
   p-th is the ⌈p/100 · n⌉-th smallest count, a length that occurs in the data.
-- `dataset_fit`: the longest sequence that fits the plan on the GPU (`maximum.max_fitting`,
-  multiples of 128 tokens, at the plan's micro-batch), capped by the user's `--seq` (their
-  max_length) when given and by the model's context; how many samples are longer; and the
-  prescriptions that apply, with the numbers filled in:
+- `dataset_fit`: the longest sequence that fits the plan on the GPU comfortably, by the one fit rule
+  (`maximum.maximum`: more headroom than the bill's error band; multiples of 128 tokens, at the plan's
+  micro-batch), capped by the user's `--seq` (their max_length) when given and by the model's context;
+  the longest that fits at all (a close call past the comfortable one); how many samples are longer
+  than the comfortable one; and the prescriptions that apply, with the numbers filled in:
   * ``long-cap-length`` — some samples are longer than what fits: cap max_length / cutoff_len /
     sequence_len there (those samples are truncated or must be dropped);
   * ``per-length-micro-batch`` — the longest sample does not fit at the plan's micro-batch but
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan
-from memdoc.core.remedies.maximum import max_fitting
+from memdoc.core.remedies.maximum import max_fitting, maximum
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,11 +66,15 @@ class DatasetFit:
 
     stats: LengthStats
     max_seq_that_fits: int | None
-    """Longest sequence that fits at the plan's micro-batch (capped by --seq and the context); None: none fits."""
+    """Longest sequence that fits comfortably at the plan's micro-batch (capped by --seq and the context); None:
+    none does."""
     over: int
     """Samples longer than `max_seq_that_fits` (all of them when nothing fits)."""
     max_seq_alone: int | None = None
-    """Longest sequence that fits at micro-batch 1 (same cap), when the plan's micro-batch is larger."""
+    """Longest sequence that fits comfortably at micro-batch 1 (same cap), when the plan's micro-batch is larger."""
+    max_seq_fits_at_all: int | None = None
+    """Longest sequence that fits at all at the plan's micro-batch (same cap): past `max_seq_that_fits`, a close
+    call; None when not even 128 tokens does."""
     prescriptions: list[dict] = field(default_factory=list)
     """{"id", "action", "how"} in the order to try them."""
 
@@ -83,6 +88,7 @@ class DatasetFit:
             "max_seq_that_fits": self.max_seq_that_fits,
             "over": self.over,
             "max_seq_alone": self.max_seq_alone,
+            "max_seq_fits_at_all": self.max_seq_fits_at_all,
             "prescriptions": list(self.prescriptions),
         }
 
@@ -97,7 +103,8 @@ def dataset_fit(
     """Fit the token `counts` to `plan` on `gpu`; `seq_cap` is the user's --seq (None: only the context caps)."""
     stats = length_stats(counts)
     cap = min(c for c in (seq_cap, model.max_positions) if c) if (seq_cap or model.max_positions) else None
-    fits = _capped(max_fitting(model, plan, gpu, "seq"), cap)
+    longest = maximum(model, plan, gpu, "seq")
+    fits = _capped(longest.comfortable, cap)
     alone = None
     if plan.micro_batch > 1:
         alone = _capped(max_fitting(model, plan.replace(micro_batch=1), gpu, "seq"), cap)
@@ -108,7 +115,14 @@ def dataset_fit(
         *_group_by_length(stats, plan.micro_batch),
         *_packing(stats, fits),
     ]
-    return DatasetFit(stats=stats, max_seq_that_fits=fits, over=over, max_seq_alone=alone, prescriptions=rx)
+    return DatasetFit(
+        stats=stats,
+        max_seq_that_fits=fits,
+        over=over,
+        max_seq_alone=alone,
+        max_seq_fits_at_all=_capped(longest.fits, cap),
+        prescriptions=rx,
+    )
 
 
 def _cap_length(stats: LengthStats, fits: int | None, over: int) -> list[dict]:

@@ -23,13 +23,14 @@ from memdoc.core.billing.inference import (
     kv_cache_bytes,
     prefill_activation_bytes,
 )
+from memdoc.core.billing.verdict import fit_answer
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
-from memdoc.core.remedies.maximum import largest_fitting, largest_value
+from memdoc.core.remedies.maximum import Maximum, largest_fitting, largest_value
 
 
 def max_inference(model: ModelSpec, inference: InferencePlan, gpu: GpuSpec, knob: str) -> int | None:
-    """Largest batch ('batch') or context ('seq', multiples of 128 up to the model's context) that fits."""
+    """Largest batch ('batch') or context ('seq', multiples of 128 up to the model's context) that fits at all."""
     field = "batch" if knob == "batch" else "context"
     return largest_value(
         knob,
@@ -37,6 +38,22 @@ def max_inference(model: ModelSpec, inference: InferencePlan, gpu: GpuSpec, knob
         inference.plan.allow_long,
         lambda value: bool(inference_bill(model, inference.replace(**{field: value}), gpu).fits),
     )
+
+
+def inference_maximum(model: ModelSpec, inference: InferencePlan, gpu: GpuSpec, knob: str) -> Maximum:
+    """`bill --inference --max`: the largest batch or context that fits comfortably, and that fits at all.
+
+    The inference bill has no allocator simulation, so no minimum memory below its process total: the one
+    fit rule (`verdict.fit_answer`) is applied to the process total, with the same band its verdict uses."""
+    field = "batch" if knob == "batch" else "context"
+
+    def comfortable(value: int) -> bool:
+        bill = inference_bill(model, inference.replace(**{field: value}), gpu)
+        return fit_answer(bill.process_total, gpu.memory_bytes).comfortable
+
+    best = largest_value(knob, model, inference.plan.allow_long, comfortable)
+    fits = max_inference(model, inference, gpu, knob)
+    return Maximum(knob=knob, comfortable=best, fits=fits)
 
 
 @dataclass(frozen=True)

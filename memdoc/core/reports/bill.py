@@ -12,8 +12,8 @@ from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan
 from memdoc.core.remedies.climb import LadderStep, climb
-from memdoc.core.remedies.inference import InferenceStep, VllmFit, climb_inference, max_inference, vllm_fit
-from memdoc.core.remedies.maximum import max_fitting
+from memdoc.core.remedies.inference import InferenceStep, VllmFit, climb_inference, inference_maximum, vllm_fit
+from memdoc.core.remedies.maximum import Maximum, maximum
 
 
 @dataclass(frozen=True)
@@ -24,11 +24,12 @@ class BillReport:
     time: StepTime
     world_size: int
     ladder: list[LadderStep]
-    """The cheapest remedies, applied in order until the plan fits (empty when it fits or was not asked)."""
+    """The cheapest remedies, applied in order until the plan fits comfortably (empty when it does or was not
+    asked)."""
     max_of: str | None = None
     """The knob --max searched ('batch' or 'seq'), or None."""
-    maximum: int | None = None
-    """Its largest value that fits."""
+    maximum: Maximum | None = None
+    """Its largest value that fits comfortably, and that fits at all."""
     dataset: dict | None = None
     """The --dataset section (the JSON `dataset` object), or None."""
 
@@ -40,8 +41,8 @@ class BillReport:
         data = bill_json(self.bill)
         data["time"] = self.time.to_json(self.world_size)
         data["ladder"] = [step.to_json() for step in self.ladder]
-        if self.max_of is not None:
-            data["max"] = {"knob": self.max_of, "value": self.maximum}
+        if self.maximum is not None:
+            data["max"] = self.maximum.to_json()
         if self.dataset is not None:
             data["dataset"] = self.dataset
         return data
@@ -55,17 +56,19 @@ def bill_report(
     ladder: bool = True,
     max_of: str | None = None,
     dataset: dict | None = None,
+    fixed: frozenset[str] = frozenset(),
 ) -> BillReport:
-    """Bill the plan, time the step, climb the ladder when it does not fit (if `ladder`), and find
-    the largest `max_of` ('batch' or 'seq') that fits."""
+    """Bill the plan, time the step, climb the ladder when it does not fit comfortably (if `ladder`), and
+    find the largest `max_of` ('batch' or 'seq') that fits comfortably and at all. `fixed`: the plan fields
+    the user set (`Setup.explicit`), which the ladder keeps while it can (`climb`)."""
     the_bill = compute_bill(model, plan, gpu)
     return BillReport(
         bill=the_bill,
         time=step_time(model, plan, gpu),
         world_size=plan.world_size,
-        ladder=[] if (not ladder or the_bill.fits) else climb(model, plan, gpu),
+        ladder=[] if (not ladder or gpu is None or the_bill.comfortable) else climb(model, plan, gpu, fixed=fixed),
         max_of=max_of,
-        maximum=None if max_of is None else max_fitting(model, plan, gpu, max_of),
+        maximum=None if max_of is None or gpu is None else maximum(model, plan, gpu, max_of),
         dataset=dataset,
     )
 
@@ -78,7 +81,8 @@ class InferenceReport:
     ladder: list[InferenceStep]
     vllm: VllmFit | None
     max_of: str | None = None
-    maximum: int | None = None
+    maximum: Maximum | None = None
+    """The largest batch or context that fits comfortably, and that fits at all (`inference_maximum`)."""
 
     @property
     def fits(self) -> bool | None:
@@ -88,8 +92,8 @@ class InferenceReport:
         data = self.bill.to_json()
         data["ladder"] = [step.to_json() for step in self.ladder]
         data["vllm"] = None if self.vllm is None else self.vllm.to_json()
-        if self.max_of is not None:
-            data["max"] = {"knob": self.max_of, "value": self.maximum}
+        if self.maximum is not None:
+            data["max"] = self.maximum.to_json()
         return data
 
 
@@ -102,5 +106,5 @@ def inference_report(
         ladder=[] if (not ladder or gpu is None) else climb_inference(model, plan, gpu),
         vllm=None if gpu is None else vllm_fit(model, plan, gpu),
         max_of=max_of,
-        maximum=None if max_of is None or gpu is None else max_inference(model, plan, gpu, max_of),
+        maximum=None if max_of is None or gpu is None else inference_maximum(model, plan, gpu, max_of),
     )
