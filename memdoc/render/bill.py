@@ -137,16 +137,19 @@ def render_verdict(
     gpus = f"{world_size} × " if world_size > 1 else ""
     where = f"{gpus}{gpu.name} ({gib(gpu.memory_bytes)})"
     margin = answer.margin_bytes
-    over = f"{gib(-margin)} over per GPU" + (f", peak in {peak_phase}" if peak_phase else "")
     if answer.fit is Fit.COMFORTABLE:
-        head = f"[bold green]✔ fits[/] {where} comfortably: {gib(margin)} headroom per GPU"
+        head = f"[bold green]✔ fits[/] {where} comfortably"
     elif answer.fits:
-        head = f"[bold yellow]✔ fits[/] {where}, a close call: {gib(margin)} headroom per GPU"
+        head = f"[bold yellow]✔ fits[/] {where}, a close call"
     elif answer.fit is Fit.CLOSE_CALL:
-        head = f"[bold yellow]✘ close call[/] on {where}: {over}"
+        head = f"[bold yellow]✘ close call[/] on {where}"
     else:
-        head = f"[bold red]✘ does not fit[/] {where}: {over}"
-    parts = [head, _error_band(answer, basis)]
+        head = f"[bold red]✘ does not fit[/] {where}"
+    if margin >= 0:
+        amount = f"{gib(margin)} headroom per GPU"
+    else:
+        amount = f"{gib(-margin)} over per GPU" + (f", peak in {peak_phase}" if peak_phase else "")
+    parts = [head, amount, _error_band(answer, basis)]
     if basis is None:
         parts.append(f"smallest GPU that runs it: {gib(answer.min_memory_bytes)}")
     if answer.fits and process_total is not None and process_total > gpu.memory_bytes:

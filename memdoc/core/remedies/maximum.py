@@ -33,7 +33,11 @@ class Maximum:
 
 def maximum(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec, knob: str) -> Maximum:
     """The largest micro-batch ('batch') or sequence length ('seq', multiples of 128 up to the model's
-    context) that fits `gpu` comfortably, and that fits at all; both searches share their bills."""
+    context) that fits `gpu` comfortably, and that fits at all; both searches share their bills.
+
+    The minimum memory is not quite monotone in the knob (the simulated allocator's block rounding moves
+    with the sizes, and the minimum's bisection stops within 0.5%): each search starts from the plan's own
+    value when it fits, so `--max` never contradicts the plan's verdict."""
     field = "micro_batch" if knob == "batch" else "seq_len"
     bills: dict[int, Bill] = {}
 
@@ -42,8 +46,12 @@ def maximum(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec, knob: str) -> Ma
             bills[value] = compute_bill(model, plan.replace(**{field: value}), gpu)
         return bills[value]
 
-    comfortable = largest_value(knob, model, plan.allow_long, lambda value: bool(bill(value).comfortable))
-    fits = largest_value(knob, model, plan.allow_long, lambda value: bool(bill(value).fits), start=comfortable)
+    own = getattr(plan, field)
+    comfortable = largest_value(
+        knob, model, plan.allow_long, lambda v: bool(bill(v).comfortable), start=own if bill(own).comfortable else None
+    )
+    start = max(comfortable or 0, own if bill(own).fits else 0) or None
+    fits = largest_value(knob, model, plan.allow_long, lambda v: bool(bill(v).fits), start=start)
     return Maximum(knob=knob, comfortable=comfortable, fits=fits)
 
 
@@ -81,6 +89,7 @@ def largest_fitting(fits: Callable[[int], bool], limit: int, *, start: int | Non
         if limit < 1 or not fits(1):
             return None
         start = 1
+    start = min(start, limit)
     low, high = start, start * 2
     while high <= limit and fits(high):
         low, high = high, high * 2

@@ -122,9 +122,13 @@ def test_ladder_stops_at_first_fit_and_is_cheapest_first():
 def test_max_fitting_is_the_boundary():
     model, gpu = resolve_model("meta-llama/Llama-2-7b-hf"), resolve_gpu("rtx-4090")
     plan = parse_plan(method="qlora", checkpointing="full")
+    # issue 25: max_fitting answers by the one fit rule, comfortable by default, at all with comfortable=False
     best = max_fitting(model, plan, gpu, "batch")
-    assert compute_bill(model, plan.replace(micro_batch=best), gpu).fits
-    assert not compute_bill(model, plan.replace(micro_batch=best + 1), gpu).fits
+    assert compute_bill(model, plan.replace(micro_batch=best), gpu).comfortable
+    assert not compute_bill(model, plan.replace(micro_batch=best + 1), gpu).comfortable
+    at_all = max_fitting(model, plan, gpu, "batch", comfortable=False)
+    assert at_all >= best and compute_bill(model, plan.replace(micro_batch=at_all), gpu).fits
+    assert not compute_bill(model, plan.replace(micro_batch=at_all + 1), gpu).fits
 
 
 sys.path.insert(0, str(BENCHMARKS))

@@ -136,11 +136,15 @@ def test_longest_that_fits_is_where_the_bill_stops_fitting(tmp_path, tok_dir):
     ]
     fits = data["max_seq_that_fits"]
     assert fits is not None and fits % 128 == 0
-    assert bill_json("--batch", 2, "--seq", fits)["fits"] is True
-    assert bill_json("--batch", 2, "--seq", fits + 128)["fits"] is False
+    # issue 25: the dataset fit is the one fit rule's: comfortable at max_seq_that_fits, at all at max_seq_fits_at_all
+    assert bill_json("--batch", 2, "--seq", fits)["verdict"]["fit"] == "comfortable"
+    assert bill_json("--batch", 2, "--seq", fits + 128)["verdict"]["fit"] != "comfortable"
+    at_all = data["max_seq_fits_at_all"]
+    assert at_all >= fits and bill_json("--batch", 2, "--seq", at_all)["fits"] is True
+    assert bill_json("--batch", 2, "--seq", at_all + 128)["fits"] is False
     assert data["over"] == sum(1 for n in (100, 400, 30000) if n + 1 > fits)
     alone = data["max_seq_alone"]
-    assert alone > fits and bill_json("--seq", alone)["fits"] is True
+    assert alone > fits and bill_json("--seq", alone)["verdict"]["fit"] == "comfortable"
     ids = [p["id"] for p in data["prescriptions"]]
     assert ids[:2] == ["long-cap-length", "per-length-micro-batch"]
     assert "long-group-by-length" in ids  # median 401 tokens < half of 30,001
@@ -150,7 +154,9 @@ def test_terminal_output_and_progress(tmp_path, tok_dir):
     path = write(tmp_path / "d.jsonl", [{"text": text(n)} for n in WORD_COUNTS], "jsonl")
     result = run("--dataset", path, "--tokenizer", tok_dir, "--seq", 64)
     assert result.exit_code == 0
-    assert "longest that fits (micro-batch 1)" in result.stdout and "37 samples" in result.stdout
+    assert (
+        "longest that fits comfortably (micro-batch 1)" in result.stdout
+    )  # issue 25: the rule's word and "37 samples" in result.stdout
 
 
 @pytest.mark.parametrize(
