@@ -1,11 +1,12 @@
 """`memdoc plan`: the fastest plans that fit the GPU, searched over the knobs the user left free."""
 
+import inspect
 from typing import Annotated, Optional
 
 import typer
 
 from memdoc.commands.emit import Format, print_emitted
-from memdoc.commands.options import JsonOpt, ModelArg, PlanFlags, plan_options, print_setup_notes
+from memdoc.commands.options import PLAN, JsonOpt, ModelArg, PlanFlags, plan_options, print_setup_notes
 
 EXAMPLES = """
 Examples:
@@ -18,10 +19,16 @@ Examples:
 
   memdoc plan meta-llama/Llama-3.1-8B --gpu rtx-4090 --method lora --emit trl -o sft.yaml
 
+  memdoc plan meta-llama/Llama-3.1-8B --gpu rtx-4090 --gpu a100-80 --gpu 8xh100 --tokens 2e8
+      --price rtx-4090=0.40 --price a100-80=1.20 --price 8xh100=2.50
+
 Every plan flag you pass is kept fixed; the others are searched (method, precision, optimizer,
 micro-batch × accumulation for the global batch, checkpointing, fused loss, sharding, offload).
 --batch fixes the micro-batch: give --global-batch instead to let plan split it.
 LoRA rank and targets, sequence length, attention kernel and GPU count stay as given (or default).
+With --gpu given more than once (or --tokens, --price): one row per card, its fastest plan, the time
+for the tokens (tokens / tokens per step × step time) and the cost (hours × GPUs × price per GPU-hour),
+and the recommended card: the cheapest when priced, else the fastest.
 Exit status: 0 plans found, 2 bad input, 3 nothing fits.
 """
 
@@ -43,7 +50,51 @@ OutputOpt = Annotated[
 ]
 ForceOpt = Annotated[bool, typer.Option("--force", help="With --emit: overwrite existing files.")]
 
+# ------------------------------------------------------------------------------ the hardware choice
+GpuListOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--gpu",
+        help="GPU name (rtx-4090, a100-80, h100-sxm, …) or memory in GiB (24, 80); N×GPU (8xh100) also sets "
+        "--gpus N. Repeat it to compare hardware: one row per card. \\[default: the local GPU]",
+        rich_help_panel=PLAN,
+    ),
+]
+TokensOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--tokens",
+        min=1,
+        help="Tokens to train (2e8): each hardware row gives their time, and their cost with --price. "
+        "\\[default: 1e9 when comparing hardware]",
+    ),
+]
+PriceOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--price",
+        metavar="NAME=USD",
+        help="Price per GPU-hour of a --gpu (a100-80=1.20), repeatable; price every --gpu or none. "
+        "No prices are built in.",
+    ),
+]
 
+
+def _repeatable_gpu(command):
+    """plan's --gpu repeats (one hardware row each); the other commands take one (`options.GpuOpt`).
+    `plan.values["gpu"]` is then a list: `_with_gpu` gives the flags of one card."""
+    signature = inspect.signature(command)
+    params = [p.replace(annotation=GpuListOpt) if p.name == "gpu" else p for p in signature.parameters.values()]
+    command.__signature__ = signature.replace(parameters=params)
+    return command
+
+
+def _with_gpu(plan: PlanFlags, gpu: str | None) -> PlanFlags:
+    """The plan flags with one --gpu."""
+    return PlanFlags({**plan.values, "gpu": gpu})
+
+
+@_repeatable_gpu
 @plan_options
 def plan_command(
     model: ModelArg = None,
@@ -54,6 +105,8 @@ def plan_command(
     emit_format: EmitOpt = None,
     output: OutputOpt = None,
     force: ForceOpt = False,
+    tokens: TokensOpt = None,
+    prices: PriceOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Search the fastest training plans that fit the GPU with 5% headroom.
@@ -68,7 +121,10 @@ def plan_command(
 
     if (output or force) and not emit_format:
         raise PlanError("-o/--force write the config of --emit FORMAT; pass --emit too")
-    setup = plan.resolve(model)
+    gpus = list(plan.values["gpu"] or [])
+    if len(gpus) > 1 or tokens is not None or prices:
+        return _compare_hardware(model, plan, gpus, tokens, prices, global_batch, emit_format, json_out)
+    setup = _with_gpu(plan, gpus[0] if gpus else None).resolve(model)
     report = plan_report(setup.model, setup.plan, setup.gpu, fixed=setup.explicit, global_batch=global_batch, top=top)
     chosen = report.candidates[0].plan if emit_format and report.candidates else None
     if json_out:
@@ -94,3 +150,31 @@ def _emit(setup, chosen, fmt: Format, output: Optional[str], force: bool):
 
     emit_setup = card_as_emit_sees_it(dataclasses.replace(setup, plan=chosen))
     return emit_files(emit_setup, fmt.value, output=Path(output) if output else None, force=force), emit_setup.gpu_note
+
+
+def _compare_hardware(model, plan: PlanFlags, gpus, tokens, prices, global_batch, emit_format, json_out) -> None:
+    """The hardware choice: the plan search on each --gpu, one row each, and the recommended card."""
+    from memdoc import render
+    from memdoc.core.reports.hardware import DEFAULT_TOKENS, HardwareOption, hardware_report, with_prices
+    from memdoc.errors import PlanError
+    from memdoc.render.hardware import render_hardware
+
+    if emit_format:
+        raise PlanError("--emit writes one plan: give one --gpu (the recommended card) to emit its plan")
+    setups = [_with_gpu(plan, gpu).resolve(model) for gpu in gpus or [None]]
+    options = [
+        HardwareOption(label=gpu or setup.gpu.id, gpu=setup.gpu, plan=setup.plan, fixed=setup.explicit)
+        for gpu, setup in zip(gpus or [None], setups)
+    ]
+    options = with_prices(options, prices or [])
+    report = hardware_report(setups[0].model, options, tokens=tokens or DEFAULT_TOKENS, global_batch=global_batch)
+    if json_out:
+        render.print_json(report.to_json())
+    else:
+        for setup in setups:
+            if setup.gpu_note:
+                render.note(f"note: {setup.gpu_note}")
+        print_setup_notes(setups[0], gpu_note=False)
+        render_hardware(report)
+    if report.recommended is None:
+        raise typer.Exit(3)
