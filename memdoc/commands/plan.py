@@ -18,10 +18,17 @@ Examples:
 
   memdoc plan meta-llama/Llama-3.1-8B --gpu rtx-4090 --method lora --emit trl -o sft.yaml
 
+  memdoc plan meta-llama/Llama-3.1-70B --gpu rtx-4090 --host-ram 128
+
 Every plan flag you pass is kept fixed; the others are searched (method, precision, optimizer,
 micro-batch × accumulation for the global batch, checkpointing, fused loss, sharding, offload).
 --batch fixes the micro-batch: give --global-batch instead to let plan split it.
 LoRA rank and targets, sequence length, attention kernel and GPU count stay as given (or default).
+A plan fits when its minimum memory leaves more headroom than the bill's error (comfortable), and,
+when it offloads, when the node's host RAM holds what it offloads (--host-ram, else this machine's).
+Each step time carries its band: calibrated (H200-measured terms), published (QLoRA's factor) or
+first-order (offload transfers, multi-GPU communication); an uncertain plan ranks above a calibrated
+one only when it is faster by more than its band.
 Exit status: 0 plans found, 2 bad input, 3 nothing fits.
 """
 
@@ -42,6 +49,15 @@ OutputOpt = Annotated[
     Optional[str], typer.Option("--output", "-o", help="With --emit: write the config here. Default: print it.")
 ]
 ForceOpt = Annotated[bool, typer.Option("--force", help="With --emit: overwrite existing files.")]
+HostRamOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--host-ram",
+        metavar="GiB",
+        min=0,
+        help="Host RAM per node that offloaded states may use. [default: this machine's RAM]",
+    ),
+]
 
 
 @plan_options
@@ -54,29 +70,41 @@ def plan_command(
     emit_format: EmitOpt = None,
     output: OutputOpt = None,
     force: ForceOpt = False,
+    host_ram_gib: HostRamOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Search the fastest training plans that fit the GPU with 5% headroom.
+    """Search the fastest training plans that fit the GPU comfortably (and the host RAM when offloading).
 
     Bills every combination of the knobs you did not set (pure arithmetic, no torch) and ranks
-    those that fit by modelled step time; prints the top plans with their peak, process total,
-    step time, tokens/s and what changed from your plan.
+    those whose minimum memory fits with more headroom than the bill's error by modelled step time
+    and its uncertainty; prints the top plans with their minimum memory, process total, host RAM,
+    step time ± band, tokens/s and what changed from your plan.
     """
     from memdoc import render
     from memdoc.core.reports.plan import plan_report
     from memdoc.errors import PlanError
+    from memdoc.resolve.host import host_ram
 
     if (output or force) and not emit_format:
         raise PlanError("-o/--force write the config of --emit FORMAT; pass --emit too")
-    setup = plan.resolve(model)
-    report = plan_report(setup.model, setup.plan, setup.gpu, fixed=setup.explicit, global_batch=global_batch, top=top)
+    setup, host = plan.resolve(model), host_ram(host_ram_gib)
+    report = plan_report(
+        setup.model,
+        setup.plan,
+        setup.gpu,
+        fixed=setup.explicit,
+        global_batch=global_batch,
+        top=top,
+        host_ram_bytes=host.bytes,
+        host_ram_source=host.source,
+    )
     chosen = report.candidates[0].plan if emit_format and report.candidates else None
     if json_out:
         emitted = _emit(setup, chosen, emit_format, output, force)[0] if chosen else None
         render.print_json(report.to_json(emitted=None if emitted is None else emitted.to_json()))
     else:
         print_setup_notes(setup, gpu_note=False)
-        render.render_plans(setup, report.candidates, report.headroom)
+        render.render_plans(setup, report)
         if chosen is not None:
             emitted, note = _emit(setup, chosen, emit_format, output, force)
             print_emitted(emitted, gpu_note=note)
