@@ -12,7 +12,6 @@ _COLUMNS = (
     ("#", "right"),
     ("changes from your plan", "left"),
     ("min memory", "right"),
-    ("process", "right"),
     ("host RAM", "right"),
     ("step time", "right"),
     ("tokens/s/GPU", "right"),
@@ -72,7 +71,8 @@ def render_plans(setup, report) -> None:
 
 
 def _plans_table(candidates) -> Table:
-    """One row per candidate: its changes, minimum, process and host memory, step time ± band, throughput."""
+    """One row per candidate: its changes, minimum memory (the fit), host RAM, step time ± band, throughput
+    (the process total is in the JSON)."""
     narrow = stdout.width < NARROW_COLUMNS
     t = Table(box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, show_edge=not narrow, collapse_padding=narrow)
     for header, justify in _COLUMNS:
@@ -90,7 +90,6 @@ def _plans_table(candidates) -> Table:
             str(i),
             changes,
             gib(c.bill.min_memory_bytes),
-            gib(c.bill.process_total),
             gib(host) if host else "-",
             f"{duration(c.time.seconds)} ±{c.band.relative:.0%}{_BASIS_MARK[c.band.basis.value]}",
             f"{c.time.tokens_per_second:,.0f}",
