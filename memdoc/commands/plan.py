@@ -22,10 +22,17 @@ Examples:
   memdoc plan meta-llama/Llama-3.1-8B --gpu rtx-4090 --gpu a100-80 --gpu 8xh100 --tokens 2e8
       --price rtx-4090=0.40 --price a100-80=1.20 --price 8xh100=2.50
 
+  memdoc plan meta-llama/Llama-3.1-70B --gpu rtx-4090 --host-ram 128
+
 Every plan flag you pass is kept fixed; the others are searched (method, precision, optimizer,
 micro-batch × accumulation for the global batch, checkpointing, fused loss, sharding, offload).
 --batch fixes the micro-batch: give --global-batch instead to let plan split it.
 LoRA rank and targets, sequence length, attention kernel and GPU count stay as given (or default).
+A plan fits when its minimum memory leaves more headroom than the bill's error (comfortable), and,
+when it offloads, when the node's host RAM holds what it offloads (--host-ram, else this machine's).
+Each step time carries its band: calibrated (H200-measured terms), published (QLoRA's factor) or
+first-order (offload transfers, multi-GPU communication); an uncertain plan ranks above a calibrated
+one only when it is faster by more than its band.
 With --gpu given more than once (or --tokens, --price): one row per card, its fastest plan, the time
 for the tokens (tokens / tokens per step × step time) and the cost (hours × GPUs × price per GPU-hour),
 and the recommended card: the cheapest when priced, else the fastest.
@@ -49,6 +56,15 @@ OutputOpt = Annotated[
     Optional[str], typer.Option("--output", "-o", help="With --emit: write the config here. Default: print it.")
 ]
 ForceOpt = Annotated[bool, typer.Option("--force", help="With --emit: overwrite existing files.")]
+HostRamOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--host-ram",
+        metavar="GiB",
+        min=0,
+        help="Host RAM per node that offloaded states may use. [default: this machine's RAM]",
+    ),
+]
 
 # ------------------------------------------------------------------------------ the hardware choice
 GpuListOpt = Annotated[
@@ -107,32 +123,44 @@ def plan_command(
     force: ForceOpt = False,
     tokens: TokensOpt = None,
     prices: PriceOpt = None,
+    host_ram_gib: HostRamOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Search the fastest training plans that fit the GPU with 5% headroom.
+    """Search the fastest training plans that fit the GPU comfortably (and the host RAM when offloading).
 
     Bills every combination of the knobs you did not set (pure arithmetic, no torch) and ranks
-    those that fit by modelled step time; prints the top plans with their peak, process total,
-    step time, tokens/s and what changed from your plan.
+    those whose minimum memory fits with more headroom than the bill's error by modelled step time
+    and its uncertainty; prints the top plans with their minimum memory, process total, host RAM,
+    step time ± band, tokens/s and what changed from your plan.
     """
     from memdoc import render
     from memdoc.core.reports.plan import plan_report
     from memdoc.errors import PlanError
+    from memdoc.resolve.host import host_ram
 
     if (output or force) and not emit_format:
         raise PlanError("-o/--force write the config of --emit FORMAT; pass --emit too")
-    gpus = list(plan.values["gpu"] or [])
+    gpus, host = list(plan.values["gpu"] or []), host_ram(host_ram_gib)
     if len(gpus) > 1 or tokens is not None or prices:
-        return _compare_hardware(model, plan, gpus, tokens, prices, global_batch, emit_format, json_out)
+        return _compare_hardware(model, plan, gpus, tokens, prices, global_batch, emit_format, json_out, host)
     setup = _with_gpu(plan, gpus[0] if gpus else None).resolve(model)
-    report = plan_report(setup.model, setup.plan, setup.gpu, fixed=setup.explicit, global_batch=global_batch, top=top)
+    report = plan_report(
+        setup.model,
+        setup.plan,
+        setup.gpu,
+        fixed=setup.explicit,
+        global_batch=global_batch,
+        top=top,
+        host_ram_bytes=host.bytes,
+        host_ram_source=host.source,
+    )
     chosen = report.candidates[0].plan if emit_format and report.candidates else None
     if json_out:
         emitted = _emit(setup, chosen, emit_format, output, force)[0] if chosen else None
         render.print_json(report.to_json(emitted=None if emitted is None else emitted.to_json()))
     else:
         print_setup_notes(setup, gpu_note=False)
-        render.render_plans(setup, report.candidates, report.headroom)
+        render.render_plans(setup, report)
         if chosen is not None:
             emitted, note = _emit(setup, chosen, emit_format, output, force)
             print_emitted(emitted, gpu_note=note)
@@ -152,7 +180,7 @@ def _emit(setup, chosen, fmt: Format, output: Optional[str], force: bool):
     return emit_files(emit_setup, fmt.value, output=Path(output) if output else None, force=force), emit_setup.gpu_note
 
 
-def _compare_hardware(model, plan: PlanFlags, gpus, tokens, prices, global_batch, emit_format, json_out) -> None:
+def _compare_hardware(model, plan: PlanFlags, gpus, tokens, prices, global_batch, emit_format, json_out, host) -> None:
     """The hardware choice: the plan search on each --gpu, one row each, and the recommended card."""
     from memdoc import render
     from memdoc.core.reports.hardware import DEFAULT_TOKENS, HardwareOption, hardware_report, with_prices
@@ -167,7 +195,13 @@ def _compare_hardware(model, plan: PlanFlags, gpus, tokens, prices, global_batch
         for gpu, setup in zip(gpus or [None], setups)
     ]
     options = with_prices(options, prices or [])
-    report = hardware_report(setups[0].model, options, tokens=tokens or DEFAULT_TOKENS, global_batch=global_batch)
+    report = hardware_report(
+        setups[0].model,
+        options,
+        tokens=tokens or DEFAULT_TOKENS,
+        global_batch=global_batch,
+        host_ram_bytes=host.bytes,
+    )
     if json_out:
         render.print_json(report.to_json())
     else:

@@ -11,19 +11,22 @@ from memdoc.render.layout import NARROW_COLUMNS, stdout, title
 _COLUMNS = (
     ("#", "right"),
     ("changes from your plan", "left"),
-    ("peak alloc.", "right"),
-    ("process", "right"),
+    ("min memory", "right"),
+    ("host RAM", "right"),
     ("step time", "right"),
     ("tokens/s/GPU", "right"),
     ("per 1B tokens", "right"),
 )
 _SHORT_HEADERS = {
     "changes from your plan": "changes",
-    "peak alloc.": "peak",
+    "min memory": "min",
+    "host RAM": "host",
     "tokens/s/GPU": "tok/s/GPU",
     "per 1B tokens": "per 1B tok",
 }
 """Headers of a narrow console (below NARROW_COLUMNS)."""
+_BASIS_MARK = {"calibrated": "", "published": "ᵖ", "first-order": "¹"}
+"""Marks after a step time's band: QLoRA's published factor (ᵖ), first-order terms (¹)."""
 
 
 def _change(field: str, before, after) -> str:
@@ -32,21 +35,35 @@ def _change(field: str, before, after) -> str:
     return f"{field.replace('_', ' ')} {value(before)} → {value(after)}"
 
 
-def render_plans(setup, candidates, headroom: float) -> None:
-    """`memdoc plan`: the fastest fitting plans, each with what changed from the user's plan."""
-    gpu, plan = setup.gpu, setup.plan
+def _host_line(report) -> str:
+    limit = report.host_ram_bytes
+    return f"host RAM limit: {gib(limit)} per node, {report.host_ram_source}" if limit else report.host_ram_source
+
+
+def render_plans(setup, report) -> None:
+    """`memdoc plan`: the best-ranked fitting plans, each with what changed from the user's plan."""
+    gpu, plan, candidates = setup.gpu, setup.plan, report.candidates
     gpus = f"{plan.world_size} × " if plan.world_size > 1 else ""
     if not candidates:
         stdout.print(
-            f"[bold red]No plan fits[/] {gpus}{gpu.name} ({gib(gpu.memory_bytes)}) with {headroom:.0%} headroom "
-            "over the knobs left free: free a fixed flag, add GPUs (--gpus) or use a bigger GPU."
+            f"[bold red]No plan fits[/] {gpus}{gpu.name} ({gib(gpu.memory_bytes)}) comfortably "
+            "over the knobs left free (the minimum memory with more headroom than the bill's error, "
+            "offloaded states within the host RAM): free a fixed flag, add GPUs (--gpus), use a bigger GPU "
+            "or give more host RAM (--host-ram)."
         )
+        stdout.print(f"  {_host_line(report)}")
         return
     title(
         f"{setup.model.id} on {gpus}{gpu.name} ({gib(gpu.memory_bytes)})",
-        f"fastest plans that fit with {headroom:.0%} headroom",
+        "fastest plans that fit comfortably (minimum memory with more headroom than the bill's error)",
     )
     stdout.print(_plans_table(candidates))
+    stdout.print(f"  {_host_line(report)}")
+    stdout.print(
+        "  step time ± its band: calibrated on H200 steps; ᵖ QLoRA, a factor fitted on published runs; "
+        "¹ first-order offload or communication terms (not measured), ranked above a measured plan only "
+        "when faster by more than its band."
+    )
     if setup.explicit:
         stdout.print(f"  kept as given: {', '.join(sorted(setup.explicit))}")
     if gpu.is_generic:
@@ -54,7 +71,8 @@ def render_plans(setup, candidates, headroom: float) -> None:
 
 
 def _plans_table(candidates) -> Table:
-    """One row per candidate: its changes, peak and process memory, step time and throughput."""
+    """One row per candidate: its changes, minimum memory (the fit), host RAM, step time ± band, throughput
+    (the process total is in the JSON)."""
     narrow = stdout.width < NARROW_COLUMNS
     t = Table(box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, show_edge=not narrow, collapse_padding=narrow)
     for header, justify in _COLUMNS:
@@ -67,12 +85,13 @@ def _plans_table(candidates) -> Table:
     for i, c in enumerate(candidates, 1):
         changes = "; ".join(_change(*change) for change in c.changes) or "(none: your plan)"
         per_billion = 1e9 / (c.time.tokens_per_second * c.plan.world_size)
+        host = c.host_bytes_per_node
         t.add_row(
             str(i),
             changes,
-            gib(c.bill.peak_allocated),
-            gib(c.bill.process_total),
-            duration(c.time.seconds),
+            gib(c.bill.min_memory_bytes),
+            gib(host) if host else "-",
+            f"{duration(c.time.seconds)} ±{c.band.relative:.0%}{_BASIS_MARK[c.band.basis.value]}",
             f"{c.time.tokens_per_second:,.0f}",
             duration(per_billion),
         )

@@ -15,8 +15,7 @@ the GPU (`memdoc/data/gpus.yaml`) times an efficiency:
   forward in backward (+1 forward of the decoder, not the head).
 * **Rates per dtype**: bf16/fp16 and autocast run at the bf16/fp16 tensor rate; fp32 runs at the
   FP32 (non-tensor) rate, because torch's default `float32_matmul_precision="highest"` keeps TF32
-  tensor cores off (a ×15 difference on an H100). QLoRA dequantises each NF4 weight on every use
-  (forward, input gradients, recompute): 0.5 byte read, 2 written and read again by the GEMM.
+  tensor cores off (a ×15 difference on an H100). QLoRA: see below.
 * **Memory-bound ops** (`memory_bytes`), bytes moved at HBM bandwidth: the element-wise chain of
   an HF decoder layer in eager PyTorch, counted op by op per token — RMSNorm upcasts to fp32
   (to-fp32, pow, mean, multiply, cast back, scale: 28 + 4e bytes per element, e = activation
@@ -57,9 +56,29 @@ all 18 cases: median |ratio − 1| 7.5%, worst ×1.34 (GPT-2, whose dropout and 
 are only roughly counted); held-out: median 9.2%, worst ×1.21. The FP32 (CUDA-core) path skips
 the thin-matrix factor: without tensor cores, GEMMs saturate at far smaller tiles.
 
-Not calibrated (no measured rows): QLoRA (only its dequantisation traffic is counted, about +15%
-over LoRA for an 8B model; bitsandbytes' kernels may well cost more), offload, and multi-GPU
-communication (the first-order terms above, as before).
+**QLoRA** (bitsandbytes NF4 base, LoRA adapters): the compute of the same plan as LoRA, times
+`QLORA_TIME_FACTOR`, fitted on published LoRA-vs-QLoRA step times measured on one card with only the
+quantisation changed (rows in `benchmarks/data/qlora_speed.yaml`, checked by
+`tests/unit/remedies/test_plan_trust.py`):
+
+* Lightning-AI/litgpt `tutorials/resource-tables.md`
+  (https://github.com/Lightning-AI/litgpt/blob/main/tutorials/resource-tables.md, updated 2023-10-20):
+  one A100-SXM4-40GB, PyTorch 2.1.0, bitsandbytes 0.41.1, `finetune/lora.py` with bf16-true, LoRA
+  r = 8 on q and v, micro-batch 1, Alpaca; minutes per 1k iterations, none → bnb.nf4: phi-1.5
+  1.62 → 1.77 (×1.09), StableLM-3B-Alpha 1.24 → 1.82 (×1.47), Llama-2-7B 2.36 → 3.68 (×1.56),
+  Llama-2-13B 3.19 → 6.38 (×2.00). These four are fitted: geometric mean ×1.50.
+* Held out: S. Raschka, "Practical Tips for Finetuning LLMs Using LoRA", Ahead of AI, 2023-11-19
+  (https://magazine.sebastianraschka.com/p/practical-tips-for-finetuning-llms): Llama-2-7B, lit-gpt,
+  one A100, bf16 LoRA 1.85 h vs QLoRA NF4 2.79 h for the Alpaca run (×1.51), within 1% of the fit.
+
+The ratios grow with the model at micro-batch 1 (a small model's step is dominated by fixed costs),
+and at larger micro-batches the fixed dequantisation cost is shared by more tokens, so one constant
+is a first fit: its error, `QLORA_TIME_ERROR`, is the median |ratio / factor − 1| of the fitted
+rows. Not used: Qwen's README LoRA-vs-Q-LoRA table (A100-80G), whose Q-LoRA runs a GPTQ Int4 model
+(auto-gptq kernels), not bitsandbytes NF4.
+
+Not calibrated (no measured rows): offload and multi-GPU communication (the first-order terms above,
+as before).
 """
 
 from __future__ import annotations
@@ -91,6 +110,11 @@ MEMORY_EFFICIENCY = 0.70
 """Fitted: fraction of peak HBM bandwidth element-wise kernels and the optimizer step reach."""
 KERNEL_OVERHEAD_S = 2e-6
 """Fitted: fixed cost of one launched kernel, seconds."""
+QLORA_TIME_FACTOR = 1.50
+"""Fitted on published measurements: QLoRA's compute over the same plan's LoRA compute (bitsandbytes NF4
+dequantisation on every use of a frozen weight; see the module docstring and benchmarks/data/qlora_speed.yaml)."""
+QLORA_TIME_ERROR = 0.16
+"""Median |published ratio / QLORA_TIME_FACTOR − 1| over the fitted rows of benchmarks/data/qlora_speed.yaml."""
 KERNELS_PER_LAYER = 40
 """Kernels one HF decoder layer launches in forward (eager: norms alone are 6 each)."""
 KERNELS_PER_EXPERT = 6
@@ -257,8 +281,6 @@ def memory_bytes(model: ModelSpec, plan: TrainingPlan, trainable: int) -> float:
     total += tokens * model.vocab_size * (44 if plan.loss is Loss.HF else 8)
     if plan.is_peft:
         total += tokens * (trainable / plan.lora_rank) * 12 * 3
-    if plan.method is Method.QLORA:
-        total += shape.linear_params * 4.5 * (2 + (plan.checkpointing is Checkpointing.FULL))
     if plan.precision.is_amp:
         total += (shape.linear_params + shape.head_params) * 6 * (1 + (plan.checkpointing is Checkpointing.FULL))
         total += trainable * 6
@@ -292,6 +314,8 @@ def step_time(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> Step
     )
     grad_add = 3 * states.gradients * (plan.grad_accum - 1) / hbm
     compute = micro * plan.grad_accum + grad_add
+    if plan.method is Method.QLORA:
+        compute *= QLORA_TIME_FACTOR  # the frozen base's matmuls and FLOPs are LoRA's; NF4 adds dequantisation
     world = plan.world_size
     shard = world if plan.shard.shards_optimizer else 1
     optimizer = 0.0 if plan.offload is not Offload.NONE else optimizer_bytes(plan, trainable) / shard / hbm

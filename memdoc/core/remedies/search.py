@@ -8,9 +8,13 @@ Knobs the user set (flags or recipe) stay fixed; so do those that change the mod
 rather than how (LoRA rank and targets, sequence length) and those never faster or smaller than
 the default (fp32, eager attention, other optimizers): pass them to have them kept.
 
-"Fits" means a process total at most (1 − `HEADROOM`) of the GPU's memory. Time is
-`steptime.step_time`. The search finds the fastest fitting plan of the space (plans within `TIE`
-count as equally fast; a test checks it against brute force), and is fast by two monotonicities:
+"Fits" is the one fit rule (`verdict.fit_answer`): the bill's simulated minimum memory fits the card
+comfortably, i.e. with more headroom than its benchmarked error. A plan that offloads must also fit
+the host RAM it is given (`host_ram_bytes`, per node: every GPU of a node offloads to the same RAM).
+Time is `steptime.step_time`, with its uncertainty (`time_band`): plans are ranked by
+`time_band.rank_seconds`, the modelled time of a calibrated plan and the upper end of the band of
+any other. The search finds the best-ranked fitting plan of the space (plans within `TIE` count as
+equally fast; a test checks it against brute force), and is fast by two monotonicities:
 * peak memory grows with the micro-batch, and step time (at a fixed global batch) shrinks with
   it: for each combination of the other knobs, the largest fitting micro-batch (a binary search
   over the divisors) is its fastest plan, and its time at the largest micro-batch is a lower
@@ -18,7 +22,11 @@ count as equally fast; a test checks it against brute force), and is fast by two
   bound;
 * memory is monotone in each knob's order (`_MEMORY_RANK`): a combination that does not fit at
   micro-batch 1 rules out every combination that is at least as large in every knob, without
-  billing them.
+  billing them (a plan over the host RAM rules nothing else out: less offload needs less).
+
+The list shows each plan once: plans within `TIE` in time and memory, and plans that differ by one
+lever (`LEVERS`) saving under `NEAR_DUPLICATE` of the memory, are one plan; the better-ranked is kept
+(within `TIE`, the one with fewer changes).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, compute_bill
 from memdoc.core.billing.steptime import StepTime, step_time
+from memdoc.core.billing.verdict import fit_answer
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.model.model_spec import ModelSpec
@@ -36,15 +45,14 @@ from memdoc.core.model.plan import (
     Loss,
     Method,
     Offload,
+    OffloadTarget,
     Optimizer,
     Precision,
     Shard,
     TrainingPlan,
 )
+from memdoc.core.remedies.time_band import TimeBand, rank_seconds, time_band
 from memdoc.errors import PlanError
-
-HEADROOM = 0.05
-"""Fraction of GPU memory a plan must leave free (allocator drift, NCCL buffers, dataset spikes)."""
 
 _MEMORY_RANK: dict[str, dict] = {
     "method": {Method.FULL: 2, Method.LORA: 1, Method.QLORA: 0},
@@ -57,6 +65,12 @@ _MEMORY_RANK: dict[str, dict] = {
 }
 """Per knob, values ordered by the memory they need (larger rank: at least as much, all else equal)."""
 KNOBS = tuple(_MEMORY_RANK)
+LEVERS = (("shard", "offload", "optimizer"), ("method",), ("precision",), ("checkpointing",), ("loss",))
+"""The knobs that move together as one lever (offloading the optimizer runs DeepSpeed's CPU Adam)."""
+NEAR_DUPLICATE = 0.01
+"""Plans that differ by one lever saving less than this fraction of the process total are one plan."""
+TIE = 0.01
+"""Plans whose ranking times differ by less than this fraction are equally fast."""
 
 
 @dataclass(frozen=True)
@@ -68,14 +82,31 @@ class Candidate:
     time: StepTime
     changes: tuple[tuple[str, object, object], ...]
     """(field, the user's value, this plan's value) for every field that differs."""
+    band: TimeBand
+
+    @property
+    def rank_seconds(self) -> float:
+        """What the list is ordered by (see `time_band.rank_seconds`)."""
+        return rank_seconds(self.time, self.band)
+
+    @property
+    def host_bytes_per_node(self) -> int:
+        return host_ram_needed(self.bill)
 
     def to_json(self) -> dict:
+        answer = fit_answer(self.bill.min_memory_bytes, self.bill.gpu.memory_bytes)
         return {
             "plan": self.plan.to_dict(),
-            "per_gpu": {"peak_allocated": self.bill.peak_allocated, "process_total": self.bill.process_total},
-            "fits": bool(self.bill.fits),
+            "per_gpu": {
+                "peak_allocated": self.bill.peak_allocated,
+                "process_total": self.bill.process_total,
+                "min_memory_bytes": self.bill.min_memory_bytes,
+            },
+            "fits": answer.fits,
+            "fit": answer.fit.value,
             "headroom_bytes": self.bill.headroom_bytes,
-            "time": self.time.to_json(self.plan.world_size),
+            "host_bytes_per_node": self.host_bytes_per_node,
+            "time": {**self.time.to_json(self.plan.world_size), "band": self.band.to_json()},
             "changes": [{"field": f, "from": _plain(a), "to": _plain(b)} for f, a, b in self.changes],
         }
 
@@ -84,10 +115,22 @@ def _plain(value):
     return value.value if hasattr(value, "value") else list(value) if isinstance(value, tuple) else value
 
 
-def fits_with_headroom(bill: Bill, gpu: GpuSpec) -> bool:
-    limit = gpu.memory_bytes * (1 - HEADROOM)
-    # reserved ≥ allocated: the tensor bill rules most plans out before the allocator simulation runs
-    return bill.peak_allocated + bill.overhead_bytes <= limit and bill.process_total <= limit
+def fits_comfortably(bill: Bill, gpu: GpuSpec) -> bool:
+    """`fit_answer(bill.min_memory_bytes, gpu.memory_bytes).comfortable`, without the minimum's binary search
+    where a bound settles it: peak allocated + overhead ≤ the minimum ≤ the process total."""
+    capacity = gpu.memory_bytes
+    if not fit_answer(bill.peak_allocated + bill.overhead_bytes, capacity).comfortable:
+        return False  # the tensors alone leave too little headroom: no allocator simulation needed
+    if fit_answer(bill.process_total, capacity).comfortable:
+        return True
+    return fit_answer(bill.min_memory_bytes, capacity).comfortable
+
+
+def host_ram_needed(bill: Bill) -> int:
+    """Host RAM one node needs for what its GPUs offload (0 without offload, or offloading to NVMe)."""
+    if bill.plan.offload_to is not OffloadTarget.CPU:
+        return 0
+    return bill.host_bytes * bill.plan.gpus_per_node
 
 
 def _values(knob: str, base: TrainingPlan, fixed: frozenset[str]) -> tuple:
@@ -119,11 +162,13 @@ def search(
     fixed: frozenset[str] = frozenset(),
     global_batch: int | None = None,
     top: int = 5,
+    host_ram_bytes: int | None = None,
 ) -> list[Candidate]:
-    """The `top` fastest plans that fit `gpu` with `HEADROOM`, fastest first (empty: nothing fits).
+    """The `top` best-ranked plans that fit `gpu` comfortably, best first (empty: nothing fits).
 
     `fixed`: plan fields the user set, kept as in `base`. `global_batch`: sequences per
     optimizer step over all GPUs (default: base's micro-batch × accumulation × GPUs).
+    `host_ram_bytes`: host RAM per node that offloaded states may use (None: no limit).
     """
     if not gpu.supports_bf16:  # T4, V100: the search space's bf16 precisions cannot run; keep the card's fp16 AMP
         fixed = fixed | {"precision"}
@@ -137,7 +182,8 @@ def search(
     failed: list[dict] = []
     found: list[Candidate] = []
     for bound, knobs, plan in _combinations(model, base, gpu, fixed, micro_options[-1], per_gpu):
-        if len(found) >= top and bound > found[top - 1].time.seconds * (1 + TIE):
+        # rank_seconds ≥ the time ≥ its bound: no later combination can rank above the top K
+        if len(found) >= top and bound > found[top - 1].rank_seconds * (1 + TIE):
             break
         if any(_dominates(knobs, small) for small in failed):
             continue
@@ -146,12 +192,27 @@ def search(
             failed.append(knobs)
             continue
         plan, bill = best
-        candidate = Candidate(plan=plan, bill=bill, time=step_time(model, plan, gpu), changes=_changes(base, plan))
-        if not any(_redundant(candidate, other) for other in found):
-            found = [c for c in found if not _redundant(c, candidate)]
-            found.append(candidate)
-            found.sort(key=lambda c: c.time.seconds)
+        if host_ram_bytes is not None and host_ram_needed(bill) > host_ram_bytes:
+            continue  # offloaded states are the same at every micro-batch
+        time = step_time(model, plan, gpu)
+        found = admit(found, Candidate(plan, bill, time, _changes(base, plan), time_band(plan, time)))
     return found[:top]
+
+
+def admit(found: list[Candidate], candidate: Candidate) -> list[Candidate]:
+    """`found` with `candidate` added, best-ranked first, each group of duplicates (`duplicates`) kept once."""
+    for other in found:
+        if duplicates(candidate, other) and _preferred(other, candidate):
+            return found
+    kept = [c for c in found if not duplicates(candidate, c)] + [candidate]
+    return sorted(kept, key=lambda c: c.rank_seconds)
+
+
+def _preferred(a: Candidate, b: Candidate) -> bool:
+    """True when `a` is kept over its duplicate `b`: better-ranked, or within `TIE` and with no more changes."""
+    if _same(a.rank_seconds, b.rank_seconds):
+        return len(a.changes) <= len(b.changes)
+    return a.rank_seconds < b.rank_seconds
 
 
 def _micro_options(base: TrainingPlan, fixed: frozenset[str], per_gpu: int, global_batch: int) -> list[int]:
@@ -201,26 +262,23 @@ def _combinations(
     return combos
 
 
-TIE = 0.01
-"""Plans whose times differ by less than this fraction are equally fast."""
+def _same(a: float, b: float) -> bool:
+    return abs(a - b) <= TIE * max(a, b)
 
 
-def _redundant(candidate: Candidate, other: Candidate) -> bool:
-    """True when `other` has the same time and memory (within `TIE`) with no more changes than `candidate`.
-
-    LoRA's optimizer choice, say, moves nothing measurable; nor does ZeRO-1 vs ZeRO-2 for
-    adapters: the list keeps one plan of each such group, the one with the fewest changes.
-    """
-
-    def same(a: float, b: float) -> bool:
-        return abs(a - b) <= TIE * max(a, b)
-
-    return (
-        candidate is not other
-        and len(other.changes) <= len(candidate.changes)
-        and same(other.time.seconds, candidate.time.seconds)
-        and same(other.bill.process_total, candidate.bill.process_total)
-    )
+def duplicates(a: Candidate, b: Candidate) -> bool:
+    """True when the list shows `a` and `b` as one plan: the same time and memory (within `TIE`; LoRA's
+    optimizer choice, say, moves nothing measurable), or one lever apart (`LEVERS`) that saves under
+    `NEAR_DUPLICATE` of the process total (optimizer offload saving 0.06 GiB of 23)."""
+    if a is b:
+        return False
+    if _same(a.time.seconds, b.time.seconds) and _same(a.bill.process_total, b.bill.process_total):
+        return True
+    differ = {k for k in KNOBS if getattr(a.plan, k) != getattr(b.plan, k)}
+    if sum(1 for lever in LEVERS if differ & set(lever)) != 1:
+        return False
+    low, high = sorted((a.bill.process_total, b.bill.process_total))  # billed already; the minimum needs a search
+    return high - low < NEAR_DUPLICATE * high
 
 
 def _largest_fitting(model, plan, gpu, micro_options, per_gpu) -> tuple[TrainingPlan, Bill] | None:
@@ -232,16 +290,16 @@ def _largest_fitting(model, plan, gpu, micro_options, per_gpu) -> tuple[Training
         return p, compute_bill(model, p, gpu)
 
     top = at(len(micro_options) - 1)
-    if fits_with_headroom(top[1], gpu):
+    if fits_comfortably(top[1], gpu):
         return top
     low = at(0)
-    if not fits_with_headroom(low[1], gpu):
+    if not fits_comfortably(low[1], gpu):
         return None
     lo, hi = 0, len(micro_options) - 1  # lo fits, hi does not
     while hi - lo > 1:
         mid = (lo + hi) // 2
         candidate = at(mid)
-        if fits_with_headroom(candidate[1], gpu):
+        if fits_comfortably(candidate[1], gpu):
             lo, low = mid, candidate
         else:
             hi = mid

@@ -1,4 +1,4 @@
-"""`memdoc plan`'s report: the fastest plans that fit the GPU, next to the plan as given."""
+"""`memdoc plan`'s report: the best-ranked plans that fit the GPU, next to the plan as given."""
 
 from __future__ import annotations
 
@@ -6,10 +6,12 @@ from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, compute_bill
 from memdoc.core.billing.steptime import StepTime, step_time
+from memdoc.core.billing.verdict import MIN_MEMORY_ERROR
 from memdoc.core.model.gpu import GpuSpec, gpu_json
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan
-from memdoc.core.remedies.search import HEADROOM, Candidate, search
+from memdoc.core.remedies.search import Candidate, search
+from memdoc.core.remedies.time_band import TimeBand, time_band
 
 
 @dataclass(frozen=True)
@@ -23,10 +25,17 @@ class PlanReport:
     fixed: frozenset[str]
     """Plan fields the user set: kept as given by the search."""
     candidates: list[Candidate]
-    """Plans that fit with `HEADROOM`, fastest first (empty: nothing fits)."""
+    """Plans that fit comfortably (`verdict.fit_answer`) and within the host RAM, best-ranked first (empty: none)."""
     base: Bill
     time: StepTime
-    headroom: float = HEADROOM
+    host_ram_bytes: int | None = None
+    """The host RAM per node offloaded states may use (None: no limit known)."""
+    host_ram_source: str = "unknown"
+    """Where `host_ram_bytes` comes from, in words ("--host-ram", "this machine's RAM (/proc/meminfo)")."""
+
+    @property
+    def band(self) -> TimeBand:
+        return time_band(self.plan, self.time)
 
     def to_json(self, emitted: dict | None = None) -> dict:
         """The JSON of `memdoc plan --json`; `emitted` is the `memdoc emit --json` object of --emit."""
@@ -37,12 +46,13 @@ class PlanReport:
                 "trainable_params": self.base.states.trainable_params,
             },
             "gpu": gpu_json(self.gpu, self.plan.world_size),
-            "headroom_fraction": self.headroom,
+            "fit_rule": {"fit": "comfortable", "min_memory_error": MIN_MEMORY_ERROR},
+            "host_ram": {"limit_bytes": self.host_ram_bytes, "source": self.host_ram_source},
             "fixed": sorted(self.fixed),
             "given": {
                 "plan": self.plan.to_dict(),
                 "process_total": self.base.process_total,
-                "time": self.time.to_json(self.plan.world_size),
+                "time": {**self.time.to_json(self.plan.world_size), "band": self.band.to_json()},
             },
             "plans": [c.to_json() for c in self.candidates],
             **({"emitted": emitted} if emitted is not None else {}),
@@ -57,9 +67,11 @@ def plan_report(
     fixed: frozenset[str] = frozenset(),
     global_batch: int | None = None,
     top: int = 5,
+    host_ram_bytes: int | None = None,
+    host_ram_source: str = "unknown",
 ) -> PlanReport:
-    """Search the `top` fastest plans that fit `gpu`, keeping the `fixed` fields of `plan`."""
-    found = search(model, plan, gpu, fixed=fixed, global_batch=global_batch, top=top)
+    """Search the `top` best-ranked plans that fit `gpu` (and `host_ram_bytes`), keeping the `fixed` fields of `plan`."""
+    found = search(model, plan, gpu, fixed=fixed, global_batch=global_batch, top=top, host_ram_bytes=host_ram_bytes)
     return PlanReport(
         model=model,
         plan=plan,
@@ -68,4 +80,6 @@ def plan_report(
         candidates=found,
         base=compute_bill(model, plan, gpu),
         time=step_time(model, plan, gpu),
+        host_ram_bytes=host_ram_bytes,
+        host_ram_source=host_ram_source,
     )
