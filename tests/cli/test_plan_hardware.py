@@ -6,7 +6,9 @@ import pytest
 from conftest import invoke
 
 MODEL = "meta-llama/Llama-3.1-8B"
-CARDS = ["--gpu", "rtx-4090", "--gpu", "a100-80", "--gpu", "2xa100-80", "--method", "full"]
+HOST = ["--host-ram", "64"]
+"""A fixed host-RAM limit, so that offloaded plans do not depend on the RAM of the machine running the tests."""
+CARDS = ["--gpu", "rtx-4090", "--gpu", "a100-80", "--gpu", "2xa100-80", "--method", "full", *HOST]
 PRICES = ["--price", "rtx-4090=0.40", "--price", "a100-80=1.20"]
 """a100-80=1.20 prices both A100 options: a price is per GPU-hour of the card."""
 
@@ -33,7 +35,7 @@ def test_json_rows_follow_the_formula_and_the_single_card_search():
         price = 0.40 if gpu == "rtx-4090" else 1.20
         assert r["cost"] == pytest.approx(r["hours"] * r["count"] * price, abs=0.01)
         # the row's plan is the first plan of `memdoc plan --gpu CARD` with the same flags
-        alone = plan_json("--gpu", gpu, "--method", "full")
+        alone = plan_json("--gpu", gpu, "--method", "full", *HOST)
         assert p == alone["plans"][0]["plan"]
         assert r["step_seconds"] == alone["plans"][0]["time"]["step_seconds"]
     cheapest = min(rows, key=lambda r: r["cost"])

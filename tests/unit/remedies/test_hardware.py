@@ -8,6 +8,7 @@ from memdoc.core.billing.steptime import StepTime
 from memdoc.core.model.gpu import resolve_gpu
 from memdoc.core.model.plan import parse_plan
 from memdoc.core.remedies.search import Candidate, search
+from memdoc.core.remedies.time_band import time_band
 from memdoc.core.reports.hardware import (
     HardwareOption,
     HardwareRow,
@@ -33,7 +34,7 @@ def row(label: str, seconds: float | None, *, price=None, tokens=1e9, gpu="a100-
     if seconds is None:
         return HardwareRow(option=option, best=None, tokens=tokens)
     time = StepTime(compute=seconds, optimizer=0.0, communication=0.0, host=0.0, tokens=0)
-    best = Candidate(plan=plan, bill=compute_bill(MODEL, plan, card), time=time, changes=())
+    best = Candidate(plan=plan, bill=compute_bill(MODEL, plan, card), time=time, changes=(), band=time_band(plan, time))
     return HardwareRow(option=option, best=best, tokens=tokens)
 
 
