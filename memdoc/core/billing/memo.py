@@ -11,6 +11,7 @@ it), and the cached bill holds both, so their `id`s stay their own.
 from __future__ import annotations
 
 import functools
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -27,19 +28,22 @@ MAX_BILLS = 64
 def memoized_bill(compute: Callable[..., Any]) -> Callable[..., Any]:
     """`compute(model, plan, gpu)` that returns the earlier Bill for the same model and GPU objects and an equal plan."""
     cache: OrderedDict[tuple, Any] = OrderedDict()
+    lock = threading.Lock()  # a diagnosed script may bill from its own threads (the HF callback)
 
     @functools.wraps(compute)
     def wrapper(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = None) -> Any:
         # lora_dropout may be 0 or 0.0: equal, but the plan's JSON would show the other one
         key = (id(model), id(gpu), plan, type(plan.lora_dropout))
-        hit = cache.get(key)
-        if hit is not None and hit.model is model and hit.gpu is gpu:
-            cache.move_to_end(key)
-            return hit
+        with lock:
+            hit = cache.get(key)
+            if hit is not None and hit.model is model and hit.gpu is gpu:
+                cache.move_to_end(key)
+                return hit
         bill = compute(model, plan, gpu)
-        cache[key] = bill
-        if len(cache) > MAX_BILLS:
-            cache.popitem(last=False)
+        with lock:
+            cache[key] = bill
+            if len(cache) > MAX_BILLS:
+                cache.popitem(last=False)
         return bill
 
     wrapper.cache_clear = cache.clear  # type: ignore[attr-defined]
