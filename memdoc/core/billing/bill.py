@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from memdoc.core.billing.activations import Activations, estimate_activations
+from memdoc.core.billing.memo import memoized_bill
 from memdoc.core.billing.reserved import MAX_SIMULATED_LAYERS, ReservedVerdict, reserved_verdict, unsimulated
 from memdoc.core.billing.states import ModelStates, model_states
 from memdoc.core.billing.step_events import training_events
@@ -372,6 +373,7 @@ def _partial_checkpointing_phase(
     )
 
 
+@memoized_bill
 def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = None) -> Bill:
     """The per-GPU bill of `plan` on `model` (pure arithmetic, no torch)."""
     states = model_states(model, plan)

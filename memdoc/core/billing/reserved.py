@@ -94,6 +94,10 @@ def unsimulated(peak_allocated: int, *, expandable: bool = False) -> ReservedVer
     return ReservedVerdict(None, expandable, stats)
 
 
+@lru_cache(maxsize=64)
 def reserved_verdict(events: Events, *, expandable: bool = False) -> ReservedVerdict:
+    """The unconstrained simulation of `events`, once per distinct stream: the plan search and the
+    ladder bill many plans whose streams are identical (LoRA's optimizer choice or ZeRO-1 vs ZeRO-2 moves
+    no tensor of the stream), and the simulation is the bill's only costly step."""
     stats = simulate(events, expandable=expandable)
     return ReservedVerdict(events, expandable, stats)

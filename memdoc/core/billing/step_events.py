@@ -49,26 +49,39 @@ class Events:
     sizes: tuple[int, ...]
 
 
+def _nbytes(size: float) -> int:
+    """A tensor's size as the stream records it: whole bytes, at least one."""
+    return max(int(size), 1)
+
+
 class _Stream:
     def __init__(self) -> None:
         self.ids: list[int] = []
         self.sizes: list[int] = []
         self._next = 0
 
-    def alloc(self, size: int) -> int:
-        size = max(int(size), 1)
+    def alloc(self, size: float) -> int:
         self._next += 1
         self.ids.append(self._next)
-        self.sizes.append(size)
+        self.sizes.append(_nbytes(size))
         return self._next
+
+    def alloc_all(self, nbytes: list[int]) -> list[int]:
+        """`alloc` of each size (already `_nbytes`) in order, as one list operation: their ids."""
+        start = self._next + 1
+        self._next += len(nbytes)
+        tids = list(range(start, self._next + 1))
+        self.ids.extend(tids)
+        self.sizes.extend(nbytes)
+        return tids
 
     def free(self, tid: int) -> None:
         self.ids.append(tid)
         self.sizes.append(0)
 
     def free_all(self, tids: list[int], reverse: bool = False) -> None:
-        for tid in reversed(tids) if reverse else tids:
-            self.free(tid)
+        self.ids.extend(reversed(tids) if reverse else tids)
+        self.sizes.extend([0] * len(tids))
 
 
 def _split(name: str, nbytes: int, model, T: int) -> list[int]:
@@ -102,13 +115,16 @@ def _split(name: str, nbytes: int, model, T: int) -> list[int]:
 
 
 def _layout_items(model, plan) -> dict:
-    """Per distinct layer layout, the sizes of the tensors its forward saves, in `layer_activations` order."""
+    """Per distinct layer layout, the sizes (`_nbytes`) of the tensors its forward saves, in `layer_activations` order."""
     T = plan.micro_batch * plan.seq_len
     items = {}
     for i, layout in enumerate(model.layouts):
         if layout not in items:
             items[layout] = [
-                t for name, v in layer_activations(model, plan, i).items() if v > 0 for t in _split(name, v, model, T)
+                _nbytes(t)
+                for name, v in layer_activations(model, plan, i).items()
+                if v > 0
+                for t in _split(name, v, model, T)
             ]
     return items
 
@@ -137,9 +153,14 @@ class _TrainingRun:
         self.full = self.plan.method is Method.FULL
         self.checkpointing = self.plan.checkpointing is not Checkpointing.NONE
         self.tokens = self.plan.micro_batch * self.plan.seq_len
-        self.layout_items = _layout_items(self.model, self.plan)
+        layout_items = _layout_items(self.model, self.plan)
+        self.layer_items = [layout_items[layout] for layout in self.model.layouts]  # per decoder layer
         self.trainable_order = _trainable_order(self.tensors, self.full)
         self._scale_states(bill)
+        # per decoder layer, its parameters' gradients in the order backward makes them
+        self.layer_grads = [
+            [_nbytes(n * self.g_scale) for n in reversed(layer) if n] for layer in self.tensors.trainable
+        ]
         self._size_loss_head()
         self.states_made = False
         self.grads: list[int] = []  # this step's gradient tensors, in the order backward made them
@@ -189,14 +210,10 @@ class _TrainingRun:
             self._weights(layer)
         self._weights([tensors.other, tensors.head])
         if not self.full:
-            for layer in tensors.trainable:
-                for n in layer:
-                    self.stream.alloc(4 * n)
+            self.stream.alloc_all([_nbytes(4 * n) for layer in tensors.trainable for n in layer])
 
     def _weights(self, numels: list[int]) -> None:
-        for n in numels:
-            if n:
-                self.stream.alloc(n * self.w_scale)
+        self.stream.alloc_all([_nbytes(n * self.w_scale) for n in numels if n])
 
     # -- one training step ---------------------------------------------------------------------
     def step(self) -> None:
@@ -223,11 +240,11 @@ class _TrainingRun:
     def _layer_forward(self, i: int) -> list[int]:
         """Decoder layer `i`'s forward: the tensors it keeps for backward (AMP copies, saved tensors or residual)."""
         s = self.stream
-        items = self.layout_items[self.model.layouts[i]]
+        items = self.layer_items[i]
         kept = [s.alloc(self.copies)] if self.copies else []
         if not self.checkpointing:
-            return kept + [s.alloc(b) for b in items]
-        inner = [s.alloc(b) for b in items]
+            return kept + s.alloc_all(items)
+        inner = s.alloc_all(items)
         s.free_all(inner, reverse=True)
         kept.append(s.alloc(self.residual))
         return kept
@@ -306,10 +323,9 @@ class _TrainingRun:
         for i in reversed(range(self.model.num_layers)):
             recompute = []
             if self.checkpointing:
-                recompute = [s.alloc(b) for b in self.layout_items[self.model.layouts[i]]]
-            buffers = [s.alloc(self.grad_buffer) for _ in range(3)] if self.grad_buffer > 0 else []
-            for n in reversed(self.tensors.trainable[i]):
-                self._grad(n)
+                recompute = s.alloc_all(self.layer_items[i])
+            buffers = s.alloc_all([_nbytes(self.grad_buffer)] * 3) if self.grad_buffer > 0 else []
+            self.grads += s.alloc_all(self.layer_grads[i])
             new_dx = s.alloc(self.dx_bytes)
             s.free_all(buffers, reverse=True)
             s.free_all(recompute, reverse=True)
@@ -329,17 +345,15 @@ class _TrainingRun:
         """States at the first step, the step's temporaries, then zero_grad (module order)."""
         s, plan = self.stream, self.plan
         if not self.states_made:
-            for n in self.trainable_order:
-                if plan.optimizer in (Optimizer.ADAMW, Optimizer.ADAMW_FUSED):
-                    s.alloc(n * self.s_scale / 2)
-                    s.alloc(n * self.s_scale / 2)
-                else:
-                    s.alloc(n * self.s_scale)
+            if plan.optimizer in (Optimizer.ADAMW, Optimizer.ADAMW_FUSED):  # exp_avg, exp_avg_sq
+                s.alloc_all([_nbytes(n * self.s_scale / 2) for n in self.trainable_order for _ in range(2)])
+            else:
+                s.alloc_all([_nbytes(n * self.s_scale) for n in self.trainable_order])
             self.states_made = True
         if self.step_temp_total:
             if plan.optimizer in (Optimizer.ADAMW, Optimizer.LION):  # one temporary per parameter tensor
                 per = self.step_temp_total / max(sum(self.trainable_order), 1)
-                temps = [s.alloc(n * per) for n in self.trainable_order]
+                temps = s.alloc_all([_nbytes(n * per) for n in self.trainable_order])
             else:  # Adafactor: one update buffer of the largest tensor
                 temps = [s.alloc(self.step_temp_total)]
             s.free_all(temps, reverse=True)
