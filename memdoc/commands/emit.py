@@ -38,7 +38,12 @@ OutputOpt = Annotated[
     typer.Option("--output", "-o", help="Write the config here (side files go next to it). Default: print it."),
 ]
 FitOpt = Annotated[
-    bool, typer.Option("--fit", help="If the plan does not fit the GPU, emit the cheapest ladder plan that does.")
+    bool,
+    typer.Option(
+        "--fit",
+        help="If the plan is not a comfortable fit for the GPU, emit the ladder's plan that is (keeping the "
+        "values you set while it can).",
+    ),
 ]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Replace existing files (all or none; mode from your umask).")]
 DatasetOpt = Annotated[
@@ -99,8 +104,9 @@ def print_emitted(result, *, gpu_note: str | None) -> None:
         _note(result.fit_message)
     for text in result.notes:
         _note(f"note: {text}")
-    if result.bill.fits is False:
-        _note(f"warning: this plan does not fit {result.gpu.name} per the bill; use --fit for one that does")
+    if result.bill.comfortable is False:
+        kind = "does not fit" if result.bill.fits is False else "is a close call on"
+        _note(f"warning: this plan {kind} {result.gpu.name} per the bill; use --fit for a comfortable one")
     if not result.written:
         sys.stdout.write(result.files[0][1])
         for path, _ in result.files[1:]:

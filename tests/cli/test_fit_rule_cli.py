@@ -108,3 +108,27 @@ def test_a_recipe_value_is_kept_and_a_needed_change_is_named():
     assert f"needs a change you fixed: --method {method[0]['to']} (you set --method {recipe['method']})" in " ".join(
         out.split()
     )
+
+
+def test_emit_fit_gives_a_comfortable_plan_that_keeps_the_method():
+    result = invoke("emit", "meta-llama/Llama-3.1-8B", "--gpu", "24", "--method", "full", "--fit", "--json")
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)["plan"]
+    assert plan["method"] == "full"  # the user's --method is kept: the ladder found a full fine-tune that fits
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in plan.items() if k in ("optimizer", "offload", "loss")]
+    emitted = _json(
+        "meta-llama/Llama-3.1-8B",
+        "--gpu",
+        "24",
+        "--method",
+        "full",
+        *flags,
+        "--checkpointing",
+        plan["checkpointing"],
+        "--batch",
+        str(plan["micro_batch"]),
+        "--accum",
+        str(plan["grad_accum"]),
+    )
+    gpu = 24 * 1024**3
+    assert _rule(emitted["per_gpu"]["min_memory_bytes"], gpu) == ("comfortable", True)

@@ -61,17 +61,22 @@ class EmitResult:
 
 
 def plan_to_emit(
-    model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None, *, fit: bool
+    model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None, *, fit: bool, fixed: frozenset[str] = frozenset()
 ) -> tuple[TrainingPlan, Bill, str | None] | None:
-    """(plan, its bill, the --fit message): the plan as given, or with `fit` and a plan that does
-    not fit, the cheapest ladder plan that does (None when no rung fits)."""
+    """(plan, its bill, the --fit message): the plan as given, or with `fit` and a plan that is not a
+    comfortable fit (the one fit rule, `verdict.fit_answer`), the ladder's plan that is: the values the user
+    set (`fixed`) are kept while the ladder can (`climb`). None when no rung fits comfortably."""
     the_bill = compute_bill(model, plan, gpu)
-    if not fit or the_bill.fits is not False:
+    if not fit or the_bill.comfortable is not False:
         return plan, the_bill, None
-    steps = climb(model, plan, gpu)
-    if not steps or not steps[-1].fits:
+    steps = climb(model, plan, gpu, fixed=fixed)
+    if not steps or not steps[-1].comfortable:
         return None
-    message = "--fit: the plan did not fit; emitting the ladder plan after: " + ", ".join(s.rung.id for s in steps)
+    rungs = ", ".join(s.rung.id for s in steps)
+    changed = [s.fixed_change for s in steps if s.fixed_change]
+    message = f"--fit: the plan is not a comfortable fit; emitting the ladder plan after: {rungs}" + (
+        f" (changes values you set: {'; '.join(changed)})" if changed else ""
+    )
     return steps[-1].plan, steps[-1].bill, message
 
 
