@@ -22,11 +22,10 @@ from memdoc.core.model.plan import (
     Precision,
     Shard,
     TrainingPlan,
-    check_plan_against_model,
-    check_requested_plan,
     flag_for,
     parse_plan,
 )
+from memdoc.core.model.plan_checks import check_plan_against_model, check_requested_plan
 from memdoc.core.model.stack import Stack, moe_experts_layout, qlora_zero3_blockers
 from memdoc.core.user_config.reading import ConfigReading
 from memdoc.errors import NoGpuDetectedError, PlanError

@@ -23,7 +23,8 @@ from conftest import invoke as run
 from memdoc.core.billing.bill import compute_bill
 from memdoc.core.emit import EmitContext, emit
 from memdoc.core.model.gpu import resolve_gpu
-from memdoc.core.model.plan import check_plan_against_model, parse_plan
+from memdoc.core.model.plan import parse_plan
+from memdoc.core.model.plan_checks import check_plan_against_model
 from memdoc.resolve.models import resolve_model
 from memdoc.resolve.recipes import load_recipe
 

@@ -220,7 +220,7 @@ class TrainingPlan:
     checkpoint_every: int = 1
     """With full checkpointing, checkpoint every Nth decoder layer only (layers 0, N, 2N, …); the others
     keep all their activations (partial checkpointing: less recompute, more memory). Ignored by the
-    other checkpointing modes (`check_requested_plan` refuses it without full checkpointing)."""
+    other checkpointing modes (`plan_checks.check_requested_plan` refuses it without full checkpointing)."""
     attention: Attention = Attention.SDPA
     """Attention kernel."""
     loss: Loss = Loss.HF
@@ -241,7 +241,7 @@ class TrainingPlan:
     (`core/billing/kbit.py` bills the fp32 copies and the fp32 tensors they make between the 4-bit matmuls).
     Default False: what TRL's SFTTrainer (≥ 0.26), Axolotl (casts back to the compute dtype) and
     LLaMA-Factory (`upcast_layernorm: false`) run; True is peft's QLoRA recipe (the HF-format note).
-    Ignored by the other methods (`check_requested_plan` refuses it without qlora)."""
+    Ignored by the other methods (`plan_checks.check_requested_plan` refuses it without qlora)."""
     shard: Shard = Shard.NONE
     """Sharding of model states over the data-parallel GPUs."""
     gpus_per_node: int = 1
@@ -448,49 +448,3 @@ def _coerce(name: str, value):
 def parse_plan(**values) -> TrainingPlan:
     """Build a plan from loosely typed values (CLI strings, recipe YAML); None values are skipped."""
     return TrainingPlan.from_dict({k: v for k, v in values.items() if v is not None})
-
-
-def check_requested_plan(plan: TrainingPlan) -> None:
-    """Refuse a plan as requested (flags or recipe) whose knobs only mean something with another knob.
-
-    Not in `__post_init__`: plans derived from a valid one (the ladder's rungs, the states' memo key
-    with checkpointing reset) may keep a knob their other fields make irrelevant, and it is ignored there.
-    """
-    if plan.checkpoint_every > 1 and plan.checkpointing is not Checkpointing.FULL:
-        raise PlanError("--checkpoint-every N needs --checkpointing full (it checkpoints every Nth decoder layer)")
-    if plan.kbit_upcast and plan.method is not Method.QLORA:
-        raise PlanError("--kbit-upcast upcasts what a 4-bit model keeps in 16 bit: it needs --method qlora")
-
-
-def check_plan_against_model(
-    plan: TrainingPlan,
-    *,
-    hidden_size: int,
-    max_positions: int | None,
-    model_id: str,
-    linear_names: frozenset[str] = frozenset(),
-) -> None:
-    """Refuse plans that cannot run on this model (the model-dependent half of validation).
-
-    `linear_names` are the model's LoRA-targetable module names (empty: not known, not checked).
-    Every target must name one of them (peft only refuses a list matching nothing, so a typo next
-    to a valid name would silently train fewer adapters than billed); a dotted target
-    (`self_attn.q_proj`) is matched by its last part, as peft matches module-name suffixes.
-    """
-    if plan.is_peft and linear_names and ALL_LINEAR not in plan.lora_targets:
-        bad = [t for t in plan.lora_targets if t.split(".")[-1] not in linear_names]
-        if bad:
-            hint = did_you_mean(bad[0].split(".")[-1], sorted(linear_names))
-            raise PlanError(
-                f"--lora-targets {bad[0]} matches no linear module of {model_id}{hint}; "
-                f"its modules: {', '.join(sorted(linear_names))}, or all-linear"
-            )
-    if plan.is_peft and plan.lora_rank >= hidden_size:
-        raise PlanError(
-            f"--lora-rank {plan.lora_rank} must be smaller than the hidden size {hidden_size} of {model_id}"
-        )
-    if max_positions and plan.seq_len > max_positions and not plan.allow_long:
-        raise PlanError(
-            f"--seq {plan.seq_len} exceeds {model_id}'s context of {max_positions} tokens "
-            "(pass --allow-long if you extend it with RoPE scaling)"
-        )
