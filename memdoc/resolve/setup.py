@@ -79,7 +79,7 @@ def resolve_setup(
     With config files or a `stack` SPEC (`--stack transformers==4.57,trl==0.19`), the stack's defaults
     fill what nobody set (`stack_defaults`); the config readers apply the trainers' own per version.
     """
-    used_stack = config_stack(stack) if config or stack else None
+    used_stack = stack_in_use(stack) if config or stack else None
     reading = read_configs(config, used_stack)
     model_name, gpu, values = _merge_over_recipe(model, gpu, recipe, plan_values, reading)
     card = resolve_gpu(gpu) if gpu else None
@@ -162,20 +162,14 @@ def _plan_from(values: dict, reading: ConfigReading | None) -> TrainingPlan:
     return plan
 
 
-def config_stack(spec: str | None = None) -> Stack:
-    """The stack whose defaults fill keys a config leaves out: the `--stack` SPEC (libraries it leaves out at
-    memdoc's latest known versions), else the installed versions (`memdoc.resolve.stack.stack_in_use`)."""
-    return stack_in_use(spec)
-
-
 def read_configs(paths: list[Path] | None, stack: Stack | None = None) -> ConfigReading | None:
-    """The merged reading of the user's config files under `stack` (default: `config_stack()`), or None
+    """The merged reading of the user's config files under `stack` (default: `stack_in_use()`), or None
     without any."""
     if not paths:
         return None
     from memdoc.resolve.user_config import read_user_configs
 
-    return read_user_configs(list(paths), stack or config_stack())
+    return read_user_configs(list(paths), stack or stack_in_use())
 
 
 def _merge_over_recipe(

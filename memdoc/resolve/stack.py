@@ -20,38 +20,24 @@ def installed_version(package: str) -> str | None:
         return None
 
 
-def current_stack(spec: str | None = None) -> Stack:
-    """The stack of `--stack SPEC` (source '--stack'), else the installed versions (source 'installed')
-    of every library of `LATEST_KNOWN`, each missing one at memdoc's latest known version (`assumed`).
-
-    A malformed SPEC is a one-line PlanError (`parse_stack`).
+def stack_in_use(spec: str | None = None) -> Stack:
+    """The stack a plan is billed under: the `--stack SPEC` (source '--stack'), else the installed versions
+    (source 'installed'). Every library of `LATEST_KNOWN` the stack lacks (left out of SPEC, not installed)
+    is at memdoc's latest known version, named in `assumed` (what the defaults take for a library the stack
+    does not know: `moe_experts_layout`, `trl_fused_lm_head` and `default_optimizer` read an unknown version
+    as the newest). A malformed SPEC is a one-line PlanError (`parse_stack`).
     """
     if spec is not None:
-        return parse_stack(spec)
-    versions: dict[str, str] = {}
-    assumed: list[str] = []
-    for package, known in LATEST_KNOWN.items():
-        version = installed_version(package)
-        if version is None:
-            version = known.version
-            assumed.append(package)
-        versions[package] = version
-    if len(assumed) == len(LATEST_KNOWN):
+        given = parse_stack(spec)
+        missing = tuple(package for package in LATEST_KNOWN if package not in given.versions)
+        versions = {**given.versions, **{package: LATEST_KNOWN[package].version for package in missing}}
+        return Stack(versions=versions, source=given.source, assumed=missing)
+    installed = {package: installed_version(package) for package in LATEST_KNOWN}
+    versions = {package: version or LATEST_KNOWN[package].version for package, version in installed.items()}
+    missing = tuple(package for package, version in installed.items() if version is None)
+    if len(missing) == len(LATEST_KNOWN):
         return Stack(versions=versions)  # nothing installed: memdoc's latest known versions
-    return Stack(versions=versions, source="installed", assumed=tuple(assumed))
+    return Stack(versions=versions, source="installed", assumed=missing)
 
 
-def stack_in_use(spec: str | None = None) -> Stack:
-    """The stack a plan is billed under: `current_stack(spec)`, where a `--stack` SPEC that leaves libraries
-    out has them at memdoc's latest known versions, named in `assumed` (what the defaults take for a library
-    the stack does not know: `moe_experts_layout`, `trl_fused_lm_head` and `default_optimizer` read an
-    unknown version as the newest)."""
-    stack = current_stack(spec)
-    if spec is None:
-        return stack
-    missing = tuple(package for package in LATEST_KNOWN if package not in stack.versions)
-    versions = {**stack.versions, **{package: LATEST_KNOWN[package].version for package in missing}}
-    return Stack(versions=versions, source=stack.source, assumed=missing)
-
-
-__all__ = ["current_stack", "installed_version", "stack_in_use"]
+__all__ = ["installed_version", "stack_in_use"]

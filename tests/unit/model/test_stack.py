@@ -16,14 +16,14 @@ from memdoc.core.model.plan import Optimizer
 from memdoc.core.model.stack import LATEST_KNOWN, LATEST_KNOWN_DATE, Stack, parse_stack, parse_version
 from memdoc.core.user_config.defaults import default_optimizer, trl_sft_defaults
 from memdoc.errors import PlanError
-from memdoc.resolve.stack import current_stack
+from memdoc.resolve.stack import stack_in_use
 
 
 def test_stack_spec_is_parsed():
-    stack = current_stack("transformers==4.57,trl==0.19,torch==2.6")
+    stack = parse_stack("transformers==4.57,trl==0.19,torch==2.6")
     assert stack == Stack(versions={"transformers": "4.57", "trl": "0.19", "torch": "2.6"}, source="--stack")
     assert stack.at_least("transformers", "4.56") and not stack.at_least("transformers", "5.0")
-    assert current_stack("Liger_Kernel==0.5.2").versions == {"liger-kernel": "0.5.2"}  # pip's name rules
+    assert parse_stack("Liger_Kernel==0.5.2").versions == {"liger-kernel": "0.5.2"}  # pip's name rules
 
 
 @pytest.mark.parametrize(
@@ -38,13 +38,13 @@ def test_stack_spec_is_parsed():
 )
 def test_malformed_stack_is_a_one_line_plan_error(spec, message):
     with pytest.raises(PlanError) as err:
-        current_stack(spec)
+        parse_stack(spec)
     assert str(err.value).startswith(message)
     assert "\n" not in str(err.value)
 
 
 def test_installed_versions_come_from_the_distributions_metadata():
-    stack = current_stack()
+    stack = stack_in_use()
     assert stack.source == "installed"
     for package, known in LATEST_KNOWN.items():
         try:
@@ -57,7 +57,7 @@ def test_installed_versions_come_from_the_distributions_metadata():
 
 
 def test_reading_the_stack_imports_no_torch():
-    code = "import sys; from memdoc.resolve.stack import current_stack; current_stack(); print('torch' in sys.modules)"
+    code = "import sys; from memdoc.resolve.stack import stack_in_use; stack_in_use(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -101,9 +101,9 @@ def test_installed_defaults_are_the_installed_trainers():
 
     names = {Optimizer.ADAMW_FUSED: "adamw_torch_fused", Optimizer.ADAMW_FOREACH: "adamw_torch"}
     optim = next(f for f in dataclasses.fields(TrainingArguments) if f.name == "optim").default
-    assert names[default_optimizer(current_stack())] == optim
+    assert names[default_optimizer(stack_in_use())] == optim
     sft = {f.name: f.default for f in dataclasses.fields(SFTConfig)}
-    ours = trl_sft_defaults(current_stack())
+    ours = trl_sft_defaults(stack_in_use())
     assert (ours.max_length, ours.packing, ours.padding_free) == (
         sft["max_length"],
         sft["packing"],
