@@ -30,7 +30,7 @@ from memdoc.core.model.plan import (
     Precision,
     Shard,
 )
-from memdoc.resolve.setup import Setup, resolve_setup
+from memdoc.resolve.setup import Setup, resolve_setup, resolve_setups
 
 PLAN = "Training plan"
 INFERENCE = "Inference (with --inference, or prescribe --symptom inference-oom)"
@@ -282,6 +282,10 @@ class PlanFlags:
     def resolve(self, model: str | None, *, need_gpu: bool = True) -> Setup:
         """The setup these flags describe for MODEL (see `resolve_setup`)."""
         return resolve_setup(model, need_gpu=need_gpu, **self.values)
+
+    def resolve_per_gpu(self, model: str | None, cards: list[str | None]) -> list[Setup]:
+        """One setup per --gpu of `cards` (plan's repeated --gpu), the config files read once (`resolve_setups`)."""
+        return resolve_setups(model, cards=cards, **{k: v for k, v in self.values.items() if k != "gpu"})
 
 
 def print_setup_notes(setup: Setup, *, gpu_note: bool = True) -> None:

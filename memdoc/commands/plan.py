@@ -98,16 +98,11 @@ PriceOpt = Annotated[
 
 def _repeatable_gpu(command):
     """plan's --gpu repeats (one hardware row each); the other commands take one (`options.GpuOpt`).
-    `plan.values["gpu"]` is then a list: `_with_gpu` gives the flags of one card."""
+    `plan.values["gpu"]` is then a list: `PlanFlags.resolve_per_gpu` resolves one setup per card."""
     signature = inspect.signature(command)
     params = [p.replace(annotation=GpuListOpt) if p.name == "gpu" else p for p in signature.parameters.values()]
     command.__signature__ = signature.replace(parameters=params)
     return command
-
-
-def _with_gpu(plan: PlanFlags, gpu: str | None) -> PlanFlags:
-    """The plan flags with one --gpu."""
-    return PlanFlags({**plan.values, "gpu": gpu})
 
 
 @_repeatable_gpu
@@ -143,7 +138,7 @@ def plan_command(
     gpus, host = list(plan.values["gpu"] or []), host_ram(host_ram_gib)
     if len(gpus) > 1 or tokens is not None or prices:
         return _compare_hardware(model, plan, gpus, tokens, prices, global_batch, emit_format, json_out, host)
-    setup = _with_gpu(plan, gpus[0] if gpus else None).resolve(model)
+    setup = plan.resolve_per_gpu(model, gpus or [None])[0]
     report = plan_report(
         setup.model,
         setup.plan,
@@ -189,7 +184,7 @@ def _compare_hardware(model, plan: PlanFlags, gpus, tokens, prices, global_batch
 
     if emit_format:
         raise PlanError("--emit writes one plan: give one --gpu (the recommended card) to emit its plan")
-    setups = [_with_gpu(plan, gpu).resolve(model) for gpu in gpus or [None]]
+    setups = plan.resolve_per_gpu(model, gpus or [None])
     options = [
         HardwareOption(label=gpu or setup.gpu.id, gpu=setup.gpu, plan=setup.plan, fixed=setup.explicit)
         for gpu, setup in zip(gpus or [None], setups)

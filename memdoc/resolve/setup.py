@@ -79,15 +79,51 @@ def resolve_setup(
     With config files or a `stack` SPEC (`--stack transformers==4.57,trl==0.19`), the stack's defaults
     fill what nobody set (`stack_defaults`); the config readers apply the trainers' own per version.
     """
+    return resolve_setups(
+        model, cards=[gpu], recipe=recipe, config=config, stack=stack, need_gpu=need_gpu, **plan_values
+    )[0]
+
+
+def resolve_setups(
+    model: str | None = None,
+    *,
+    cards: list[str | None],
+    recipe: str | Path | None = None,
+    config: list[Path] | None = None,
+    stack: str | None = None,
+    need_gpu: bool = True,
+    **plan_values,
+) -> list[Setup]:
+    """`resolve_setup` for each --gpu of `cards` (`memdoc plan --gpu A --gpu B`), one setup each: the stack,
+    the config files and the recipe are read once for them all."""
     used_stack = stack_in_use(stack) if config or stack else None
     reading = read_configs(config, used_stack)
-    model_name, gpu, values = _merge_over_recipe(model, gpu, recipe, plan_values, reading)
+    model_name, recipe_gpu, values = _merge_over_recipe(model, recipe, plan_values, reading)
+    inputs = _Inputs(model_name, values, reading, used_stack, str(recipe) if recipe else None)
+    return [_setup_on(inputs, gpu or recipe_gpu, need_gpu=need_gpu) for gpu in cards]
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """What every card's setup starts from: MODEL, the plan values (flags over configs over recipe), the
+    config files' reading and the stack."""
+
+    model_name: str
+    values: dict
+    reading: ConfigReading | None
+    stack: Stack | None
+    recipe: str | None
+
+
+def _setup_on(inputs: _Inputs, gpu: str | None, *, need_gpu: bool) -> Setup:
+    """The setup of `inputs` on the card `gpu` (the local one when None and `need_gpu`)."""
+    values, reading, used_stack = dict(inputs.values), inputs.reading, inputs.stack
     card = resolve_gpu(gpu) if gpu else None
     if card is not None and card.count > 1:
         values["gpus_per_node"] = gpus_from_count(card, values.get("gpus_per_node"), gpu)
         card = dataclasses.replace(card, count=1)
     plan = _plan_from(values, reading)
-    spec = resolve_model(model_name)
+    spec = resolve_model(inputs.model_name)
     if plan.is_peft and "lora_targets" not in values:
         plan = plan.replace(lora_targets=spec.default_lora_targets)
     if used_stack is not None:
@@ -110,13 +146,13 @@ def resolve_setup(
         model=spec,
         plan=plan,
         gpu=card,
-        recipe=str(recipe) if recipe else None,
+        recipe=inputs.recipe,
         explicit=frozenset(FLAG_ALIASES.get(k.replace("-", "_"), k.replace("-", "_")) for k in values),
-        model_arg=model_name,
+        model_arg=inputs.model_name,
         gpu_note=choice_note(gpu, card) if gpu and card else None,
         config=reading,
         stack=used_stack,
-        model_note=mirror_note(model_name, spec),
+        model_note=mirror_note(inputs.model_name, spec),
     )
 
 
@@ -173,17 +209,19 @@ def read_configs(paths: list[Path] | None, stack: Stack | None = None) -> Config
 
 
 def _merge_over_recipe(
-    model: str | None, gpu: str | None, recipe: str | Path | None, plan_values: dict, reading: ConfigReading | None
+    model: str | None, recipe: str | Path | None, plan_values: dict, reading: ConfigReading | None
 ) -> tuple[str, str | None, dict]:
-    """(model, GPU text, plan values by field name): the given ones over the config files' over the recipe's."""
+    """(model, the recipe's GPU text, plan values by field name): the given ones over the config files' over
+    the recipe's."""
     values: dict = {}
+    gpu = None
     if reading is not None:
         model = model or reading.model
     if recipe is not None:
         loaded = load_recipe(recipe)
         values.update(loaded.plan)
         model = model or loaded.model
-        gpu = gpu or loaded.gpu
+        gpu = loaded.gpu
     if reading is not None:
         values.update(reading.plan)
     if model is None:

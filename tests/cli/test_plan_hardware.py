@@ -110,3 +110,18 @@ def test_errors_are_one_line(args, message):
     assert result.exit_code == 2
     assert message in result.stderr
     assert "Traceback" not in result.output and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_config_files_are_read_once_for_every_card(monkeypatch):
+    """Each --gpu resolves its own setup, but the --config files (and the file they reference) are read once."""
+    from conftest import FIXTURES
+
+    import memdoc.resolve.user_config as user_config
+
+    read = []
+    load_source = user_config.load_source
+    monkeypatch.setattr(user_config, "load_source", lambda path: read.append(str(path)) or load_source(path))
+    config = FIXTURES / "user_configs" / "trl" / "llama_qlora_zero2.yaml"
+    result = invoke("plan", "--config", config, "--gpu", "rtx-4090", "--gpu", "a100-80", "--gpus", "2", *HOST)
+    assert result.exit_code == 0, result.output
+    assert read == [str(config), str(config.parent / "zero2.json")]
