@@ -1,12 +1,18 @@
-"""Generated plans for the trainer readers' round trips through memdoc's emitters (Axolotl, LLaMA-Factory):
-every plan field a trainer YAML can say, as `TrainingPlan.from_dict` takes it."""
+"""The trainer YAML readers' tests (Axolotl, LLaMA-Factory): a YAML parsed as the file loader parses it,
+and their round trips through memdoc's emitters over generated plans (every plan field a trainer YAML can
+say, as `TrainingPlan.from_dict` takes it)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import yaml
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from memdoc.core.emit import EmitContext, emit
 from memdoc.core.model.plan import TrainingPlan
+from memdoc.core.user_config.reading import SourceDoc
 from memdoc.errors import PlanError
 
 PLAN_VALUES = st.fixed_dictionaries(
@@ -38,3 +44,18 @@ def generated_plan(values: dict) -> TrainingPlan:
         return TrainingPlan.from_dict(values)
     except PlanError:
         assume(False)
+
+
+def load_doc(path: Path | str, text: str | None = None) -> SourceDoc:
+    """A parsed YAML with each top-level key's 1-based line (as the file loader gives it)."""
+    text = Path(path).read_text() if text is None else text
+    node = yaml.compose(text)
+    lines = {k.value: k.start_mark.line + 1 for k, _ in node.value} if node is not None else {}
+    return SourceDoc(str(path), yaml.safe_load(text) or {}, lines)
+
+
+def emitted_and_read_back(fmt: str, model: str, plan: TrainingPlan, read):
+    """(memdoc's `fmt` emit of `plan`, `read(SourceDoc)` of the emitted config)."""
+    ctx = EmitContext(model_id=model, plan=plan, peak_allocated=1 << 30, process_total=1 << 31)
+    emitted = emit(fmt, ctx)
+    return emitted, read(SourceDoc(ctx.config_path, emitted.config))

@@ -4,31 +4,20 @@ defaults (axolotl's `validate_config`), and memdoc's emitter (the round trip ove
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 import yaml
 from conftest import FIXTURES
-from generated_plans import PLAN_VALUES, generated_plan
+from generated_plans import PLAN_VALUES, emitted_and_read_back, generated_plan, load_doc
 from hypothesis import HealthCheck, given, settings
 
-from memdoc.core.emit import EmitContext, emit
 from memdoc.core.model.plan import TrainingPlan
 from memdoc.core.model.stack import Stack
 from memdoc.core.user_config.axolotl import read_axolotl
-from memdoc.core.user_config.reading import SourceDoc
 from memdoc.errors import ConfigError
 
 AXOLOTL = FIXTURES / "user_configs" / "axolotl"
 MODEL = "meta-llama/Llama-3.1-8B"
-
-
-def load_doc(path: Path | str, text: str | None = None) -> SourceDoc:
-    """A parsed YAML with each top-level key's 1-based line (as the file loader gives it)."""
-    text = Path(path).read_text() if text is None else text
-    node = yaml.compose(text)
-    lines = {k.value: k.start_mark.line + 1 for k, _ in node.value} if node is not None else {}
-    return SourceDoc(str(path), yaml.safe_load(text) or {}, lines)
 
 
 def read_text(text: str, name: str = "axolotl.yaml"):
@@ -272,9 +261,7 @@ def expected_back(plan: TrainingPlan) -> dict:
 @given(values=PLAN_VALUES)
 def test_round_trip_through_the_emitter(values):
     plan = generated_plan(values)
-    ctx = EmitContext(model_id=MODEL, plan=plan, peak_allocated=1 << 30, process_total=1 << 31)
-    emitted = emit("axolotl", ctx)
-    reading = read_axolotl(SourceDoc(ctx.config_path, emitted.config), Stack())
+    emitted, reading = emitted_and_read_back("axolotl", MODEL, plan, lambda doc: read_axolotl(doc, Stack()))
     assert reading.model == MODEL
     assert reading.plan == expected_back(plan)
     assert reading.not_billed == []

@@ -6,20 +6,17 @@ from __future__ import annotations
 
 import os
 from importlib.metadata import version
-from pathlib import Path
 
 import pytest
 import yaml
 from conftest import FIXTURES
-from generated_plans import PLAN_VALUES, generated_plan
+from generated_plans import PLAN_VALUES, emitted_and_read_back, generated_plan, load_doc
 from hypothesis import HealthCheck, given, settings
 
-from memdoc.core.emit import EmitContext, emit
 from memdoc.core.model.plan import TrainingPlan
 from memdoc.core.model.stack import Stack
 from memdoc.core.user_config.defaults import hf_default_optim
 from memdoc.core.user_config.llamafactory import read_llamafactory
-from memdoc.core.user_config.reading import SourceDoc
 from memdoc.errors import ConfigError
 
 LF = FIXTURES / "user_configs" / "llamafactory"
@@ -27,14 +24,6 @@ MODEL = "meta-llama/Llama-3.1-8B"
 DS_Z3 = os.path.normpath(str(LF / "examples/deepspeed/ds_z3_config.json"))
 
 os.environ.setdefault("DISABLE_VERSION_CHECK", "1")  # LLaMA-Factory pins transformers<=5.6; its parser is what we test
-
-
-def load_doc(path: Path | str, text: str | None = None) -> SourceDoc:
-    """A parsed YAML with each top-level key's 1-based line (as the file loader gives it)."""
-    text = Path(path).read_text() if text is None else text
-    node = yaml.compose(text)
-    lines = {k.value: k.start_mark.line + 1 for k, _ in node.value} if node is not None else {}
-    return SourceDoc(str(path), yaml.safe_load(text) or {}, lines)
 
 
 def read_text(text: str, stack: Stack | None = None, name: str = "lf.yaml"):
@@ -266,9 +255,9 @@ def expected_back(plan: TrainingPlan) -> dict:
 @given(values=PLAN_VALUES)
 def test_round_trip_through_the_emitter(values):
     plan = generated_plan(values)
-    ctx = EmitContext(model_id=MODEL, plan=plan, peak_allocated=1 << 30, process_total=1 << 31)
-    emitted = emit("llamafactory", ctx)
-    reading = read_llamafactory(SourceDoc(ctx.config_path, emitted.config), installed_stack())
+    emitted, reading = emitted_and_read_back(
+        "llamafactory", MODEL, plan, lambda doc: read_llamafactory(doc, installed_stack())
+    )
     assert reading.model == MODEL
     assert reading.plan == expected_back(plan)
     assert reading.not_billed == []
