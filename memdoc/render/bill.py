@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from rich import box
 from rich.markup import escape
 from rich.table import Table
 
 from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
-from memdoc.render.common import ITEM_COLORS, duration, gib, table
+from memdoc.render.common import ITEM_COLORS, duration, gib, ruled_table, table
 from memdoc.render.layout import NARROW_COLUMNS, paragraph, parts_line, stdout, title
 
 BAR_WIDTH = 40
@@ -177,7 +176,7 @@ def render_ladder(ladder) -> None:
     """The ladder: each remedy on top of the last, with its peak, process total, saving, step time and fit."""
     narrow = stdout.width < NARROW_COLUMNS
     title("The ladder: cheapest remedies first, each on top of the last")
-    t = Table(box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, show_edge=not narrow, collapse_padding=narrow)
+    t = ruled_table(narrow)
     for header, justify in (
         ("#", "right"),
         ("remedy", "left"),

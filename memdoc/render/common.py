@@ -27,6 +27,11 @@ def note(text: str) -> None:
     stderr.print(text)
 
 
+def ruled_table(narrow: bool) -> Table:
+    """Every table's frame: a heavy head and edges, or on a narrow console a simple head, no edges, no padding."""
+    return Table(box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, show_edge=not narrow, collapse_padding=narrow)
+
+
 def table(heading: str | None, columns: list[tuple[str, str]], rows: list[list], *, caption: str | None = None) -> None:
     """A plain table; columns are (header, justify).
 
@@ -44,7 +49,7 @@ def table(heading: str | None, columns: list[tuple[str, str]], rows: list[list],
             parts_line(*(f"{header} {value}" for (header, _), value in zip(columns[1:], row[1:]) if value.strip()))
     else:
         narrow = stdout.width < NARROW_COLUMNS
-        t = Table(box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, show_edge=not narrow, collapse_padding=narrow)
+        t = ruled_table(narrow)
         for (header, justify), width in zip(columns, widths):  # numbers never wrap; text folds, never "…"
             t.add_column(
                 header,

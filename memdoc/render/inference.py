@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import math
 
-from rich import box
-from rich.table import Table
-
-from memdoc.core.billing.verdict import fit_answer
 from memdoc.render.bill import render_verdict
-from memdoc.render.common import gib, table
+from memdoc.render.common import gib, ruled_table, table
 from memdoc.render.layout import NARROW_COLUMNS, parts_line, stdout, title
 
 
@@ -48,9 +44,7 @@ def render_inference(result, ladder=(), vllm=None) -> None:
     table(f"{result.model.id} inference · {_setting(result.inference)}", [("item", "left"), ("per GPU", "right")], rows)
     if result.gpu is not None:
         render_verdict(
-            fit_answer(
-                result.process_total, result.gpu.memory_bytes
-            ),  # no allocator simulation: the total is the minimum
+            result.fit,  # no allocator simulation: the process total is the minimum
             result.gpu,
             result.plan.world_size,
             basis="inference is checked against fake-tensor traces, not yet measured on a GPU",
@@ -64,7 +58,7 @@ def render_inference(result, ladder=(), vllm=None) -> None:
 def _render_ladder(ladder) -> None:
     narrow = stdout.width < NARROW_COLUMNS
     title("The inference ladder: cheapest remedies first, each on top of the last")
-    t = Table(box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, show_edge=not narrow, collapse_padding=narrow)
+    t = ruled_table(narrow)
     for header, justify in (
         ("#", "right"),
         ("remedy", "left"),

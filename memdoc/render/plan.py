@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from rich import box
 from rich.table import Table
 
-from memdoc.render.common import duration, gib
+from memdoc.render.common import duration, gib, ruled_table
 from memdoc.render.layout import NARROW_COLUMNS, stdout, title
 
 _COLUMNS = (
@@ -74,7 +73,7 @@ def _plans_table(candidates) -> Table:
     """One row per candidate: its changes, minimum memory (the fit), host RAM, step time ± band, throughput
     (the process total is in the JSON)."""
     narrow = stdout.width < NARROW_COLUMNS
-    t = Table(box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, show_edge=not narrow, collapse_padding=narrow)
+    t = ruled_table(narrow)
     for header, justify in _COLUMNS:
         t.add_column(
             _SHORT_HEADERS.get(header, header) if narrow else header,

@@ -9,7 +9,7 @@ from conftest import BENCHMARKS, ROOT
 from typer.testing import CliRunner
 
 from memdoc.cli import app
-from memdoc.core.billing.verdict import VERDICT_ERROR, verdict
+from memdoc.core.billing.verdict import VERDICT_ERROR, fit_answer
 from memdoc.render.layout import format_switches
 from memdoc.units import GiB
 
@@ -139,7 +139,7 @@ def test_other_row_is_explained():
     ],
 )
 def test_verdict_close_call_inside_the_benchmarked_error(process_gib, gpu_gib, fits, close):
-    v = verdict(int(process_gib * GiB), int(gpu_gib * GiB))
+    v = fit_answer(int(process_gib * GiB), int(gpu_gib * GiB))
     assert (v.fits, v.close_call) == (fits, close)
     assert v.error_bytes == round(VERDICT_ERROR * int(process_gib * GiB))
 
@@ -228,6 +228,7 @@ def test_inference_json_has_plan_phase_and_verdict():
     data = json.loads(run("bill", "meta-llama/Llama-3.2-1B", "--gpu", "24", "--json", "--inference").stdout)
     assert data["peak_phase"] == "prefill" and data["plan"]["seq_len"] == 2048
     assert data["verdict"]["fits"] is data["fits"] and data["verdict"]["margin_bytes"] == data["headroom_bytes"]
+    assert data["verdict"]["min_memory_bytes"] == data["per_gpu"]["process_total"]  # no allocator simulation
 
 
 def test_lora_alpha_given_is_kept():

@@ -143,8 +143,15 @@ class Bill:
 
     @property
     def comfortable(self) -> bool | None:
-        """Fits with more headroom than the minimum memory's error band (`Fit.COMFORTABLE`)."""
-        return None if self.gpu is None else self._fit_class[0] is Fit.COMFORTABLE
+        """Fits with more headroom than the minimum memory's error band (`Fit.COMFORTABLE`). Either bound
+        alone can settle it (peak allocated + overhead ≤ the minimum ≤ the process total), so a search
+        asking only this skips the minimum's bisection more often than `fit_kind` can."""
+        if self.gpu is None:
+            return None
+        cap = self.gpu.memory_bytes
+        if not fit_answer(self.peak_allocated + self.overhead_bytes, cap).comfortable:
+            return False
+        return fit_answer(self.process_total, cap).comfortable or self._fit_class[0] is Fit.COMFORTABLE
 
     @property
     def fit_kind(self) -> Fit | None:

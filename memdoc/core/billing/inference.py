@@ -33,7 +33,7 @@ from memdoc.core.billing.allocator import CachingAllocator
 from memdoc.core.billing.bill import process_overhead_bytes
 from memdoc.core.billing.kbit import quantised_params, quantised_rows
 from memdoc.core.billing.states import qlora_weight_bytes
-from memdoc.core.billing.verdict import verdict
+from memdoc.core.billing.verdict import FitAnswer, fit_answer
 from memdoc.core.model.families import Mlp
 from memdoc.core.model.gpu import GpuSpec, gpu_json
 from memdoc.core.model.model_spec import ModelSpec
@@ -168,8 +168,13 @@ class InferenceBill:
         return alloc.stats.peak_reserved + process_overhead_bytes(self.gpu)
 
     @property
+    def fit(self) -> FitAnswer | None:
+        """The one fit rule on the process total: with no allocator simulation, it is the minimum memory."""
+        return None if self.gpu is None else fit_answer(self.process_total, self.gpu.memory_bytes)
+
+    @property
     def fits(self) -> bool | None:
-        return None if self.gpu is None else self.process_total <= self.gpu.memory_bytes
+        return None if self.fit is None else self.fit.fits
 
     def to_json(self) -> dict:
         return {
@@ -187,11 +192,7 @@ class InferenceBill:
             "peak_phase": "prefill",
             "fits": self.fits,
             "headroom_bytes": None if self.gpu is None else self.gpu.memory_bytes - self.process_total,
-            "verdict": None
-            if self.gpu is None
-            else (
-                verdict(self.process_total, self.gpu.memory_bytes).to_json() | {"error_source": INFERENCE_ERROR_SOURCE}
-            ),
+            "verdict": None if self.fit is None else self.fit.to_json(INFERENCE_ERROR_SOURCE),
         }
 
 

@@ -13,8 +13,8 @@ Qwen3-MoE). The band is kept at ±10%, wider than this small sample's worst erro
 drivers and torch versions are measured beyond it (published runs P7–P14 of `benchmarks/RESULTS.md`:
 |error| ≤ 11.3% but for P12). So a plan whose headroom (or overshoot) is within the band is a close
 call: the bill cannot tell fit from OOM there, and says so (`tests/test_robust_output.py` recomputes
-these errors from the H200 rows). `Verdict` / `verdict` apply the band to a process total: the
-inference bill's, which has no allocator simulation (its minimum is its process total).
+these errors from the H200 rows). The inference bill has no allocator simulation: its minimum is its
+process total, and `InferenceBill.fit` is `fit_answer` on it.
 """
 
 from __future__ import annotations
@@ -105,44 +105,6 @@ def bounded_fit(lower_bytes: int, upper_bytes: int, capacity_bytes: int) -> tupl
     uses this to skip the minimum's bisection when it cannot change the answer."""
     low, high = fit_answer(lower_bytes, capacity_bytes), fit_answer(upper_bytes, capacity_bytes)
     return (low.fit, low.fits) if (low.fit, low.fits) == (high.fit, high.fits) else None
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """Fits or not, and whether the answer is inside the bill's benchmarked error."""
-
-    fits: bool
-    margin_bytes: int
-    """Headroom (positive) or overshoot (negative) per GPU."""
-    error_bytes: int
-    """The bill's benchmarked error at this process total (VERDICT_ERROR × process total)."""
-
-    @property
-    def close_call(self) -> bool:
-        return abs(self.margin_bytes) <= self.error_bytes
-
-    def to_json(self) -> dict:
-        return {
-            "fits": self.fits,
-            "margin_bytes": self.margin_bytes,
-            "error_bytes": self.error_bytes,
-            "close_call": self.close_call,
-            "error_source": VERDICT_ERROR_SOURCE,
-        }
-
-
-def verdict(process_total: int, gpu_memory: int, *, fits: bool | None = None) -> Verdict:
-    """The verdict of a per-GPU process total on a GPU with `gpu_memory` bytes.
-
-    `fits` is the bill's own answer when it has one (the allocator simulated at the card's capacity:
-    a run can complete with a negative margin because the allocator frees its cache and retries);
-    without it, the process total must fit."""
-    margin = gpu_memory - process_total
-    return Verdict(
-        fits=margin >= 0 if fits is None else fits,
-        margin_bytes=margin,
-        error_bytes=round(VERDICT_ERROR * process_total),
-    )
 
 
 def other_explained(bill) -> str | None:

@@ -23,7 +23,6 @@ from memdoc.core.billing.inference import (
     kv_cache_bytes,
     prefill_activation_bytes,
 )
-from memdoc.core.billing.verdict import fit_answer
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.remedies.maximum import Maximum, largest_fitting, largest_value
@@ -44,12 +43,11 @@ def inference_maximum(model: ModelSpec, inference: InferencePlan, gpu: GpuSpec, 
     """`bill --inference --max`: the largest batch or context that fits comfortably, and that fits at all.
 
     The inference bill has no allocator simulation, so no minimum memory below its process total: the one
-    fit rule (`verdict.fit_answer`) is applied to the process total, with the same band its verdict uses."""
+    fit rule is applied to the process total (`InferenceBill.fit`), as its verdict is."""
     field = "batch" if knob == "batch" else "context"
 
     def comfortable(value: int) -> bool:
-        bill = inference_bill(model, inference.replace(**{field: value}), gpu)
-        return fit_answer(bill.process_total, gpu.memory_bytes).comfortable
+        return inference_bill(model, inference.replace(**{field: value}), gpu).fit.comfortable
 
     best = largest_value(knob, model, inference.plan.allow_long, comfortable)
     fits = max_inference(model, inference, gpu, knob)

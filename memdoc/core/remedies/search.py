@@ -8,8 +8,8 @@ Knobs the user set (flags or recipe) stay fixed; so do those that change the mod
 rather than how (LoRA rank and targets, sequence length) and those never faster or smaller than
 the default (fp32, eager attention, other optimizers): pass them to have them kept.
 
-"Fits" is the one fit rule (`verdict.fit_answer`): the bill's simulated minimum memory fits the card
-comfortably, i.e. with more headroom than its benchmarked error. A plan that offloads must also fit
+"Fits" is the one fit rule (`verdict.fit_answer`, `Bill.comfortable`): the bill's simulated minimum
+memory fits the card comfortably, i.e. with more headroom than its benchmarked error. A plan that offloads must also fit
 the host RAM it is given (`host_ram_bytes`, per node: every GPU of a node offloads to the same RAM).
 Time is `steptime.step_time`, with its uncertainty (`time_band`): plans are ranked by
 `time_band.rank_seconds`, the modelled time of a calibrated plan and the upper end of the band of
@@ -36,7 +36,6 @@ from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, compute_bill
 from memdoc.core.billing.steptime import StepTime, step_time
-from memdoc.core.billing.verdict import fit_answer
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.model.model_spec import ModelSpec
@@ -94,7 +93,7 @@ class Candidate:
         return host_ram_needed(self.bill)
 
     def to_json(self) -> dict:
-        answer = fit_answer(self.bill.min_memory_bytes, self.bill.gpu.memory_bytes)
+        answer = self.bill.fit
         return {
             "plan": self.plan.to_dict(),
             "per_gpu": {
@@ -113,17 +112,6 @@ class Candidate:
 
 def _plain(value):
     return value.value if hasattr(value, "value") else list(value) if isinstance(value, tuple) else value
-
-
-def fits_comfortably(bill: Bill, gpu: GpuSpec) -> bool:
-    """`fit_answer(bill.min_memory_bytes, gpu.memory_bytes).comfortable`, without the minimum's binary search
-    where a bound settles it: peak allocated + overhead ≤ the minimum ≤ the process total."""
-    capacity = gpu.memory_bytes
-    if not fit_answer(bill.peak_allocated + bill.overhead_bytes, capacity).comfortable:
-        return False  # the tensors alone leave too little headroom: no allocator simulation needed
-    if fit_answer(bill.process_total, capacity).comfortable:
-        return True
-    return fit_answer(bill.min_memory_bytes, capacity).comfortable
 
 
 def host_ram_needed(bill: Bill) -> int:
@@ -290,16 +278,16 @@ def _largest_fitting(model, plan, gpu, micro_options, per_gpu) -> tuple[Training
         return p, compute_bill(model, p, gpu)
 
     top = at(len(micro_options) - 1)
-    if fits_comfortably(top[1], gpu):
+    if top[1].comfortable:
         return top
     low = at(0)
-    if not fits_comfortably(low[1], gpu):
+    if not low[1].comfortable:
         return None
     lo, hi = 0, len(micro_options) - 1  # lo fits, hi does not
     while hi - lo > 1:
         mid = (lo + hi) // 2
         candidate = at(mid)
-        if fits_comfortably(candidate[1], gpu):
+        if candidate[1].comfortable:
             lo, low = mid, candidate
         else:
             hi = mid
