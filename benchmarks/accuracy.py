@@ -85,7 +85,8 @@ CASES = [
     ("Qwen/Qwen2.5-0.5B", {"batch": 4, "seq": 1024, "checkpointing": "full", "checkpoint_every": 3}),
     # LoRA dropout > 0 (TRL's / Axolotl's examples): one more fp32 copy of each adapted input
     ("meta-llama/Llama-2-7b-hf", {"method": "lora", "lora_dropout": 0.05}),
-    # QLoRA after peft's prepare_model_for_kbit_training: fp32 embeddings, head, norms and the tensors between 4-bit matmuls
+    # QLoRA after peft's prepare_model_for_kbit_training: fp32 embeddings, head, norms and the tensors
+    # between 4-bit matmuls
     ("meta-llama/Llama-3.1-8B", {"method": "qlora", "kbit_upcast": True, "seq": 1024}),
     (
         "meta-llama/Llama-3.2-1B",
@@ -352,7 +353,8 @@ def main() -> int:
                 flush=True,
             )
         print(
-            f"\n{len(errors)} cases: median |error| {statistics.median(errors) * 100:.1f}%, max {max(errors) * 100:.1f}%"
+            f"\n{len(errors)} cases: median |error| {statistics.median(errors) * 100:.1f}%, max "
+            f"{max(errors) * 100:.1f}%"
         )
     if args.published or not args.fast:
         print(

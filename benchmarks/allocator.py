@@ -64,7 +64,8 @@ def main() -> None:
             exp.append(e["reserved"])
         print(
             f"{row['id'][:38]:38} {'exp' if row['alloc_conf'] else '':4} {e['alloc']:+7.1%} {e['reserved']:+9.1%} "
-            f"{e['total']:+7.1%}  {row['peak_reserved'] / row['peak_allocated']:.3f}/{bill.peak_reserved / bill.peak_allocated:.3f}"
+            f"{e['total']:+7.1%}  {row['peak_reserved'] / row['peak_allocated']:.3f}/"
+            f"{bill.peak_reserved / bill.peak_allocated:.3f}"
             f"  {seconds:5.2f} s{'  (LoRA)' if lora else ''}"
         )
 

@@ -76,7 +76,8 @@ def main() -> int:
             print(json.dumps(r))
         return 0
     print(
-        f"{'case':40} {'measured':>9} {'billed':>9} {'error':>7}  {'fwd m/b':>15} {'bwd m/b':>15} {'opt m/b':>15}  peak phase"
+        f"{'case':40} {'measured':>9} {'billed':>9} {'error':>7}  {'fwd m/b':>15} "
+        f"{'bwd m/b':>15} {'opt m/b':>15}  peak phase"
     )
     for r in rows:
         cols = " ".join(
@@ -84,7 +85,8 @@ def main() -> int:
             for p in ("forward", "backward", "optimizer")
         )
         print(
-            f"{r['id'][:40]:40} {r['measured'] / GiB:7.2f}Gi {r['billed'] / GiB:7.2f}Gi {r['error'] * 100:+6.1f}%  {cols}  "
+            f"{r['id'][:40]:40} {r['measured'] / GiB:7.2f}Gi {r['billed'] / GiB:7.2f}Gi "
+            f"{r['error'] * 100:+6.1f}%  {cols}  "
             f"{r['measured_phase']}/{r['billed_phase']}"
         )
     errors = [abs(r["error"]) for r in rows]

@@ -58,7 +58,8 @@ def main() -> None:
         flag_text = " ".join(f"--{k} {v}" for k, v in flags.items()) or "—"
         print(
             f"| {model_id} | {batch} × {seq} | {chunk or '—'} | {flag_text} | {traced.peak / 2**30:.2f} GiB | "
-            f"{billed.peak_allocated / 2**30:.2f} GiB | {error:+.2%} | {billed.activations / traced.activations - 1:+.1%} |"
+            f"{billed.peak_allocated / 2**30:.2f} GiB | {error:+.2%} | "
+            f"{billed.activations / traced.activations - 1:+.1%} |"
         )
     worst = max(errors, key=abs)
     print(

@@ -86,7 +86,8 @@ def fit(cases, gpu) -> None:
         if best is None or key < best[0]:
             best = (key, (eta, h0, mem, overhead))
     print(
-        f"best on {len(train)} fitted cases: Σ log² {best[0][0]:.3f}, median |log| {best[0][1]:.3f}, worst {best[0][2]:.3f}: "
+        f"best on {len(train)} fitted cases: Σ log² {best[0][0]:.3f}, median |log| "
+        f"{best[0][1]:.3f}, worst {best[0][2]:.3f}: "
         f"MATMUL_EFFICIENCY, SMALL_MATMUL_DIM, MEMORY_EFFICIENCY, KERNEL_OVERHEAD_S = {best[1]}"
     )
 

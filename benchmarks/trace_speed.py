@@ -22,7 +22,8 @@ from memdoc.core.model.plan import parse_plan
 from memdoc.probe.tracer import trace_training_step
 config = json.load(open(sys.argv[1]))
 m = trace_training_step(config, parse_plan(**json.loads(sys.argv[2])))
-print(json.dumps({"wall_s": time.perf_counter() - t0, "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+print(json.dumps({"wall_s": time.perf_counter() - t0,
+                  "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "peak": m.peak_allocated, "phase": m.peak_phase, "notes": m.notes}))
 """
 

@@ -263,7 +263,8 @@ def _field_rank(fields: list[str]) -> int:
 
 
 def render(keys: dict[str, FormatKeys]) -> str:
-    """The generated part of docs/configs.md: one section per format, a table of read keys and one of not-billed keys."""
+    """The generated part of docs/configs.md: one section per format, a table of read keys and one of
+    not-billed keys."""
     parts = []
     for fmt, found in keys.items():
         parts.append(f"### {fmt}\n\nRead ({len(found.read)} keys):\n")

@@ -22,6 +22,34 @@ CATALOG = ROOT / "memdoc" / "data" / "catalog"
 
 _RUNNER = CliRunner()
 
+# A tiny Llama config: two layers, cheap to build and trace on CPU.
+TINY_LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 128,
+    "intermediate_size": 352,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": 2000,
+    "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": False,
+}
+
+# The symptom knowledge base's ids, in its order (memdoc/data/symptoms.yaml).
+SYMPTOM_IDS = [
+    "startup-oom",
+    "mid-run-oom",
+    "long-sample-oom",
+    "slow-but-fits",
+    "inference-oom",
+    "ckpt-no-savings",
+    "ckpt-too-slow",
+    "nan-with-amp",
+    "grad-mismatch",
+    "custom-op-error",
+]
+
 
 def invoke(*args, **kwargs):
     """`memdoc ARGS…` in-process (Typer's CliRunner); arguments are turned into strings.

@@ -155,7 +155,8 @@ def _setup_json(setup) -> dict:
 
 
 def _dataset_section(path: Path, tokenizer: str | None, text_field, setup, plan: PlanFlags, quiet: bool) -> dict:
-    """Tokenize the dataset (a progress bar unless `quiet`) and fit its lengths to the plan: the JSON `dataset` object."""
+    """Tokenize the dataset (a progress bar unless `quiet`) and fit its lengths to the plan: the JSON
+    `dataset` object."""
     from memdoc import render
     from memdoc.resolve.dataset import dataset_section
 

@@ -376,12 +376,16 @@ class MemdocCallback(TrainerCallback):
                 )
             line = (
                 f"memdoc: step {self._step} ({self._step_batch[0]} × {self._step_batch[1]} tokens) measured "
-                f"{format_bytes(measured['peak_allocated'])} peak allocated, billed {format_bytes(bill.peak_allocated)} "
+                f"{format_bytes(measured['peak_allocated'])} peak allocated, billed "
+                f"{format_bytes(bill.peak_allocated)} "
                 f"({bill.plan.method.value}, {bill.plan.precision.value}, {bill.plan.optimizer.value}, "
                 f"checkpointing {bill.plan.checkpointing.value}); report: {self._path}"
             )
         else:
-            line = f"memdoc: step {self._step} measured {format_bytes(measured['peak_allocated'])} peak allocated; report: {self._path}"
+            line = (
+                f"memdoc: step {self._step} measured {format_bytes(measured['peak_allocated'])} peak "
+                f"allocated; report: {self._path}"
+            )
         logger.info(line)
         if record.headroom_bytes is not None and self._cuda:
             import torch

@@ -24,9 +24,9 @@ def emit_files(
 ) -> EmitResult | None:
     """The config of `setup`'s plan in format `fmt`, written to `output` with its side files when given.
 
-    With `fit`, a plan that is not a comfortable fit is replaced by the ladder's plan that is, keeping the
-    values the user set while it can; None when no plan on the ladder fits (nothing is written). Existing files are replaced only
-    with `force` (OutputExistsError otherwise).
+    With `fit`, a plan that is not a comfortable fit is replaced by the ladder's plan that is, keeping the values
+    the user set while it can; None when no plan on the ladder fits (nothing is written). Existing files are
+    replaced only with `force` (OutputExistsError otherwise).
     """
     chosen = plan_to_emit(setup.model, setup.plan, setup.gpu, fit=fit, fixed=setup.explicit)
     if chosen is None:

@@ -331,7 +331,8 @@ def _derive_sharding_and_offload(phases: dict, plan: TrainingPlan, notes: list[s
         notes.append(f"{plan.shard.value}: derived from the unsharded trace: {rule} divided by {n} GPUs")
     if plan.offload is not Offload.NONE:
         notes.append(
-            f"offload: optimizer states, gradients ({host} bytes per GPU) and the step moved to host {plan.offload_to.value}"
+            f"offload: optimizer states, gradients ({host} bytes per GPU) and the step moved to "
+            f"host {plan.offload_to.value}"
         )
     if plan.offload is Offload.OPTIMIZER_PARAMS:
         notes.append("offload of parameters: sharded weights live off the GPU; only gathered layers count")

@@ -97,7 +97,8 @@ def _bill_summary(bill, time) -> None:
     plan = bill.plan
     parts_line(
         f"peak allocated {gib(bill.peak_allocated)} ({bill.peak_phase})",
-        f"reserved ≈ {gib(bill.peak_reserved)} (fragmentation {gib(bill.fragmentation_bytes)}, {plan.allocator.value} allocator)",
+        f"reserved ≈ {gib(bill.peak_reserved)} (fragmentation {gib(bill.fragmentation_bytes)}, "
+        f"{plan.allocator.value} allocator)",
         f"process total ≈ {gib(bill.process_total)} (incl. {gib(bill.overhead_bytes)} CUDA context and workspaces)",
     )
     if time is not None:

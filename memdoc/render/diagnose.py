@@ -130,7 +130,8 @@ def _render_oom(oom: dict) -> None:
     for i, cause in enumerate(oom.get("causes") or [], 1):
         stdout.print(f"      cause {i}: {escape(cause['title'])}: {escape(cause['evidence'])}")
     stdout.print(
-        f"      → [b]{oom.get('prescribe', 'memdoc prescribe --symptom mid-run-oom')}[/b] (or `memdoc prescribe --log` with the full error)"
+        f"      → [b]{oom.get('prescribe', 'memdoc prescribe --symptom mid-run-oom')}[/b] (or "
+        "`memdoc prescribe --log` with the full error)"
     )
 
 

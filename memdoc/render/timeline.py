@@ -28,7 +28,8 @@ def _svg(points: list[dict], width: int = 900, height: int = 300, marks: list[tu
         return 10 + h - h * v / top
 
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">'
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        'font-family="sans-serif" font-size="11">'
     ]
     below = [0] * n
     for cat in TIMELINE_CATEGORIES:

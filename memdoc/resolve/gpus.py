@@ -28,11 +28,11 @@ def _visible_indices(device_count: int) -> list[int] | None:
 def detect_local_gpu() -> GpuSpec | None:
     """The first visible local NVIDIA GPU via NVML, or None (no driver, no GPU, any error).
 
-    Memory is what torch can allocate: the table's torch-observed `total_memory` when the device
-    name matches an entry measured that way (NVML's total is larger: 140.40 GiB on an H200 whose
-    torch and OOM messages say 139.80 GiB), else NVML's total for that device. Bandwidth, TFLOPS and link come from the table
-    when the device name matches an entry; otherwise they are None. `count` is the number of
-    visible devices with the same name (honouring integer CUDA_VISIBLE_DEVICES).
+    Memory is what torch can allocate: the table's torch-observed `total_memory` when the device name matches an
+    entry measured that way (NVML's total is larger: 140.40 GiB on an H200 whose torch and OOM messages say 139.80
+    GiB), else NVML's total for that device. Bandwidth, TFLOPS and link come from the table when the device name
+    matches an entry; otherwise they are None. `count` is the number of visible devices with the same name
+    (honouring integer CUDA_VISIBLE_DEVICES).
     """
     try:
         import pynvml  # nvidia-ml-py

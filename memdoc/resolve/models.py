@@ -157,7 +157,8 @@ def load_config(model: str) -> tuple[str, dict, str]:
     """(canonical id, config dict, source) for MODEL, in the documented resolution order."""
     if not model or len(model) > MAX_MODEL_ARG or "\0" in model:
         raise UnknownModelError(
-            f"model {quoted(model, 80)} is not a model id or a path ({len(model)} characters; ids and paths are at most {MAX_MODEL_ARG})"
+            f"model {quoted(model, 80)} is not a model id or a path ({len(model)} characters; ids "
+            f"and paths are at most {MAX_MODEL_ARG})"
             if model
             else "MODEL is empty (pass a model id, a config.json path, or --recipe FILE)"
         )
@@ -189,7 +190,8 @@ def load_config(model: str) -> tuple[str, dict, str]:
     close = suggest(model)
     hint = f"did you mean {' or '.join(close)}?" if close else "see `memdoc models` for the bundled catalog"
     raise UnknownModelError(
-        f"unknown model {quoted(model, 80)}: not a local path, not in the HF cache or the catalog, and the Hub is unreachable; {hint}"
+        f"unknown model {quoted(model, 80)}: not a local path, not in the HF cache or the "
+        f"catalog, and the Hub is unreachable; {hint}"
     )
 
 

@@ -7,7 +7,7 @@ import pickle
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, ROOT, TINY_LLAMA
 from conftest import invoke_diagnose as run_cli
 
 from memdoc.core.doctor.findings import RunFacts, lint
@@ -38,20 +38,6 @@ def test_dry_run_json_has_every_key():
     m, b = data["measured"], data["billed"]
     assert m["weights"] == pytest.approx(b["weights"], rel=1e-3)  # bf16 weights of 494M params
     assert m["peak_allocated"] == pytest.approx(b["peak_allocated"], rel=0.05)
-
-
-TINY_LLAMA = {
-    "model_type": "llama",
-    "hidden_size": 128,
-    "intermediate_size": 352,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "vocab_size": 2000,
-    "max_position_embeddings": 512,
-    "rms_norm_eps": 1e-5,
-    "tie_word_embeddings": False,
-}
 
 
 @pytest.mark.slow

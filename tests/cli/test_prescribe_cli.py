@@ -3,7 +3,7 @@
 import json
 
 import yaml
-from conftest import FIXTURES
+from conftest import FIXTURES, SYMPTOM_IDS
 from conftest import invoke as run
 
 CORPUS = yaml.safe_load((FIXTURES / "oom-corpus.yaml").read_text())
@@ -11,18 +11,7 @@ CORPUS = yaml.safe_load((FIXTURES / "oom-corpus.yaml").read_text())
 
 def test_list_has_the_ten_symptoms():
     ids = {s["id"] for s in json.loads(run("prescribe", "--list", "--json").output)}
-    assert {
-        "startup-oom",
-        "mid-run-oom",
-        "long-sample-oom",
-        "slow-but-fits",
-        "inference-oom",
-        "ckpt-no-savings",
-        "ckpt-too-slow",
-        "nan-with-amp",
-        "grad-mismatch",
-        "custom-op-error",
-    } <= ids
+    assert set(SYMPTOM_IDS) <= ids
 
 
 def test_quantified_startup_oom_on_24gb():

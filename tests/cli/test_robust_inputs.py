@@ -308,7 +308,10 @@ def test_binary_stdin_under_a_strict_encoding():
     import subprocess
     import sys
 
-    log = b"\xff\xfe\x00 torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which 1.19 GiB is free.\n"
+    log = (
+        b"\xff\xfe\x00 torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+        b"GPU 0 has a total capacity of 23.65 GiB of which 1.19 GiB is free.\n"
+    )
     env = {**os.environ, "PYTHONIOENCODING": "ascii:strict", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
         [sys.executable, "-m", "memdoc", "prescribe", "--log", "-", "--json"],

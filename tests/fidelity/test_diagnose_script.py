@@ -156,7 +156,8 @@ def test_checkpointing_active_is_not_flagged(tmp_path):
     script.write_text(
         f"import sys; sys.path.insert(0, {str(EXAMPLES)!r})\n"
         + "import torch\nfrom _tiny_hf import tiny_model, random_batch\n"
-        "m = tiny_model(); m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': True}); m.train()\n"
+        "m = tiny_model(); "
+        "m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': True}); m.train()\n"
         "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
         "for i in range(3):\n    m(**random_batch(2, 16)).loss.backward(); opt.step(); opt.zero_grad()\n"
     )

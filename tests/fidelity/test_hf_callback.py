@@ -223,9 +223,9 @@ def test_leaking_run_gets_the_memory_growth_finding(tmp_path):
 
     class Leak(transformers.TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
-            kept.append(
-                torch.ones(64 * MiB // 4)
-            )  # 64 MiB a step, held for good (above glibc's largest mmap threshold, 32 MiB, so RSS grows whatever earlier tests freed)
+            # 64 MiB a step, held for good (above glibc's largest mmap threshold, 32 MiB, so RSS grows
+            # whatever earlier tests freed)
+            kept.append(torch.ones(64 * MiB // 4))
 
     model = tiny_llama()
     args = TrainingArguments(

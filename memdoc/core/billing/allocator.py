@@ -157,7 +157,8 @@ class AllocatorStats:
     num_device_alloc: int = 0
     num_device_free: int = 0
     segment_events: list[tuple[str, int, int]] = field(default_factory=list)
-    """(action, address, size): segment_alloc / segment_free / segment_map / segment_unmap, as torch's trace names them."""
+    """(action, address, size): segment_alloc / segment_free / segment_map / segment_unmap, as torch's
+    trace names them."""
 
 
 class CachingAllocator:

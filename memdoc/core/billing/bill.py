@@ -237,7 +237,8 @@ def _model_notes(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> l
         notes.append(f"billed with the config of {model.config_of}: a fine-tuned variant has its base's layer shapes")
     if gpu is not None and not gpu.supports_bf16 and plan.precision in (Precision.FP16, Precision.AMP_FP16):
         notes.append(
-            f"{gpu.name} has no bf16 (compute capability {gpu.compute_capability}): it trains in fp16 (with loss scaling)"
+            f"{gpu.name} has no bf16 (compute capability {gpu.compute_capability}): it trains in "
+            "fp16 (with loss scaling)"
         )
     if model.num_layers > MAX_SIMULATED_LAYERS:
         notes.append(

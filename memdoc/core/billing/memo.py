@@ -26,7 +26,8 @@ MAX_BILLS = 64
 
 
 def memoized_bill(compute: Callable[..., Any]) -> Callable[..., Any]:
-    """`compute(model, plan, gpu)` that returns the earlier Bill for the same model and GPU objects and an equal plan."""
+    """`compute(model, plan, gpu)` that returns the earlier Bill for the same model and GPU objects and an
+    equal plan."""
     cache: OrderedDict[tuple, Any] = OrderedDict()
     lock = threading.Lock()  # a diagnosed script may bill from its own threads (the HF callback)
 

@@ -115,7 +115,8 @@ def _split(name: str, nbytes: int, model, T: int) -> list[int]:
 
 
 def _layout_items(model, plan) -> dict:
-    """Per distinct layer layout, the sizes (`_nbytes`) of the tensors its forward saves, in `layer_activations` order."""
+    """Per distinct layer layout, the sizes (`_nbytes`) of the tensors its forward saves, in
+    `layer_activations` order."""
     T = plan.micro_batch * plan.seq_len
     items = {}
     for i, layout in enumerate(model.layouts):

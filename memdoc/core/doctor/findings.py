@@ -133,13 +133,17 @@ def _ckpt_not_active(f: RunFacts) -> Finding | None:
         return None
     why = ""
     if f.ckpt_not_training:
-        why = f" — {_short(f.ckpt_not_training)} ran in eval mode (HF checkpoints only when module.training); call model.train()"
+        why = (
+            f" — {_short(f.ckpt_not_training)} ran in eval mode (HF checkpoints only when "
+            "module.training); call model.train()"
+        )
     elif not f.ckpt_calls:
         why = " — no torch.utils.checkpoint call happened in forward (grad disabled, or the forward ignores the flag)"
     return Finding(
         id="ckpt-not-active",
         severity="error",
-        message=f"gradient checkpointing is switched on for {len(requested)} module(s) but {len(missing)} ran without it{why}",
+        message=f"gradient checkpointing is switched on for {len(requested)} module(s) but "
+        f"{len(missing)} ran without it{why}",
         symptom="ckpt-no-savings",
         modules=tuple(missing),
         detail="wrapped: " + (_short(sorted(wrapped)) if wrapped else "none"),
@@ -156,7 +160,8 @@ def _ckpt_reentrant(f: RunFacts) -> Finding | None:
         message=f"checkpointing uses use_reentrant=True ({f.ckpt_reentrant_calls} call(s)): pass "
         "gradient_checkpointing_kwargs={'use_reentrant': False}",
         symptom="custom-op-error",
-        detail="the reentrant implementation needs inputs that require grad (breaks with frozen embeddings under LoRA) and cannot nest",
+        detail="the reentrant implementation needs inputs that require grad (breaks with frozen "
+        "embeddings under LoRA) and cannot nest",
     )
 
 
@@ -169,9 +174,11 @@ def _amp_off(f: RunFacts) -> Finding | None:
     return Finding(
         id="amp-off",
         severity="warning",
-        message="trainable weights are fp32 and no autocast ran in forward: activations are fp32 (2× bf16) and tensor cores idle",
+        message="trainable weights are fp32 and no autocast ran in forward: activations are fp32 (2× "
+        "bf16) and tensor cores idle",
         symptom="slow-but-fits",
-        detail="use bf16 mixed precision (TrainingArguments(bf16=True), or torch.autocast('cuda', torch.bfloat16)) or load the model in bf16",
+        detail="use bf16 mixed precision (TrainingArguments(bf16=True), or torch.autocast('cuda', "
+        "torch.bfloat16)) or load the model in bf16",
     )
 
 
@@ -220,7 +227,8 @@ def _dataloader_workers_0(f: RunFacts) -> Finding | None:
     return Finding(
         id="dataloader-workers-0",
         severity="info",
-        message="a DataLoader runs with num_workers=0: batches are prepared in the training process while the GPU waits "
+        message="a DataLoader runs with num_workers=0: batches are prepared in the training process "
+        "while the GPU waits "
         "(set num_workers / dataloader_num_workers ≥ 2, pin_memory=True)",
         symptom="slow-but-fits",
     )

@@ -58,7 +58,8 @@ OTHER_MIN_SHARE = 0.05
 FRAGMENTATION_MIN_SHARE = 0.05
 """Reserved-but-unallocated below this share of the card is the allocator's normal rounding slack."""
 NON_PYTORCH_MIN_BYTES = 2 * GiB
-"""A CUDA context with cuBLAS/cuDNN handles takes 0.3–1.5 GiB; more is NCCL, CUDA graphs or a library's own cudaMalloc."""
+"""A CUDA context with cuBLAS/cuDNN handles takes 0.3–1.5 GiB; more is NCCL, CUDA graphs or a library's
+own cudaMalloc."""
 REFUSED_MARGIN = 2
 REFUSED_MIN_BYTES = 256 * 1024**2
 """`free-but-refused` needs free ≥ 2 × the request and 256 MiB beyond it: closer, the driver's page
@@ -196,7 +197,10 @@ def _others(event: OomEvent, unknowns: list[str]) -> Cause | None:
     if event.this_process_in_use:
         outside = T - F - event.this_process_in_use
         floor = max(OTHER_MIN_BYTES, OTHER_MIN_SHARE * T)
-        how = f"capacity {format_bytes(T)} − free {format_bytes(F)} − this process {format_bytes(event.this_process_in_use)}"
+        how = (
+            f"capacity {format_bytes(T)} − free {format_bytes(F)} − this process "
+            f"{format_bytes(event.this_process_in_use)}"
+        )
     elif reserved is not None:
         outside = T - F - reserved
         floor = 2 * max(OTHER_MIN_BYTES, OTHER_MIN_SHARE * T)

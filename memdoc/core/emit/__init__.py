@@ -47,7 +47,8 @@ def emit(fmt: str, ctx: EmitContext) -> Emitted:
     if ctx.config_of:
         emitted.notes.insert(
             0,
-            f"model {ctx.model_id} is loaded as given; it was billed with the config of {ctx.config_of} (same layer shapes)",
+            f"model {ctx.model_id} is loaded as given; it was billed with the config of "
+            f"{ctx.config_of} (same layer shapes)",
         )
     elif ctx.asked_id and _mirrored(ctx.asked_id, ctx.model_id):
         emitted.notes.insert(
@@ -58,7 +59,8 @@ def emit(fmt: str, ctx: EmitContext) -> Emitted:
     elif ctx.asked_id and ctx.asked_id.lower() != ctx.model_id.lower():
         emitted.notes.insert(
             0,
-            f"model {ctx.asked_id} is catalogued as {ctx.model_id}, the repository transformers loads: the config names that repository",
+            f"model {ctx.asked_id} is catalogued as {ctx.model_id}, the repository transformers "
+            "loads: the config names that repository",
         )
     conf = ctx.plan.allocator.alloc_conf
     if conf:  # --allocator expandable: the allocator reads it from the environment at start-up

@@ -20,7 +20,8 @@ def fsdp_accelerate_config(ctx: EmitContext, notes: list[str]) -> dict:
     offload = plan.offload is not Offload.NONE
     if plan.offload is Offload.OPTIMIZER:
         notes.append(
-            "FSDP cannot offload only the optimizer: fsdp_offload_params offloads weights, gradients and optimizer states to the CPU (less GPU memory than billed, slower)"
+            "FSDP cannot offload only the optimizer: fsdp_offload_params offloads weights, "
+            "gradients and optimizer states to the CPU (less GPU memory than billed, slower)"
         )
     if offload and plan.offload_to is OffloadTarget.NVME:
         notes.append("FSDP offloads to CPU memory only: --offload-to nvme emitted as cpu")

@@ -30,7 +30,10 @@ from memdoc.core.emit.templates import chat_template
 from memdoc.core.model.lora import lora_alpha
 from memdoc.core.model.plan import Loss, Method, Offload, OffloadTarget, Optimizer, Precision
 
-AXOLOTL_DATASET_FORMAT = 'rows {"messages": [{"role": "user", "content": …}, {"role": "assistant", "content": …}]}, rendered with chat_template'
+AXOLOTL_DATASET_FORMAT = (
+    'rows {"messages": [{"role": "user", "content": …}, {"role": "assistant", "content": …}]}, '
+    "rendered with chat_template"
+)
 
 LIGER_PLUGIN = "axolotl.integrations.liger.LigerPlugin"
 
@@ -42,7 +45,8 @@ def _precision(plan, notes: list[str]) -> dict:
         return {"bf16": True, "fp16": False} if p is Precision.BF16 else {"bf16": False, "fp16": True}
     if p is Precision.BF16:
         notes.append(
-            "precision bf16 (pure): Axolotl loads the weights in bfloat16 when bf16 is set; bfloat16: true marks no fp32 master copy"
+            "precision bf16 (pure): Axolotl loads the weights in bfloat16 when bf16 is set; "
+            "bfloat16: true marks no fp32 master copy"
         )
         return {"bf16": True, "bfloat16": True, "fp16": False}
     if p is Precision.AMP_BF16:
@@ -64,7 +68,8 @@ def _fsdp(plan, notes: list[str]) -> dict:
     offload = plan.offload is not Offload.NONE
     if plan.offload is Offload.OPTIMIZER:
         notes.append(
-            "FSDP cannot offload only the optimizer: offload_params offloads weights, gradients and optimizer states (less GPU memory than billed, slower)"
+            "FSDP cannot offload only the optimizer: offload_params offloads weights, gradients "
+            "and optimizer states (less GPU memory than billed, slower)"
         )
     if offload and plan.offload_to is OffloadTarget.NVME:
         notes.append("FSDP offloads to CPU memory only: --offload-to nvme emitted as cpu")
@@ -110,7 +115,9 @@ def _chat_template(ctx: EmitContext, config: dict, notes: list[str]) -> dict[str
     config["chat_template"] = template.axolotl if template else "tokenizer_default"
     if template is None or template.axolotl == "tokenizer_default":
         notes.append(
-            "chat_template: tokenizer_default uses the tokenizer's own chat template (instruct/chat checkpoints ship one; for a base checkpoint without one, set chat_template)"
+            "chat_template: tokenizer_default uses the tokenizer's own chat template "
+            "(instruct/chat checkpoints ship one; for a base checkpoint without one, set "
+            "chat_template)"
         )
     return {
         "chat_template": "the family's chat format (Axolotl's ChatTemplate)"

@@ -158,19 +158,25 @@ def precision_note(plan: TrainingPlan) -> str:
     p = plan.precision
     if plan.is_peft and p in (Precision.BF16, Precision.FP16):
         amp = {Precision.BF16: "amp-bf16", Precision.FP16: "amp-fp16"}[p]
+        base = f"4-bit NF4 with {p.compute_dtype_name} compute" if plan.method is Method.QLORA else "no fp32 copy"
         return (
-            f"precision {p.value}: frozen base weights loaded in {p.torch_dtype_name} ({'4-bit NF4 with ' + p.compute_dtype_name + ' compute' if plan.method is Method.QLORA else 'no fp32 copy'}); "
+            f"precision {p.value}: frozen base weights loaded in {p.torch_dtype_name} ({base}); "
             f"peft keeps the small trainable adapters in fp32. `{p.value}: true` "
             f"also turns on autocast, which the trainer runs as memdoc's --precision {amp} (the adapters' matmuls in "
-            f"{p.compute_dtype_name}): less activation memory than this bill; bill --precision {amp} for the exact figure"
+            f"{p.compute_dtype_name}): less activation memory than this bill; bill --precision "
+            f"{amp} for the exact figure"
         )
     if plan.is_peft and p.is_amp:
         return (
-            f"precision {p.value}: frozen base weights loaded in {p.compute_dtype_name} (no fp32 copy of a frozen base), "
+            f"precision {p.value}: frozen base weights loaded in {p.compute_dtype_name} (no fp32 "
+            "copy of a frozen base), "
             f"adapters fp32 (peft), `{'bf16' if p is Precision.AMP_BF16 else 'fp16'}: true` = autocast"
         )
     if p is Precision.BF16:
-        return "precision bf16 (pure): weights loaded in bfloat16, so gradients and optimizer states are bf16 too; `bf16: true` only turns on autocast"
+        return (
+            "precision bf16 (pure): weights loaded in bfloat16, so gradients and optimizer states "
+            "are bf16 too; `bf16: true` only turns on autocast"
+        )
     if p is Precision.AMP_BF16:
         return "precision amp-bf16: weights loaded in float32 (master copy), `bf16: true` = bf16 autocast"
     if p is Precision.AMP_FP16:
@@ -191,9 +197,11 @@ def checkpointing_keys(plan: TrainingPlan, notes: list[str]) -> dict:
         )
     if plan.checkpointing is Checkpointing.FULL and plan.checkpoint_every > 1:
         notes.append(
-            f"checkpoint every {plan.checkpoint_every} layers: no trainer key for it; gradient_checkpointing checkpoints "
+            f"checkpoint every {plan.checkpoint_every} layers: no trainer key for it; "
+            "gradient_checkpointing checkpoints "
             f"every layer (less memory, more compute than billed) — for the billed plan, after enabling it set "
-            f"layer.gradient_checkpointing = False on every decoder layer whose index is not a multiple of {plan.checkpoint_every}"
+            "layer.gradient_checkpointing = False on every decoder layer whose index is not a "
+            f"multiple of {plan.checkpoint_every}"
         )
     return {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": dict(GRADIENT_CHECKPOINTING_KWARGS)}
 

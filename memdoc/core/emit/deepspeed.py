@@ -50,7 +50,8 @@ def _offloaded_optimizer(plan, notes: list[str]) -> dict:
     """With offload: DeepSpeed's CPU AdamW for AdamW plans, else the trainer's own optimizer on the host."""
     if plan.optimizer in (Optimizer.ADAMW, Optimizer.ADAMW_FUSED):
         notes.append(
-            "with offload the optimizer step runs as DeepSpeed's CPU AdamW on the host (the `optimizer` block of the DeepSpeed JSON)"
+            "with offload the optimizer step runs as DeepSpeed's CPU AdamW on the host (the "
+            "`optimizer` block of the DeepSpeed JSON)"
         )
         return {
             "optimizer": {
@@ -59,7 +60,9 @@ def _offloaded_optimizer(plan, notes: list[str]) -> dict:
             }
         }
     notes.append(
-        f"optimizer {plan.optimizer.value} with offload: DeepSpeed runs the trainer's optimizer on offloaded states (zero_force_ds_cpu_optimizer: false); slower than its CPU Adam"
+        f"optimizer {plan.optimizer.value} with offload: DeepSpeed runs the trainer's "
+        "optimizer on offloaded states (zero_force_ds_cpu_optimizer: false); slower than its "
+        "CPU Adam"
     )
     return {"zero_force_ds_cpu_optimizer": False}
 
@@ -75,7 +78,8 @@ def deepspeed_config(ctx: EmitContext, notes: list[str]) -> dict:
         zero.update(_offload_keys(plan, stage, notes))
     if plan.precision in (Precision.BF16, Precision.FP16) and plan.method is Method.FULL:
         notes.append(
-            f"precision {plan.precision.value} (pure) with DeepSpeed ZeRO: DeepSpeed keeps fp32 master weights and fp32 "
+            f"precision {plan.precision.value} (pure) with DeepSpeed ZeRO: DeepSpeed keeps fp32 "
+            "master weights and fp32 "
             "optimizer states for 16-bit training, so the model states use more memory than billed; "
             "bill with --precision amp-" + plan.precision.value + " for the DeepSpeed layout"
         )

@@ -46,12 +46,14 @@ def emit_hf(ctx: EmitContext) -> Emitted:
     if plan.is_peft:
         targets = '"all-linear"' if all_linear(plan) else repr(list(plan.lora_targets))
         notes.append(
-            f"TrainingArguments has no LoRA keys: wrap the model with peft get_peft_model(model, LoraConfig(r={plan.lora_rank}, "
-            f'lora_alpha={lora_alpha(plan)}, lora_dropout={plan.lora_dropout}, target_modules={targets}, task_type="CAUSAL_LM"))'
-            + kbit_prepare_clause(plan)
+            "TrainingArguments has no LoRA keys: wrap the model with peft get_peft_model(model, "
+            f"LoraConfig(r={plan.lora_rank}, "
+            f"lora_alpha={lora_alpha(plan)}, lora_dropout={plan.lora_dropout}, "
+            f'target_modules={targets}, task_type="CAUSAL_LM"))' + kbit_prepare_clause(plan)
         )
     notes.append(
-        f"sequence length {plan.seq_len}: TrainingArguments has no dataset or sequence-length key; tokenize your dataset "
+        f"sequence length {plan.seq_len}: TrainingArguments has no dataset or sequence-length "
+        "key; tokenize your dataset "
         f"to input_ids (+ labels) truncated/packed to {plan.seq_len} tokens and pass it as Trainer(train_dataset=...)"
     )
     if uses_liger(plan):

@@ -39,19 +39,22 @@ def _precision(plan, notes: list[str]) -> dict:
             )
         elif p is not Precision.FP32:
             notes.append(
-                f"{precision_note(plan)} (LLaMA-Factory upcasts trainable parameters to fp32 unless pure_bf16, which is not set)"
+                f"{precision_note(plan)} (LLaMA-Factory upcasts trainable parameters to fp32 unless "
+                "pure_bf16, which is not set)"
             )
         return {}
     if p is Precision.BF16 and plan.shard is Shard.ZERO3:
         notes.append(
-            "precision bf16 (pure): LLaMA-Factory refuses pure_bf16 with DeepSpeed ZeRO-3; emitted as bf16 AMP (fp32 master weights in DeepSpeed)"
+            "precision bf16 (pure): LLaMA-Factory refuses pure_bf16 with DeepSpeed ZeRO-3; "
+            "emitted as bf16 AMP (fp32 master weights in DeepSpeed)"
         )
     elif p is Precision.BF16:
         notes.append("precision bf16 (pure): pure_bf16: true keeps weights, gradients and optimizer states in bf16")
         return {"pure_bf16": True}
     elif p is Precision.AMP_BF16:
         notes.append(
-            "precision amp-bf16: bf16: true; LLaMA-Factory upcasts the trainable weights to fp32 (master copy) and autocasts in bf16"
+            "precision amp-bf16: bf16: true; LLaMA-Factory upcasts the trainable weights to fp32 "
+            "(master copy) and autocasts in bf16"
         )
     return {}
 
@@ -82,7 +85,8 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
     if template is None:
         config["template"] = "default"
         placeholders["template"] = (
-            "no registered chat template known for this model: set the one it was trained with (llama3, qwen, mistral, …)"
+            "no registered chat template known for this model: set the one it was trained with "
+            "(llama3, qwen, mistral, …)"
         )
     else:
         config["template"] = template.llamafactory
@@ -108,10 +112,20 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
     notes.extend(kbit_notes("llamafactory", plan))
     multinode_note(ctx, notes)
     side = distributed_side_files(ctx, notes)
+    return Emitted("llamafactory", config, _launch(ctx), notes, side, placeholders, comments)
+
+
+def _launch(ctx: EmitContext) -> str:
+    """The command that runs the config: accelerate for FSDP, torchrun for DeepSpeed or several GPUs."""
+    plan = ctx.plan
     if uses_fsdp(plan):
-        launch = f"accelerate launch --config_file {ctx.side_path(FSDP_CONFIG_NAME)} -m llamafactory.launcher {ctx.config_path}"
-    elif uses_deepspeed(plan) or ctx.multi_gpu:
-        launch = f"FORCE_TORCHRUN=1 NNODES={plan.nodes} NPROC_PER_NODE={plan.gpus_per_node} llamafactory-cli train {ctx.config_path}"
-    else:
-        launch = f"llamafactory-cli train {ctx.config_path}"
-    return Emitted("llamafactory", config, launch, notes, side, placeholders, comments)
+        return (
+            f"accelerate launch --config_file {ctx.side_path(FSDP_CONFIG_NAME)} -m "
+            f"llamafactory.launcher {ctx.config_path}"
+        )
+    if uses_deepspeed(plan) or ctx.multi_gpu:
+        return (
+            f"FORCE_TORCHRUN=1 NNODES={plan.nodes} NPROC_PER_NODE={plan.gpus_per_node} "
+            f"llamafactory-cli train {ctx.config_path}"
+        )
+    return f"llamafactory-cli train {ctx.config_path}"

@@ -126,7 +126,8 @@ class Loss(str, Enum):
     """How the LM head and cross-entropy are computed."""
 
     HF = "hf"
-    """transformers' loss: full logits, upcast to fp32, then log-softmax (saved) — T × vocab × 4 bytes, several times."""
+    """transformers' loss: full logits, upcast to fp32, then log-softmax (saved) — T × vocab × 4 bytes,
+    several times."""
     FUSED = "fused"
     """Liger as `use_liger_kernel=True` applies it (what emit writes): the fused linear cross-entropy —
     logits computed chunk by chunk and never stored whole, the gradients of the head's input (and

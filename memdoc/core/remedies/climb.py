@@ -227,9 +227,10 @@ def _drop_unneeded(
 ) -> LadderStep | None:
     """A last step without the remedies the final plan does not need, or None when each is needed.
 
-    A remedy is dropped when the plan without it still fits comfortably and is at most `DROP_TOLERANCE`
-    slower: LoRA that makes a weight-offloaded 70B step five times faster is not "unneeded". Greedy: of the remedies that can go, drop the one that leaves the fastest plan,
-    and repeat; what stays is minimal (undoing any one of them no longer fits, or is slower).
+    A remedy is dropped when the plan without it still fits comfortably and is at most `DROP_TOLERANCE` slower: LoRA
+    that makes a weight-offloaded 70B step five times faster is not "unneeded". Greedy: of the remedies that can go,
+    drop the one that leaves the fastest plan, and repeat; what stays is minimal (undoing any one of them no longer
+    fits, or is slower).
     """
     current = steps[-1].plan
     current_bill = steps[-1].bill

@@ -174,7 +174,8 @@ def _group_by_length(stats: LengthStats, micro_batch: int) -> list[dict]:
     return [
         {
             "id": "long-group-by-length",
-            "action": f"Group samples of similar length: the median sample ({stats.p50_tokens} tokens) is under half the "
+            "action": f"Group samples of similar length: the median sample ({stats.p50_tokens} tokens) is "
+            "under half the "
             f"longest ({stats.max_tokens}), so random batches are mostly padding.",
             "how": {
                 "hf": {"train_sampling_strategy": "group_by_length"},

@@ -1,10 +1,10 @@
 """What makes inference fit: the inference ladder, the largest batch or context, and vLLM's budget.
 
-The ladder applies remedies cumulatively, cheapest first, and stops at the first that fits: a
-chunked prefill (nearly free), fewer sequences at once (throughput only), an 8-bit then a 4-bit
-KV cache (a little accuracy), 8-bit then 4-bit weights (accuracy and some speed), and last a
-shorter context (it changes what can be generated). Once the batch has been lowered, each later remedy raises it back to the largest
-(up to the one asked for) that fits, so a remedy is credited with the sequences it buys back.
+The ladder applies remedies cumulatively, cheapest first, and stops at the first that fits: a chunked prefill
+(nearly free), fewer sequences at once (throughput only), an 8-bit then a 4-bit KV cache (a little accuracy), 8-bit
+then 4-bit weights (accuracy and some speed), and last a shorter context (it changes what can be generated). Once
+the batch has been lowered, each later remedy raises it back to the largest (up to the one asked for) that fits, so
+a remedy is credited with the sequences it buys back.
 """
 
 from __future__ import annotations

@@ -70,7 +70,8 @@ def plan_report(
     host_ram_bytes: int | None = None,
     host_ram_source: str = "unknown",
 ) -> PlanReport:
-    """Search the `top` best-ranked plans that fit `gpu` (and `host_ram_bytes`), keeping the `fixed` fields of `plan`."""
+    """Search the `top` best-ranked plans that fit `gpu` (and `host_ram_bytes`), keeping the `fixed`
+    fields of `plan`."""
     found = search(model, plan, gpu, fixed=fixed, global_batch=global_batch, top=top, host_ram_bytes=host_ram_bytes)
     return PlanReport(
         model=model,

@@ -42,8 +42,10 @@ def read_precision(doc: SourceDoc, reading: ConfigReading, *, trl: bool) -> None
             reading.skip(
                 doc,
                 amp_key,
-                f"{amp_key}: true turns on {amp} autocast; the weights' dtype is your script's from_pretrained(dtype=…), "
-                f"which TrainingArguments does not say: pass --precision {amp} (loaded in 16 bit) or amp-{amp} (float32)",
+                f"{amp_key}: true turns on {amp} autocast; the weights' dtype is your script's "
+                "from_pretrained(dtype=…), "
+                f"which TrainingArguments does not say: pass --precision {amp} (loaded in 16 bit) or "
+                f"amp-{amp} (float32)",
             )
         return
     if load == "auto":

@@ -191,7 +191,8 @@ def _setup_notes(session, measured: dict) -> list[str]:
     setup = session.phase_peak.get("setup")
     if setup and setup["peak_allocated"] > measured["peak_allocated"]:
         return [
-            f"memory peaked before the first forward pass (setup: {setup['peak_allocated']} bytes); the figures are for the training phases"
+            f"memory peaked before the first forward pass (setup: {setup['peak_allocated']} "
+            "bytes); the figures are for the training phases"
         ]
     return []
 
@@ -254,7 +255,8 @@ def _cuda_categories(session) -> dict:
 
 
 def _checkpointing_requested(session, names: dict) -> list[str]:
-    """Names of the modules flagged `gradient_checkpointing`, innermost only (HF also flags the model that holds the layers)."""
+    """Names of the modules flagged `gradient_checkpointing`, innermost only (HF also flags the model
+    that holds the layers)."""
     flagged = []
     for root in session.roots.values():
         for name, m in root.named_modules():

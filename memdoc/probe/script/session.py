@@ -1,4 +1,5 @@
-"""Instrumentation of a script run (see `memdoc.probe.script`): run the user's training script in-process for N optimizer steps and measure its memory.
+"""Instrumentation of a script run (see `memdoc.probe.script`): run the user's training script
+in-process for N optimizer steps and measure its memory.
 
 `run_script(path, args, steps=N, timeout=S)` executes the script like ``python path args`` (with
 `runpy`, ``sys.argv`` set, ``__name__ == "__main__"``) while torch is instrumented:

@@ -5,7 +5,8 @@ With N = batch × (seq − 1) scored tokens (the last position has no label), co
 forward saves the gathered hidden states (N × H), int64 targets, fp32 `log_z` and entropy and the bool
 label mask, and holds `mm_buf = empty(min(N, 4096), 32768)` plus 7 fp32 running statistics per token;
 backward holds fp32 `grad_hidden` (N × H), fp32 `grad_weight` (V × H) when the head trains and
-`mm_buf` again, and at its return casts them to the input's and the weight's dtypes. The measured step is in tests/fidelity/test_trl_fused_head_measured.py.
+`mm_buf` again, and at its return casts them to the input's and the weight's dtypes. The measured
+step is in tests/fidelity/test_trl_fused_head_measured.py.
 """
 
 from __future__ import annotations

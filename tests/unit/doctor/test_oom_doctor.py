@@ -182,16 +182,19 @@ OutOfMemoryError                          Traceback (most recent call last)
 Cell In[12], line 1
 ----> 1 trainer.train()
 
-File /opt/conda/lib/python3.11/site-packages/transformers/trainer.py:1539, in Trainer.train(self, resume_from_checkpoint, trial, ignore_keys_for_eval, **kwargs)
+File /opt/conda/lib/python3.11/site-packages/transformers/trainer.py:1539, in Trainer.train(self, \
+resume_from_checkpoint, trial, ignore_keys_for_eval, **kwargs)
    1537         hf_hub_utils.enable_progress_bars()
    1538 else:
 -> 1539     return inner_training_loop(
    1540         args=args,
 
-File /opt/conda/lib/python3.11/site-packages/accelerate/accelerator.py:1905, in Accelerator.backward(self, loss, **kwargs)
+File /opt/conda/lib/python3.11/site-packages/accelerate/accelerator.py:1905, in \
+Accelerator.backward(self, loss, **kwargs)
 -> 1905     loss.backward(**kwargs)
 
-File /opt/conda/lib/python3.11/site-packages/torch/autograd/__init__.py:200, in backward(tensors, grad_tensors, retain_graph, create_graph, grad_variables, inputs)
+File /opt/conda/lib/python3.11/site-packages/torch/autograd/__init__.py:200, in backward(tensors, \
+grad_tensors, retain_graph, create_graph, grad_variables, inputs)
 -> 200 Variable._execution_engine.run_backward(  # Calls into the C++ engine to run the backward pass
 
 """
@@ -211,7 +214,10 @@ RICH = """╭───────────────────── Tra
 ╰─────────────────────────────────────────────────────────────────────────────╯
 """
 
-STD = 'Traceback (most recent call last):\n  File "train.py", line 10, in <module>\n    {code}\n  File "/x/{path}", line 5, in {func}\n    return f(x)\n'
+STD = (
+    'Traceback (most recent call last):\n  File "train.py", line 10, in <module>\n    '
+    '{code}\n  File "/x/{path}", line 5, in {func}\n    return f(x)\n'
+)
 
 
 @pytest.mark.parametrize(
@@ -300,7 +306,10 @@ _FRAME = st.sampled_from(
 def test_never_raises_never_refuses(a, t, f, m, r, allowed, legacy, before, after):
     cap = f"{allowed} allowed; " if allowed else ""
     if legacy:
-        msg = f"CUDA out of memory. Tried to allocate {a} (GPU 0; {t} total capacity; {m} already allocated; {f} free; {cap}{r} reserved in total by PyTorch)"
+        msg = (
+            f"CUDA out of memory. Tried to allocate {a} (GPU 0; {t} total capacity; {m} already "
+            f"allocated; {f} free; {cap}{r} reserved in total by PyTorch)"
+        )
     else:
         msg = (
             f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {a}. GPU 0 has a total capacity of {t} "
@@ -351,7 +360,10 @@ def test_diagnose_reads_the_scripts_oom():
 @given(a=_SIZE, t=_SIZE, f=_SIZE, m=_SIZE, r=_SIZE, legacy=st.booleans(), before=_FRAME)
 def test_prescribe_cli_never_refuses_a_parsed_oom(a, t, f, m, r, legacy, before):
     if legacy:
-        msg = f"CUDA out of memory. Tried to allocate {a} (GPU 0; {t} total capacity; {m} already allocated; {f} free; {r} cached)"
+        msg = (
+            f"CUDA out of memory. Tried to allocate {a} (GPU 0; {t} total capacity; {m} already "
+            f"allocated; {f} free; {r} cached)"
+        )
     else:
         msg = (
             f"HIP out of memory. Tried to allocate {a}. GPU 1 has a total capacty of {t} of which {f} is free. "

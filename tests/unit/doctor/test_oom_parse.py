@@ -105,7 +105,8 @@ CURRENT = (
     "memory in use. Including non-PyTorch memory, this process has 67.50 GiB memory in use. Of the allocated "
     "memory 60.00 GiB is allocated by PyTorch, and 6.00 GiB is reserved by PyTorch but unallocated. If reserved "
     "but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
-    "fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+    "fragmentation.  See documentation for Memory Management  "
+    "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
 )
 
 
@@ -255,7 +256,8 @@ def test_generated_current_messages(gpu, a, t, f, m, r, p, typo, with_process, b
         f"capac{'' if typo else 'i'}ty of {t[1]} of which {f[1]} is free. {process}Of the allocated memory {m[1]} "
         f"is allocated by PyTorch, and {r[1]} is reserved by PyTorch but unallocated. If reserved but unallocated "
         f"memory is large try setting PYTORCH_{backend}_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
-        "  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+        "  See documentation for Memory Management  "
+        "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
     )
     (event,) = parse_oom_log(text)
     assert event.gpu == gpu and event.backend == backend
@@ -353,7 +355,10 @@ def test_optimizer_step_is_mid_run():
     assert any("host PID" in u for u in guess.unknowns)
 
 
-TRACE = 'Traceback (most recent call last):\n  File "train.py", line 10, in <module>\n    {code}\n  File "/x/{path}", line 5, in {func}\n    return f(x)\n'
+TRACE = (
+    'Traceback (most recent call last):\n  File "train.py", line 10, in <module>\n    '
+    '{code}\n  File "/x/{path}", line 5, in {func}\n    return f(x)\n'
+)
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ import re
 
 import pytest
 import yaml
+from conftest import SYMPTOM_IDS
 
 from memdoc.core.doctor.symptoms import (
     HOW_KEYS,
@@ -18,24 +19,12 @@ from memdoc.core.doctor.symptoms import (
 from memdoc.core.remedies.levers import LADDER_RANK, LEVERS, PLAN_LEVERS, ladder_rank
 from memdoc.errors import KnowledgeBaseError, MemdocError, UnknownSymptomError
 
-EXPECTED = [
-    "startup-oom",
-    "mid-run-oom",
-    "long-sample-oom",
-    "slow-but-fits",
-    "inference-oom",
-    "ckpt-no-savings",
-    "ckpt-too-slow",
-    "nan-with-amp",
-    "grad-mismatch",
-    "custom-op-error",
-]
 SYMPTOMS = list_symptoms()
 PRESCRIPTIONS = [(s.id, p) for s in SYMPTOMS for p in s.prescriptions]
 
 
 def test_all_symptoms_present_in_order():
-    assert [s.id for s in SYMPTOMS] == EXPECTED
+    assert [s.id for s in SYMPTOMS] == SYMPTOM_IDS
 
 
 @pytest.mark.parametrize("symptom", SYMPTOMS, ids=lambda s: s.id)

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import CATALOG
+from conftest import CATALOG, TINY_LLAMA
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -26,20 +26,6 @@ if not CONFIGS.is_dir():  # pragma: no cover
 
 def catalog(name: str) -> dict:
     return json.loads((CONFIGS / f"{name}.json").read_text())
-
-
-TINY_LLAMA = {
-    "model_type": "llama",
-    "hidden_size": 128,
-    "intermediate_size": 352,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "vocab_size": 2000,
-    "max_position_embeddings": 512,
-    "rms_norm_eps": 1e-5,
-    "tie_word_embeddings": False,
-}
 
 
 # ------------------------------------------------------------------- (a) independent measurement

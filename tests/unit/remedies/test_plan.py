@@ -161,7 +161,8 @@ def final_plan(model_id, gpu_name, **flags):
 
 
 def test_fp32_lora_on_24gb_needs_bf16_alone():
-    # loss fused-ce pinned: with every Liger kernel (--loss fused) fp32 LoRA fits 24 GB too (SwiGLU keeps 2 of 3 tensors)
+    # loss fused-ce pinned: with every Liger kernel (--loss fused) fp32 LoRA fits 24 GB too
+    # (SwiGLU keeps 2 of 3 tensors)
     model, gpu, base, steps = final_plan(
         "Qwen/Qwen2.5-3B", "24", method="lora", precision="fp32", optimizer="adamw", loss="fused-ce"
     )

@@ -207,11 +207,13 @@ def test_memory_keys_memdoc_does_not_bill_are_listed(text, key):
         ),
         (
             "adapter: qlora\nload_in_4bit: false\n",
-            "axolotl.yaml:2: load_in_4bit: adapter: qlora needs load_in_4bit: true (Axolotl's QLoRA loads a 4-bit base)",
+            "axolotl.yaml:2: load_in_4bit: adapter: qlora needs load_in_4bit: true (Axolotl's "
+            "QLoRA loads a 4-bit base)",
         ),
         (
             "attn_implementation: sdpa\nflash_attention: true\n",
-            "axolotl.yaml:2: flash_attention: attn_implementation and flash_attention both choose the attention; keep one",
+            "axolotl.yaml:2: flash_attention: attn_implementation and flash_attention both choose "
+            "the attention; keep one",
         ),
         (
             "deepspeed: ds.json\nfsdp_version: 2\n",

@@ -149,7 +149,8 @@ def _doc(tmp_path: Path, text: str) -> SourceDoc:
         ("model_name_or_path: m\nuse_peft: true\nlora_r: 0\n", "cfg.yaml:3: lora_r: must be a positive integer"),
         (
             "output_dir: o\noptim: adamw_torch_fusd\n",
-            "cfg.yaml:2: optim: 'adamw_torch_fusd' is not an optimizer transformers knows (did you mean adamw_torch_fused?)",
+            "cfg.yaml:2: optim: 'adamw_torch_fusd' is not an optimizer transformers knows (did "
+            "you mean adamw_torch_fused?)",
         ),
         ("model_name_or_path: m\nload_in_4bit: true\n", "cfg.yaml:2: load_in_4bit: load_in_4bit needs use_peft"),
         ("model_name_or_path: m\ndtype: int8\n", "cfg.yaml:2: dtype: 'int8' is not one of"),
