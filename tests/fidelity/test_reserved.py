@@ -7,6 +7,7 @@ import pytest
 from conftest import FIXTURES
 
 from memdoc.core.billing.bill import compute_bill
+from memdoc.core.billing.reserved import simulate
 from memdoc.core.billing.step_events import training_events
 from memdoc.core.model.gpu import resolve_gpu
 from memdoc.core.model.plan import parse_plan
@@ -71,6 +72,35 @@ def test_fits_follows_release_and_retry():
     minimum = bill.allocator.min_memory_bytes()
     assert bill.allocator.peak_allocated <= minimum <= bill.allocator.peak_reserved
     assert bill.allocator.fits(minimum)
+
+
+@pytest.mark.parametrize("case", ["l2-7b-full-bf16-s2048", "q25-7b-lora16qv-s2048-ckpt", "g-2b-full-bf16-b2-s2048"])
+def test_a_run_that_completes_at_c_completes_identically_at_its_own_peak(case):
+    """What the minimum's bisection relies on (`reserved._constrained_peak`): a run that completes at capacity C
+    with peak reserved R ≤ C replays the same cache releases and the same peaks at capacity R; a byte less
+    changes the run (or ends it)."""
+    events = training_events(bill_of(ROWS[case]))
+    unconstrained = simulate(events)
+    for share in (0.6, 0.8, 0.95):
+        capacity = unconstrained.peak_allocated + int(
+            share * (unconstrained.peak_reserved - unconstrained.peak_allocated)
+        )
+        at_c = simulate(events, capacity=capacity)
+        if at_c is None:
+            continue
+        at_peak = simulate(events, capacity=at_c.peak_reserved)
+        assert at_peak is not None
+        assert (at_peak.peak_reserved, at_peak.num_alloc_retries, at_peak.num_device_alloc) == (
+            at_c.peak_reserved,
+            at_c.num_alloc_retries,
+            at_c.num_device_alloc,
+        )
+        below = simulate(events, capacity=at_c.peak_reserved - 1)
+        assert (
+            below is None
+            or below.num_alloc_retries != at_c.num_alloc_retries
+            or below.peak_reserved < at_c.peak_reserved
+        )
 
 
 def test_event_stream_frees_everything_it_allocates_but_the_persistent_state():

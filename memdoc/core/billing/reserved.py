@@ -6,7 +6,9 @@
 * `fits(capacity)`: the run completes on a device whose allocator may reserve `capacity` bytes,
   releasing cached segments and retrying before giving up (what torch does before an OOM);
 * `min_memory_bytes`: the smallest such capacity, by bisection between peak allocated and peak
-  reserved (to 0.5% or 64 MiB) — success is monotone in capacity except in pathological orders.
+  reserved (to 0.5% or 64 MiB) — success is monotone in capacity except in pathological orders. A run
+  that completes at capacity C with a peak reserved R ≤ C completes identically at R (`_constrained_peak`),
+  so each success lowers the upper bound to R, not just to C.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ class ReservedVerdict:
             return True
         if self.peak_allocated > capacity:
             return False
-        return _runs(self.events, capacity, self.expandable)
+        return _constrained_peak(self.events, capacity, self.expandable) is not None
 
     def min_memory_bytes(self) -> int:
         if self.events is None:
@@ -71,16 +73,26 @@ class ReservedVerdict:
         lo, hi = self.peak_allocated, self.peak_reserved  # fails below lo, runs at hi
         while hi - lo > max(64 * MiB, hi // 200):
             mid = (lo + hi) // 2
-            if _runs(self.events, mid, self.expandable):
-                hi = mid
-            else:
+            peak = _constrained_peak(self.events, mid, self.expandable)
+            if peak is None:
                 lo = mid
+            else:
+                hi = mid if self.expandable else peak
         return hi
 
 
 @lru_cache(maxsize=64)
-def _runs(events: Events, capacity: int, expandable: bool) -> bool:
-    return simulate(events, capacity=capacity, expandable=expandable) is not None
+def _constrained_peak(events: Events, capacity: int, expandable: bool) -> int | None:
+    """Peak reserved of the run at `capacity`, None when it runs out of memory.
+
+    Without expandable segments, a run that completes at capacity C with peak reserved R completes
+    identically at R: every cudaMalloc of the run at C ended with reserved ≤ R, so it fits under R too, and
+    every cache release at C was triggered by a request over C ≥ R, which triggers it under R too; by
+    induction over the events the two runs are the same. (Expandable segments size their virtual range
+    from the capacity, so there the argument is not made.)
+    """
+    stats = simulate(events, capacity=capacity, expandable=expandable)
+    return None if stats is None else stats.peak_reserved
 
 
 MAX_SIMULATED_LAYERS = 512
