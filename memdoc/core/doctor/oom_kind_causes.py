@@ -52,8 +52,8 @@ def _nccl(event: OomEvent) -> Cause:
         title="NCCL could not allocate its communication buffers",
         evidence=f"NCCL reports Cuda failure 'out of memory'{where}{device}{times}{size}",
         fix=(
-            "Leave room for NCCL outside PyTorch's allocator: smaller NCCL_BUFFSIZE or fewer channels "
-            "(NCCL_MAX_NCHANNELS), NCCL_NVLS_ENABLE=0 on NVSwitch systems, or a lower memory target for the model"
+            "Leave room for NCCL outside PyTorch's allocator: a smaller NCCL_BUFFSIZE, fewer channels "
+            "(NCCL_MAX_NCHANNELS), or a memory fraction below 1 for PyTorch"
         ),
         frees_bytes=None,
     )
