@@ -29,6 +29,9 @@ normalised log): the first step, a later step, or unknown. Evidence, from the lo
 - "Epoch N" with N ≥ 1 (0-based) or "Epoch N/M" with N ≥ 2 (1-based): a later step.
 
 Evidence of a finished step wins over first-step evidence (an eval bar "0/50" can follow training).
+
+`loading_bar(text, position)`: without frames, an unfinished "Loading checkpoint shards" bar as the last
+bar before the OOM places it in the startup (loading) phase.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from dataclasses import dataclass
 
 from memdoc.core.doctor.logtext import Frame
 
-__all__ = ["PHASES", "STEPS", "StepReading", "phase_of", "read_step"]
+__all__ = ["PHASES", "STEPS", "StepReading", "loading_bar", "phase_of", "read_step"]
 
 PHASES = ("save", "eval", "generate", "startup", "optimizer", "backward", "loss", "forward", "training-step")
 """Values of `SymptomGuess.phase`, highest priority first ('startup' is loading the model/engine)."""
@@ -229,6 +232,7 @@ class StepReading:
 
 
 _BAR = re.compile(r"^(?P<label>[^\n|%]{0,80}?)\s*(?:\d{1,3}%\s*)?\|[^|\n]{0,200}\|\s*(?P<n>\d+)/(?P<t>\d+)\s*\[", re.M)
+_LOAD_LABEL = re.compile(r"load|shard|checkpoint", re.I)
 _TRAIN_LABEL = re.compile(r"^\s*$|epoch|train|step|iter", re.I)
 _LOSS_DICT = re.compile(
     r"\{\s*'(?:loss|train_loss)'\s*:\s*'?[-\d.e+]+'?[^{}\n]{0,400}?'epoch'\s*:\s*'?[\d.]+'?[^{}\n]{0,100}\}"
@@ -253,7 +257,8 @@ def read_step(text: str, position: int | None = None) -> StepReading:
         nonlocal first, later
         found = StepReading(reading=reading, step=step, evidence=re.sub(r"\s+", " ", m.group(0)).strip())
         if reading == "step-n":
-            later = found
+            if later is None or step is not None or later.step is None:  # a numbered reading is kept
+                later = found
         else:
             first = found
 
@@ -271,3 +276,17 @@ def read_step(text: str, position: int | None = None) -> StepReading:
         if _later_epoch(m):
             note("step-n", None, m)
     return later or first or StepReading()
+
+
+def loading_bar(text: str, position: int | None = None) -> str | None:
+    """The last progress bar before the OOM when it is an unfinished loading bar ("Loading checkpoint
+    shards:  25%|██▌ | 1/4 [", transformers `modeling_utils.py`): the process died loading weights.
+    None otherwise. Read when the log has no traceback frames of the process that died."""
+    before = text if position is None or position <= 0 else text[:position]
+    bars = list(_BAR.finditer(before))
+    if not bars:
+        return None
+    last = bars[-1]
+    if _LOAD_LABEL.search(last.group("label")) and int(last.group("n")) < int(last.group("t")):
+        return re.sub(r"\s+", " ", last.group(0)).strip()
+    return None

@@ -21,7 +21,7 @@ from memdoc.core.doctor.oom import parse_oom_log
 from memdoc.core.doctor.oom_causes import Cause, read_causes
 from memdoc.core.doctor.oom_event import OomEvent
 from memdoc.core.doctor.oom_kind_causes import kind_causes
-from memdoc.core.doctor.oom_phase import PHASES, STEPS, StepReading, phase_of, read_step
+from memdoc.core.doctor.oom_phase import PHASES, STEPS, StepReading, loading_bar, phase_of, read_step
 from memdoc.core.doctor.oom_ranks import rank_imbalance
 from memdoc.units import format_bytes
 
@@ -142,6 +142,20 @@ def _frames(event: OomEvent, log_text: str) -> list[Frame]:
         return []
 
 
+def _phase(event: OomEvent, frames: list[Frame], log_text: str, reasons: list[str]) -> tuple[str | None, Frame | None]:
+    """The phase from the frames; without one, 'startup' when a loading bar was running (`loading_bar`)."""
+    phase, decided_by = phase_of(frames)
+    if phase is None:
+        try:
+            bar = loading_bar(normalise_log(log_text or event.raw), event.position or None)
+        except Exception:  # pragma: no cover
+            bar = None
+        if bar:
+            reasons.append(f"the log shows weights still loading: {bar}")
+            return "startup", None
+    return phase, decided_by
+
+
 def _step(event: OomEvent, log_text: str, reasons: list[str]) -> StepReading:
     try:
         reading = read_step(normalise_log(log_text or event.raw), event.position or None)
@@ -164,7 +178,7 @@ def _note_frames(
     """What the traceback shows (or that there is none), and what a size-less CUDA error implies."""
     if phase is not None and decided_by is not None:
         reasons.append(f"the traceback shows the {phase.replace('-', ' ')} phase: {decided_by.describe()}")
-    elif event.kind in ("cuda-oom", "cuda-error"):
+    elif phase is None and event.kind in ("cuda-oom", "cuda-error"):
         unknowns.append(
             NO_FRAMES if not frames else f"what was running: {len(frames)} traceback frames, none of a known phase"
         )
@@ -199,7 +213,7 @@ def infer_symptom(event: OomEvent | None, log_text: str = "") -> SymptomGuess:
     reasons: list[str] = []
     unknowns: list[str] = []
     frames = _frames(event, log_text)
-    phase, decided_by = phase_of(frames)
+    phase, decided_by = _phase(event, frames, log_text, reasons)
     reading = read_causes(event, log_text)
     unknowns.extend(reading.unknowns)
     causes = kind_causes(event) + reading.causes
