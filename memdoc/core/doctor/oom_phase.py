@@ -28,7 +28,9 @@ normalised log): the first step, a later step, or unknown. Evidence, from the lo
   ambiguous and ignored;
 - "Epoch N" with N ≥ 1 (0-based) or "Epoch N/M" with N ≥ 2 (1-based): a later step.
 
-Evidence of a finished step wins over first-step evidence (an eval bar "0/50" can follow training).
+The training bar is the unfinished one of the most steps (an evaluation bar, also unlabelled, counts
+eval batches). Precedence: the training bar past 0, then a counter ≥ 2, a metrics dict or a later epoch
+(evidence of a finished step), then the training bar at 0 or a counter at 0 (the first step).
 
 `loading_bar(text, position)`: without frames, an unfinished "Loading checkpoint shards" bar as the last
 bar before the OOM places it in the startup (loading) phase.
@@ -246,36 +248,43 @@ def _later_epoch(m: re.Match[str]) -> bool:
     return n >= 2 if m.group(2) else n >= 1
 
 
+def _reading(reading: str, step: int | None, m: re.Match[str]) -> StepReading:
+    return StepReading(reading=reading, step=step, evidence=re.sub(r"\s+", " ", m.group(0)).strip())
+
+
+def _training_bar(before: str) -> re.Match[str] | None:
+    """The training loop's bar: unfinished, with a training label (or none), and of the most steps (an
+    evaluation bar, also unlabelled, counts eval batches — fewer than the run's steps); the last such."""
+    bars = [
+        m
+        for m in _BAR.finditer(before)
+        if _TRAIN_LABEL.search(m.group("label").strip(" :")) and 0 <= int(m.group("n")) < int(m.group("t"))
+    ]
+    if not bars:
+        return None
+    most = max(int(m.group("t")) for m in bars)
+    return [m for m in bars if int(m.group("t")) == most][-1]
+
+
 def read_step(text: str, position: int | None = None) -> StepReading:
     """The step the OOM at `position` of the normalised log `text` struck in (rules in the module
     docstring); the whole text when `position` is None. Never raises."""
     before = text if position is None or position <= 0 else text[:position]
-    first: StepReading | None = None
-    later: StepReading | None = None
-
-    def note(reading: str, step: int | None, m: re.Match[str]) -> None:
-        nonlocal first, later
-        found = StepReading(reading=reading, step=step, evidence=re.sub(r"\s+", " ", m.group(0)).strip())
-        if reading == "step-n":
-            if later is None or step is not None or later.step is None:  # a numbered reading is kept
-                later = found
-        else:
-            first = found
-
-    for m in _BAR.finditer(before):
-        n, t = int(m.group("n")), int(m.group("t"))
-        if _TRAIN_LABEL.search(m.group("label").strip(" :")) and 0 <= n < t:
-            note("first-step" if n == 0 else "step-n", n, m)
-    for m in _LOSS_DICT.finditer(before):
-        note("step-n", None, m)
-    for m in _COUNTER.finditer(before):
-        n = int(m.group(1))
-        if n == 0 or n >= 2:
-            note("first-step" if n == 0 else "step-n", n, m)
-    for m in _EPOCH.finditer(before):
-        if _later_epoch(m):
-            note("step-n", None, m)
-    return later or first or StepReading()
+    bar = _training_bar(before)
+    if bar is not None and int(bar.group("n")) > 0:
+        return _reading("step-n", int(bar.group("n")), bar)
+    counters = [m for m in _COUNTER.finditer(before) if int(m.group(1)) != 1]
+    later_counters = [m for m in counters if int(m.group(1)) >= 2]
+    if later_counters:
+        return _reading("step-n", int(later_counters[-1].group(1)), later_counters[-1])
+    later = [*_LOSS_DICT.finditer(before), *(m for m in _EPOCH.finditer(before) if _later_epoch(m))]
+    if later:
+        return _reading("step-n", None, max(later, key=lambda m: m.start()))
+    if bar is not None:
+        return _reading("first-step", 0, bar)
+    if counters:
+        return _reading("first-step", 0, counters[-1])
+    return StepReading()
 
 
 def loading_bar(text: str, position: int | None = None) -> str | None:

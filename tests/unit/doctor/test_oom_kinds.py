@@ -103,6 +103,8 @@ def test_step_numbers_come_from_the_bar():
     assert read_step("  0%|          | 0/1250 [00:00<?, ?it/s]\n").step == 0
     assert infer_symptom(first_oom(_log("step-n-logits")), _log("step-n-logits")).step_number == 312
     assert infer_symptom(first_oom(_log("first-step-backward")), _log("first-step-backward")).step_number == 0
+    # the eval bar (31/50) follows the training bar (500/1250): the step is the training loop's
+    assert infer_symptom(first_oom(_log("eval-prediction-step")), _log("eval-prediction-step")).step_number == 500
 
 
 @pytest.mark.parametrize(
