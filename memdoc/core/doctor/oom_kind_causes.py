@@ -35,8 +35,8 @@ def _host(event: OomEvent) -> Cause:
         title="The host ran out of RAM and the process was killed",
         evidence=f"{who} {what}{rss}",
         fix=(
-            "Cut host memory: fewer DataLoader workers, weights loaded on rank 0 only (FSDP cpu_ram_efficient_loading), "
-            "less CPU offload; check `dmesg` or the scheduler's memory limit to confirm"
+            "Cut host memory: fewer DataLoader workers, weights loaded on rank 0 only "
+            "(FSDP cpu_ram_efficient_loading), less CPU offload; check `dmesg` or the scheduler's memory limit to confirm"
         ),
         frees_bytes=None,
     )
