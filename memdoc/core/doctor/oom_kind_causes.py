@@ -36,7 +36,8 @@ def _host(event: OomEvent) -> Cause:
         evidence=f"{who} {what}{rss}",
         fix=(
             "Cut host memory: fewer DataLoader workers, weights loaded on rank 0 only "
-            "(FSDP cpu_ram_efficient_loading), less CPU offload; check `dmesg` or the scheduler's memory limit to confirm"
+            "(FSDP cpu_ram_efficient_loading), less CPU offload; "
+            "check `dmesg` or the scheduler's memory limit to confirm"
         ),
         frees_bytes=None,
     )
