@@ -48,6 +48,11 @@ SYMPTOM_IDS = [
     "nan-with-amp",
     "grad-mismatch",
     "custom-op-error",
+    "eval-oom",
+    "save-oom",
+    "host-oom",
+    "nccl-oom",
+    "rank-imbalance",
 ]
 
 

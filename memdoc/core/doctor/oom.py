@@ -15,7 +15,12 @@ It understands:
   the pre-1.0 "cuda runtime error (2) : out of memory", `CUDA_ERROR_OUT_OF_MEMORY`, HIP runtime OOM;
 - vLLM's KV-cache refusals, which are out-of-memory errors of the engine: "No available memory
   for the cache blocks" and "The model's max seq len (N) is larger than the maximum number of
-  tokens that can be stored in KV cache (M)" (format `vllm-kv-cache`).
+  tokens that can be stored in KV cache (M)" (format `vllm-kv-cache`);
+- NCCL's "Cuda failure 'out of memory'" and host-RAM kills (SIGKILL: the kernel's oom-killer,
+  torchrun's `exitcode: -9`, a DataLoader worker killed by signal, a shell's "Killed"), read by
+  `memdoc.core.doctor.oom_kinds`.
+
+Every event has a `kind` (`oom_event.KINDS`): cuda-oom, cuda-error, nccl-oom, host-oom, vllm-kv.
 
 Logs are messy: the text is normalised first (`memdoc.core.doctor.logtext`); clause patterns accept
 any whitespace between words, so wrapped messages parse; if nothing is found, lines are joined
@@ -32,6 +37,7 @@ from dataclasses import replace
 
 from memdoc.core.doctor.logtext import normalise_log
 from memdoc.core.doctor.oom_event import OomEvent, size_to_bytes
+from memdoc.core.doctor.oom_kinds import parse_host_kills, parse_nccl
 
 __all__ = ["first_oom", "parse_oom_log"]
 
@@ -332,6 +338,9 @@ def _identity(e: OomEvent) -> tuple:
         e.kv_cache_tokens,
         e.kv_cache_needed,
         e.kv_cache_available,
+        e.variant if e.kind == "host-oom" else None,
+        e.pid,
+        e.rank,
     )
 
 
@@ -347,6 +356,8 @@ def _parse_normalised(text: str) -> list[OomEvent]:
     try:
         events.extend(_parse_generic(text))
         events.extend(_parse_vllm(text))
+        events.extend(parse_nccl(text))
+        events.extend(parse_host_kills(text))
     except Exception:  # pragma: no cover
         pass
     events.sort(key=lambda e: e.position)
@@ -386,5 +397,9 @@ def parse_oom_log(text: str) -> list[OomEvent]:
 
 
 def first_oom(text: str) -> OomEvent | None:
-    """The first out-of-memory message in `text`, or None."""
-    return next(iter(parse_oom_log(text)), None)
+    """The first out-of-memory message in `text`, or None.
+
+    The GPU's own message comes first when there is one: a host kill in the same log (torchrun
+    killing the other ranks, the scheduler reaping the job) is then a consequence, not the cause."""
+    events = parse_oom_log(text)
+    return next((e for e in events if e.on_device), next(iter(events), None))

@@ -13,10 +13,54 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 
-__all__ = ["FORMATS", "OomEvent", "size_to_bytes"]
+__all__ = ["DEVICE_KINDS", "FORMATS", "KINDS", "OomEvent", "kind_of_format", "size_to_bytes"]
 
-FORMATS = ("cuda-current", "cuda-legacy", "hip", "cublas-alloc", "cudnn", "cuda-generic", "vllm-kv-cache")
+FORMATS = (
+    "cuda-current",
+    "cuda-legacy",
+    "hip",
+    "cublas-alloc",
+    "cudnn",
+    "cuda-generic",
+    "vllm-kv-cache",
+    "nccl",
+    "host-kill",
+)
 """Values of `OomEvent.format`. `variant` refines them (see `OomEvent.variant`)."""
+
+KINDS = ("cuda-oom", "cuda-error", "nccl-oom", "host-oom", "vllm-kv")
+"""Values of `OomEvent.kind`, what ran out and who said so:
+
+- `cuda-oom`: the caching allocator's "CUDA/HIP out of memory. Tried to allocate …" (sizes given);
+- `cuda-error`: a CUDA/HIP runtime or library status without sizes ("CUDA error: out of memory", e.g. in
+  `torch.cuda.set_device` or context creation; cuBLAS/cuDNN `*_ALLOC_FAILED`);
+- `nccl-oom`: NCCL could not allocate its own device buffers ("NCCL WARN Cuda failure 'out of memory'");
+- `host-oom`: the process was killed for host RAM (SIGKILL from the kernel's oom-killer, torchrun's
+  `exitcode: -9`, a DataLoader worker killed by signal, a shell's "Killed");
+- `vllm-kv`: vLLM refused to start because its KV cache does not fit."""
+
+DEVICE_KINDS = ("cuda-oom", "cuda-error", "nccl-oom", "vllm-kv")
+"""Kinds where the GPU ran out (as opposed to host RAM)."""
+
+_FORMAT_KIND = {
+    "cuda-current": "cuda-oom",
+    "cuda-legacy": "cuda-oom",
+    "hip": "cuda-oom",
+    "cublas-alloc": "cuda-error",
+    "cudnn": "cuda-error",
+    "cuda-generic": "cuda-error",
+    "vllm-kv-cache": "vllm-kv",
+    "nccl": "nccl-oom",
+    "host-kill": "host-oom",
+}
+
+
+def kind_of_format(fmt: str, variant: str | None = None) -> str:
+    """The `KINDS` value of a message layout: HIP's size-less runtime error is a `cuda-error`."""
+    if fmt == "hip" and variant == "hip-runtime-oom":
+        return "cuda-error"
+    return _FORMAT_KIND.get(fmt, "cuda-error")
+
 
 _UNIT_BYTES = {
     "bytes": 1,
@@ -56,7 +100,11 @@ class OomEvent:
     """Refinement: 'capacty-typo' (2.1-era text), 'no-advice' (legacy text without the advice
     sentence), 'legacy-cached' (1.0–1.3 text with 'cached'), 'legacy' (HIP in the legacy layout),
     'cuda-runtime-oom', 'thc-legacy', 'driver-oom', 'hip-runtime-oom' (size-less messages);
-    'no-cache-blocks', 'max-seq-len', 'kv-needed' (vLLM's KV-cache refusals)."""
+    'no-cache-blocks', 'max-seq-len', 'kv-needed' (vLLM's KV-cache refusals); 'cuda-failure' (NCCL);
+    'kernel-oom-killer', 'elastic-sigkill', 'launcher-sigkill', 'dataloader-worker', 'shell-killed'
+    (host kills, see `memdoc.core.doctor.oom_kinds`)."""
+    kind: str = ""
+    """One of `KINDS`; derived from `format` when not given."""
     backend: str | None = None
     """'CUDA', 'HIP' or 'XPU'."""
     exception_type: str | None = None
@@ -104,6 +152,14 @@ class OomEvent:
     """vLLM v1: KV-cache bytes one max-length request needs."""
     kv_cache_available: int | None = None
     """vLLM v1: KV-cache bytes left under `gpu_memory_utilization` after weights and activations."""
+    pid: int | None = None
+    """Host kills: the process killed (kernel, torchrun, DataLoader worker, shell job)."""
+    process: str | None = None
+    """Host kills: the process name the kernel prints ('python')."""
+    rank: int | None = None
+    """Host kills: the global rank torchrun's failure report names."""
+    host_rss: int | None = None
+    """Host kills: the killed process's anonymous resident memory (the kernel's 'anon-rss')."""
     truncated: bool = False
     """The text ends inside the message (an excerpt cut mid-sentence)."""
     count: int = 1
@@ -112,6 +168,15 @@ class OomEvent:
     """Character offset of the message in the normalised log text."""
     raw: str = field(default="", compare=False)
     """The matched message text, whitespace collapsed."""
+
+    def __post_init__(self) -> None:
+        if not self.kind:
+            object.__setattr__(self, "kind", kind_of_format(self.format, self.variant))
+
+    @property
+    def on_device(self) -> bool:
+        """True when the GPU ran out (not host RAM)."""
+        return self.kind in DEVICE_KINDS
 
     @property
     def unused_reserved(self) -> int | None:

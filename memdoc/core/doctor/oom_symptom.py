@@ -1,18 +1,14 @@
-"""Which symptom an OOM is: the phase from the traceback, the size of the request, the causes.
+"""Which symptom an OOM is: its kind, the phase and step from the log, the size of the request, the causes.
 
 `infer_symptom(event, log_text)` maps a parsed OOM (plus the log around it) to one of the symptom
 ids of `memdoc/data/symptoms.yaml`. It never refuses a parsed OOM: when the log has no traceback
 it decides from the figures and says which assumption it made (`SymptomGuess.assumptions`).
 
-Phase, from the traceback frames (`memdoc.core.doctor.logtext.traceback_frames`), by priority:
-generate (`generate`/decoding loops, `/generation/`, vLLM/SGLang engine frames) > startup
-(`from_pretrained`, state-dict loading, `model.to(`/`.cuda()`/`Module._apply`, DeepSpeed/accelerate
-initialisation, optimizer-state creation) > optimizer (`optimizer.step`, torch/optim, DeepSpeed
-`_optimizer_step`) > backward (autograd, `.backward(`) > loss (`cross_entropy`, `ForCausalLMLoss`,
-`log_softmax`) > eval (`evaluate`, `evaluation_loop`, `prediction_step`) > forward (`forward`,
-`Module._call_impl`) > training-step (`trainer.train()`, `_inner_training_loop`, `training_step`
-with nothing deeper shown). A backward frame outside a forward frame is checkpoint recomputation:
-backward wins by the priority.
+The kind comes from the parser (`OomEvent.kind`); the phase from the traceback frames and the step
+(first step, a later one) from progress bars, logged metrics and counters
+(`memdoc.core.doctor.oom_phase`); whether one rank was heavier from several ranks' figures
+(`memdoc.core.doctor.oom_ranks`). Causes: the kind's own (`oom_kind_causes`), then what the
+figures show (`oom_causes.read_causes`).
 """
 
 from __future__ import annotations
@@ -20,15 +16,20 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from memdoc.core.doctor.logtext import Frame, traceback_frames
+from memdoc.core.doctor.logtext import Frame, normalise_log, traceback_frames
+from memdoc.core.doctor.oom import parse_oom_log
 from memdoc.core.doctor.oom_causes import Cause, read_causes
 from memdoc.core.doctor.oom_event import OomEvent
+from memdoc.core.doctor.oom_kind_causes import kind_causes
+from memdoc.core.doctor.oom_phase import PHASES, STEPS, StepReading, loading_bar, phase_of, read_step
+from memdoc.core.doctor.oom_ranks import rank_imbalance
 from memdoc.units import format_bytes
 
-__all__ = ["LARGE_BLOCK_UNKNOWN", "PHASES", "SymptomGuess", "infer_symptom", "phase_of"]
+__all__ = ["LARGE_BLOCK_UNKNOWN", "PHASES", "STEPS", "SymptomGuess", "infer_symptom", "phase_of"]
 
-PHASES = ("generate", "startup", "optimizer", "backward", "loss", "eval", "forward", "training-step")
-"""Values of `SymptomGuess.phase`, highest priority first."""
+TRAINING_PHASES = ("optimizer", "backward", "loss", "forward", "training-step")
+"""Phases of a training step: the step reading decides first step (startup-oom) vs later (mid-run-oom)."""
+NO_FRAMES = "what was running (no traceback frames in the log): startup, a training step, or generation"
 
 LARGE_BLOCK_UNKNOWN = "whether the large block is attention or logits (no such frame in the traceback)"
 """The unknown a culprit tensor (`memdoc.core.doctor.culprit`) answers."""
@@ -48,8 +49,14 @@ class SymptomGuess:
 
     symptom: str | None
     """A symptom id from symptoms.yaml; None only when no OOM was found."""
+    kind: str | None = None
+    """The OOM's kind (`oom_event.KINDS`): cuda-oom, cuda-error, nccl-oom, host-oom, vllm-kv."""
     phase: str | None = None
     """What the traceback shows was running (one of `PHASES`), None without frames."""
+    step: str = "unknown"
+    """How far training got (one of `STEPS`): 'first-step', 'step-n' or 'unknown'."""
+    step_number: int | None = None
+    """The step the log's evidence names (completed steps of a progress bar, a step counter)."""
     fragmentation: bool = False
     """True when the fragmentation cause fires."""
     causes: tuple[Cause, ...] = ()
@@ -63,134 +70,6 @@ class SymptomGuess:
     unknowns: tuple[str, ...] = ()
     """What the log does not say and would change the answer."""
 
-
-def _rx(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern)
-
-
-# (phase, function names, source-line pattern, path pattern)
-_RULES: tuple[tuple[str, frozenset[str], re.Pattern[str] | None, re.Pattern[str] | None], ...] = (
-    (
-        "generate",
-        frozenset(
-            {
-                "generate",
-                "_sample",
-                "sample",
-                "greedy_search",
-                "beam_search",
-                "_beam_search",
-                "_assisted_decoding",
-                "contrastive_search",
-                "_contrastive_search",
-                "generate_until",
-                "run_engine_loop",
-                "engine_step",
-                "execute_model",
-                "capture_model",
-                "profile_run",
-                "determine_num_available_blocks",
-                "_initialize_kv_caches",
-                "determine_available_memory",
-                "raise_if_cache_size_invalid",
-            }
-        ),
-        _rx(r"\.generate\(|\bpipeline\(|\bLLM\(|llm\.generate|inference_mode"),
-        _rx(r"/generation/|/vllm/|/sglang/|/text_generation"),
-    ),
-    (
-        "startup",
-        frozenset(
-            {
-                "from_pretrained",
-                "_load_pretrained_model",
-                "load_state_dict",
-                "_load_state_dict_into_meta_model",
-                "load_checkpoint_in_model",
-                "set_module_tensor_to_device",
-                "dispatch_model",
-                "_move_model_to_device",
-                "prepare_model_for_kbit_training",
-                "initialize_optimizer_states",
-                "_configure_zero_optimizer",
-                "_configure_optimizer",
-                "_configure_distributed_model",
-                "cuda",
-                "_apply",
-                "load_model",
-                "_prepare_deepspeed",
-                "prepare_model",
-                "_wrap_model",
-                "_create_model",
-                "init_device_mesh",
-            }
-        ),
-        _rx(
-            r"from_pretrained\(|\b(?:model|module|net|self\.model)\.(?:to|cuda)\(|\bmodel\.cuda\(\)|deepspeed\.initialize\(|"
-            r"accelerator\.prepare\(|load_state_dict\("
-        ),
-        None,
-    ),
-    (
-        "optimizer",
-        frozenset(
-            {
-                "_optimizer_step",
-                "optimizer_step",
-                "_multi_tensor_adamw",
-                "_multi_tensor_adam",
-                "_single_tensor_adamw",
-                "_single_tensor_adam",
-                "adamw",
-                "adam",
-                "_fused_adamw",
-                "_fused_adam",
-                "_foreach_add_",
-                "step",
-            }
-        ),
-        _rx(r"optimizer\.step\(|\.optimizer\.step\(|opt\.step\("),
-        _rx(r"torch/optim/|bitsandbytes/optim/"),
-    ),
-    (
-        "backward",
-        frozenset(
-            {"backward", "_engine_run_backward", "run_backward", "_backward", "reduce_gradients", "clip_grad_norm_"}
-        ),
-        _rx(r"\.backward\(|accelerator\.backward\(|autograd\.backward\("),
-        _rx(r"torch/autograd/"),
-    ),
-    (
-        "loss",
-        frozenset(
-            {
-                "cross_entropy",
-                "ForCausalLMLoss",
-                "fixed_cross_entropy",
-                "loss_function",
-                "log_softmax",
-                "_log_softmax",
-                "nll_loss",
-                "cross_entropy_loss",
-            }
-        ),
-        _rx(r"cross_entropy|nll_loss|log_softmax|loss_fct\(|self\.loss_function\("),
-        None,
-    ),
-    (
-        "eval",
-        frozenset({"evaluate", "evaluation_loop", "prediction_step", "predict", "_maybe_log_save_evaluate"}),
-        _rx(r"trainer\.evaluate\("),
-        None,
-    ),
-    ("forward", frozenset({"forward", "_call_impl", "_wrapped_call_impl"}), None, None),
-    (
-        "training-step",
-        frozenset({"train", "_inner_training_loop", "training_step", "train_step", "fit", "compute_loss"}),
-        _rx(r"\btrainer\.train\(|\.fit\(|train_step\("),
-        None,
-    ),
-)
 
 _BIG_BLOCK_CODE = re.compile(
     r"softmax|scaled_dot_product|attn_weights|attention_probs|\battn\b|attention\(|matmul\(query|"
@@ -211,26 +90,14 @@ _BIG_BLOCK_FUNCS = {
 }
 
 
-def phase_of(frames: list[Frame]) -> tuple[str | None, Frame | None]:
-    """(phase, the frame that decided it), by the priority of `PHASES`."""
-    for phase, funcs, code, path in _RULES:
-        for f in frames:
-            if (
-                f.func in funcs
-                or (code is not None and code.search(f.code))
-                or (path is not None and path.search(f.path))
-            ):
-                return phase, f
-    return None, None
-
-
 _SYMPTOM = {
     "generate": "inference-oom",
     "startup": "startup-oom",
     "optimizer": "mid-run-oom",
     "backward": "mid-run-oom",
     "loss": "mid-run-oom",
-    "eval": "mid-run-oom",
+    "eval": "eval-oom",
+    "save": "save-oom",
     "forward": "mid-run-oom",
     "training-step": "mid-run-oom",
 }
@@ -268,14 +135,74 @@ def _large_block(
     return large
 
 
+def _frames(event: OomEvent, log_text: str) -> list[Frame]:
+    try:
+        return traceback_frames(log_text or event.raw)
+    except Exception:  # pragma: no cover
+        return []
+
+
+def _phase(event: OomEvent, frames: list[Frame], log_text: str, reasons: list[str]) -> tuple[str | None, Frame | None]:
+    """The phase from the frames; without one, 'startup' when a loading bar was running (`loading_bar`)."""
+    phase, decided_by = phase_of(frames)
+    if phase is None:
+        try:
+            bar = loading_bar(normalise_log(log_text or event.raw), event.position or None)
+        except Exception:  # pragma: no cover
+            bar = None
+        if bar:
+            reasons.append(f"the log shows weights still loading: {bar}")
+            return "startup", None
+    return phase, decided_by
+
+
+def _step(event: OomEvent, log_text: str, reasons: list[str]) -> StepReading:
+    try:
+        reading = read_step(normalise_log(log_text or event.raw), event.position or None)
+    except Exception:  # pragma: no cover
+        reading = StepReading()
+    if reading.reading != "unknown":
+        which = "the first training step" if reading.reading == "first-step" else "a later step (steps had finished)"
+        reasons.append(f"the log shows {which}: {reading.evidence}")
+    return reading
+
+
+def _note_frames(
+    event: OomEvent,
+    frames: list[Frame],
+    phase: str | None,
+    decided_by: Frame | None,
+    reasons: list[str],
+    unknowns: list[str],
+) -> None:
+    """What the traceback shows (or that there is none), and what a size-less CUDA error implies."""
+    if phase is not None and decided_by is not None:
+        reasons.append(f"the traceback shows the {phase.replace('-', ' ')} phase: {decided_by.describe()}")
+    elif phase is None and event.kind in ("cuda-oom", "cuda-error"):
+        unknowns.append(
+            NO_FRAMES if not frames else f"what was running: {len(frames)} traceback frames, none of a known phase"
+        )
+    if event.kind == "cuda-error":
+        reasons.append(
+            f"{event.status or 'the error'} reports no sizes: a library could not allocate its handle or workspace, "
+            "usually because the GPU was already full (this process or another one); a driver or library mismatch "
+            "can produce the same text"
+        )
+        unknowns.append("how much memory was in use (the message has no figures): run `memdoc diagnose` or nvidia-smi")
+
+
 def infer_symptom(event: OomEvent | None, log_text: str = "") -> SymptomGuess:
     """Guess the symptom of `event`, using the traceback in `log_text` (the whole log is fine).
 
-    Decision: vLLM KV-cache refusal → inference-oom; phase generate → inference-oom; startup →
-    startup-oom; a large block (rule below) outside startup → long-sample-oom (also mid-run-oom);
-    any training phase → mid-run-oom; no frames: fragmentation → mid-run-oom (it builds up over
-    steps), a size-less library failure → startup-oom (assumed: the card was full before the first
-    kernels ran), otherwise mid-run-oom (assumed: a training step, the commonest case).
+    Decision, first match: host kill → host-oom; NCCL → nccl-oom; vLLM KV-cache refusal →
+    inference-oom; phase save → save-oom; eval → eval-oom; generate → inference-oom; startup (loading)
+    → startup-oom; one rank heavier (`oom_ranks`) → rank-imbalance; a training phase or no frames, with
+    the log showing the first step → startup-oom (the rigid part plus one step's activations do not
+    fit); a large block (rule below) → long-sample-oom (also mid-run-oom); a training phase →
+    mid-run-oom; no frames but a later step shown → mid-run-oom; otherwise, without frames:
+    fragmentation → mid-run-oom (it builds up over steps), a size-less library failure → startup-oom
+    (assumed: the card was full before the first kernels ran), else mid-run-oom (assumed: a training
+    step, the commonest case).
     Large block: request ≥ T/8, or ≥ T/32 when a frame mentions attention/softmax/cross-entropy/
     logits/lm_head; 2 GiB stands in for T/8 when T is missing; and always ≥ 512 MiB. One tensor
     that large in a decoder is a sequence² score matrix or a tokens × vocabulary logits tensor,
@@ -285,34 +212,34 @@ def infer_symptom(event: OomEvent | None, log_text: str = "") -> SymptomGuess:
         return SymptomGuess(symptom=None, unknowns=("no out-of-memory message was found in the log",))
     reasons: list[str] = []
     unknowns: list[str] = []
-    try:
-        frames = traceback_frames(log_text or event.raw)
-    except Exception:  # pragma: no cover
-        frames = []
-    phase, decided_by = phase_of(frames)
+    frames = _frames(event, log_text)
+    phase, decided_by = _phase(event, frames, log_text, reasons)
     reading = read_causes(event, log_text)
     unknowns.extend(reading.unknowns)
+    causes = kind_causes(event) + reading.causes
     fragmentation = any(c.id == "fragmentation" for c in reading.causes)
-    if phase is not None:
-        reasons.append(f"the traceback shows the {phase.replace('-', ' ')} phase: {decided_by.describe()}")
-    elif event.format != "vllm-kv-cache":
-        unknowns.append("what was running (no traceback frames in the log): startup, a training step, or generation")
-    if not event.has_sizes and event.format != "vllm-kv-cache":
-        reasons.append(
-            f"{event.status or 'the error'} reports no sizes: a library could not allocate its handle or workspace, "
-            "usually because the GPU was already full (this process or another one); a driver or library mismatch "
-            "can produce the same text"
-        )
-        unknowns.append("how much memory was in use (the message has no figures): run `memdoc diagnose` or nvidia-smi")
-    large = _large_block(event, frames, phase, reasons, unknowns)
+    _note_frames(event, frames, phase, decided_by, reasons, unknowns)
+    step = _step(event, log_text, reasons)
+    large = event.kind == "cuda-oom" and _large_block(event, frames, phase, reasons, unknowns)
+    imbalance = rank_imbalance(log_text, frames, _all_events(log_text)) if event.on_device else None
     symptom, also, assumptions = _decide(
-        event, phase, large=large, fragmentation=fragmentation, reasons=reasons, unknowns=unknowns
+        event,
+        phase,
+        step=step.reading,
+        large=large,
+        imbalance=imbalance,
+        fragmentation=fragmentation,
+        reasons=reasons,
+        unknowns=unknowns,
     )
     return SymptomGuess(
         symptom=symptom,
+        kind=event.kind,
         phase=phase,
+        step=step.reading,
+        step_number=step.step,
         fragmentation=fragmentation,
-        causes=reading.causes,
+        causes=causes,
         also=tuple(dict.fromkeys(a for a in also if a != symptom)),
         reasons=tuple(reasons),
         assumptions=tuple(assumptions),
@@ -320,21 +247,53 @@ def infer_symptom(event: OomEvent | None, log_text: str = "") -> SymptomGuess:
     )
 
 
+def _all_events(log_text: str) -> list[OomEvent]:
+    return parse_oom_log(log_text) if log_text else []
+
+
+def _decide_kind(event: OomEvent, phase: str | None, reasons: list[str]) -> tuple[str, list[str], list[str]] | None:
+    """The symptom a kind decides by itself (host RAM, NCCL, vLLM), or None for the CUDA kinds."""
+    if event.kind == "host-oom":
+        reasons.append(
+            "the process was killed with SIGKILL, which is what the kernel's oom-killer (and a scheduler's memory "
+            "limit) sends when host RAM runs out; the GPU did not report an OOM"
+        )
+        return "host-oom", [], []
+    if event.kind == "nccl-oom":
+        reasons.append("NCCL could not allocate its own buffers on the GPU: it needs room PyTorch's allocator left")
+        return "nccl-oom", ["rank-imbalance"] if phase is None else [], []
+    if event.kind == "vllm-kv":
+        reasons.append("vLLM sizes its KV cache at engine start from gpu_memory_utilization; it found too little room")
+        return "inference-oom", [], []
+    return None
+
+
 def _decide(
     event: OomEvent,
     phase: str | None,
     *,
+    step: str,
     large: bool,
+    imbalance: str | None,
     fragmentation: bool,
     reasons: list[str],
     unknowns: list[str],
 ) -> tuple[str, list[str], list[str]]:
     """(symptom, other symptoms that fit, assumptions) by the decision `infer_symptom` documents."""
-    if event.format == "vllm-kv-cache":
-        reasons.append("vLLM sizes its KV cache at engine start from gpu_memory_utilization; it found too little room")
-        return "inference-oom", [], []
-    if phase in ("generate", "startup"):
-        return _SYMPTOM[phase], [], []
+    by_kind = _decide_kind(event, phase, reasons)
+    if by_kind is not None:
+        return by_kind
+    if phase in ("save", "eval", "generate", "startup"):
+        return _SYMPTOM[phase], ["rank-imbalance"] if imbalance else [], []
+    if imbalance:
+        reasons.append(f"one rank is heavier than the others: {imbalance}")
+        return "rank-imbalance", ["mid-run-oom"], []
+    if step == "first-step" and (phase is None or phase in TRAINING_PHASES):
+        reasons.append(
+            "the first step did not finish: the weights, gradients and optimizer states plus one step's "
+            "activations do not fit, before any long sample or fragmentation built up"
+        )
+        return "startup-oom", ["mid-run-oom"], []
     if large:
         if phase is None:
             unknowns.append("whether the OOM happened in a training step or in generation")
@@ -351,6 +310,9 @@ def _decide(
             also.append("inference-oom")
             unknowns.append("whether the forward pass was training or evaluation/generation")
         return _SYMPTOM[phase], also, []
+    if step == "step-n":
+        reasons.append("steps had finished before the OOM, so it came in a later training step")
+        return "mid-run-oom", ["long-sample-oom"], []
     return _decide_without_frames(event, fragmentation=fragmentation, reasons=reasons)
 
 

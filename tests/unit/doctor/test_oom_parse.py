@@ -86,6 +86,25 @@ def test_corpus_entry(entry):
     assert event.raw and event.raw in re.sub(r"\s+", " ", event.raw)
 
 
+# corpus format -> kind: the caching allocator's sized message is cuda-oom; size-less library/runtime
+# statuses are cuda-error (memdoc.core.doctor.oom_event.KINDS)
+KIND_OF_CORPUS_FORMAT = {
+    "current": "cuda-oom",
+    "typo": "cuda-oom",
+    "legacy": "cuda-oom",
+    "hip": "cuda-oom",
+    "cublas": "cuda-error",
+    "other": "cuda-error",
+}
+
+
+@pytest.mark.parametrize("entry", CORPUS, ids=_id)
+def test_corpus_entry_kind(entry):
+    (event,) = parse_oom_log(entry["text"])
+    assert event.kind == KIND_OF_CORPUS_FORMAT[entry["expected"]["format"]]
+    assert event.on_device and first_oom(entry["text"]) == event
+
+
 def test_repeated_message_is_collapsed_with_count():
     entry = next(e for e in CORPUS if "MMed-RAG" in e["source"])
     (event,) = parse_oom_log(entry["text"])

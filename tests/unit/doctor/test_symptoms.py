@@ -166,3 +166,80 @@ def test_malformed_data_names_the_entry(mutate, message):
 def test_invalid_yaml_is_a_memdoc_error():
     with pytest.raises(KnowledgeBaseError):
         load_symptoms("a: [")
+
+
+# ---------------------------------------------------------------------------------------------
+# The phase and kind symptoms (issue 24): every switch they name exists in the installed package.
+
+KIND_SYMPTOMS = ("eval-oom", "save-oom", "host-oom", "nccl-oom", "rank-imbalance")
+KIND_PRESCRIPTIONS = [p for s in KIND_SYMPTOMS for p in get_symptom(s).prescriptions]
+
+
+def _source(module: str, relpath: str) -> str:
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip(f"{module} is not installed")
+    return (Path(next(iter(spec.submodule_search_locations))) / relpath).read_text(encoding="utf-8")
+
+
+def test_kind_symptoms_are_after_the_first_ten_and_off_the_ladder():
+    assert [s.id for s in SYMPTOMS][-5:] == list(KIND_SYMPTOMS)
+    for name in KIND_SYMPTOMS:
+        symptom = get_symptom(name)
+        assert symptom.ladder == "none" and all(p.lever is None for p in symptom.prescriptions)
+
+
+def test_kind_symptom_trl_keys_exist_in_sft_config():
+    trl = pytest.importorskip("trl")
+    fields = {f.name for f in dataclasses.fields(trl.SFTConfig)}
+    for p in KIND_PRESCRIPTIONS:
+        for key in p.how.get("trl", {}):
+            assert key in fields, f"{p.id}: SFTConfig has no {key!r}"
+
+
+def test_kind_symptom_axolotl_and_llamafactory_keys_exist():
+    axolotl = "".join(_source("axolotl", f"utils/schemas/{f}.py") for f in ("config", "training", "fsdp", "model"))
+    llamafactory = "".join(
+        _source("llamafactory", f"hparams/{f}.py") for f in ("data_args", "model_args", "finetuning_args")
+    )
+    hf = {f.name for f in dataclasses.fields(pytest.importorskip("transformers").TrainingArguments)}
+    for p in KIND_PRESCRIPTIONS:
+        for key, value in p.how.get("axolotl", {}).items():
+            assert re.search(rf"^\s+{key}:", axolotl, re.M), f"{p.id}: axolotl has no {key!r}"
+            for sub in value if isinstance(value, dict) else ():
+                assert re.search(rf"^\s+{sub}:", axolotl, re.M), f"{p.id}: axolotl has no {key}.{sub}"
+        for key in p.how.get("llamafactory", {}):
+            in_own = re.search(rf"^\s+{key}:", llamafactory, re.M)
+            assert in_own or key in hf, f"{p.id}: LLaMA-Factory has no {key!r}"
+
+
+def test_kind_symptom_deepspeed_keys_exist():
+    config = _source("deepspeed", "runtime/zero/config.py")
+    offload = _source("deepspeed", "runtime/zero/offload_config.py")
+    for p in KIND_PRESCRIPTIONS:
+        zero = p.how.get("deepspeed", {}).get("zero_optimization", {})
+        for key, value in zero.items():
+            assert re.search(rf"\b{key}\b", config), f"{p.id}: DeepSpeedZeroConfig has no {key!r}"
+            for sub in value if isinstance(value, dict) else ():
+                assert re.search(rf"^\s+{sub}:", offload, re.M), f"{p.id}: offload config has no {sub!r}"
+
+
+def test_kind_symptom_env_and_calls_exist():
+    training_args = _source("transformers", "training_args.py")
+    ddp = _source("torch", "nn/parallel/distributed.py")
+    trainer = _source("transformers", "trainer.py")
+    state_dict = _source("torch", "distributed/checkpoint/state_dict.py")
+    for p in KIND_PRESCRIPTIONS:
+        for var in p.how.get("env", {}):
+            assert var in training_args or var in ddp, f"{p.id}: {var} is read nowhere in the installed sources"
+    calls = " ".join(p.how.get("pytorch", "") for p in KIND_PRESCRIPTIONS)
+    assert "preprocess_logits_for_metrics" in calls and "preprocess_logits_for_metrics:" in trainer
+    assert "StateDictOptions(full_state_dict=True, cpu_offload=True)" in calls
+    assert "full_state_dict: bool" in state_dict and "cpu_offload: bool" in state_dict
+    assert "set_per_process_memory_fraction" in calls
+    assert "FSDP_CPU_RAM_EFFICIENT_LOADING" in training_args
+    assert '"low_cpu_mem_usage"' in _source("transformers", "modeling_utils.py")  # popped unused: not prescribed
+    assert "low_cpu_mem_usage" not in " ".join(repr(p) for p in KIND_PRESCRIPTIONS if p.id != "host-rank0-loading")
