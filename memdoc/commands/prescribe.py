@@ -57,10 +57,12 @@ def prescribe(
     With --log, the figures of the OOM are read first: a memory-fraction cap, other processes,
     fragmentation, non-PyTorch memory each come as a cause with its evidence, before the
     symptom's ladder. A log without a traceback is still diagnosed (the assumption is printed);
-    --symptom overrides the guess. Given a model and plan, "Tried to allocate X" is matched to
-    the plan's tensor of that size (oom.culprit), prescriptions that shrink it come first, and
-    each prescription is quantified with the bill (the card from the log when --gpu is absent);
-    for inference-oom, with the inference bill (--batch sequences of --seq tokens).
+    --symptom overrides the guess. Each cause's own fixes come first; the plan's ladder follows only
+    when the plan needs less memory, cheapest first by its time column; rows the log shows already
+    done, or already in the plan, are set apart. Given a model and plan, "Tried to allocate X" is
+    matched to the plan's tensor of that size (oom.culprit; its prescriptions first among equal
+    costs), and each prescription is quantified with the bill (the card from the log when --gpu is
+    absent); for inference-oom, with the inference bill (--batch sequences of --seq tokens).
     """
     from memdoc import render
     from memdoc.core.reports.prescribe import prescribe as prescribe_for
@@ -85,15 +87,7 @@ def prescribe(
     if json_out:
         render.print_json(result.to_json())
     else:
-        render.render_prescriptions(
-            result.symptom,
-            result.oom,
-            result.guess,
-            result.quantified,
-            result.base,
-            order=result.order,
-            culprit=result.culprit,
-        )
+        render.render_prescriptions(result.diagnosis)
 
 
 def _list_symptoms(json_out: bool) -> None:
