@@ -298,7 +298,14 @@ def _split(rows: list[Row], done: dict[str, str]) -> tuple[list[Row], list[Row]]
     for r in rows:
         q = r.quantified
         why = done.get(r.prescription.id)
-        if why is None and r.ladder and q is not None and q.note in (NOT_APPLICABLE, NEEDS_GPUS):
+        # a row that shrinks the culprit stays: the failed allocation shows its lever is not in effect
+        if (
+            why is None
+            and r.ladder
+            and not r.shrinks_culprit
+            and q is not None
+            and q.note in (NOT_APPLICABLE, NEEDS_GPUS)
+        ):
             why = q.note
         if why is None:
             ranked.append(r)

@@ -184,12 +184,26 @@ def _vllm(event: OomEvent, util: float | None) -> Cause | None:
     )
 
 
+SAME_PROCESS_SHARE = 0.01
+"""A listed process whose usage is within this share of the card of "this process has X memory in use" is this
+process seen under its host PID (containers)."""
+
+
+def _is_this_process(event: OomEvent, used: int) -> bool:
+    """Is a "Process P has X memory in use" clause this process under another PID? With this process's own
+    figure: X equals it (within `SAME_PROCESS_SHARE` of the card); without: X ≥ what PyTorch reserved."""
+    mine, T = event.this_process_in_use, event.total
+    if mine and T:
+        return abs(used - mine) <= SAME_PROCESS_SHARE * T
+    return event.reserved is not None and used >= event.reserved
+
+
 def _others(event: OomEvent, unknowns: list[str]) -> Cause | None:
     T, F = event.total, event.free
     reserved = event.reserved
     listed = []
     for pid, used in event.other_processes:
-        if reserved is not None and used >= reserved:
+        if _is_this_process(event, used):
             unknowns.append(
                 f"process {pid} holds {format_bytes(used)}: probably this process seen under its host PID "
                 "(containers); if it is another job, free the GPU first"

@@ -72,6 +72,9 @@ def quantify(prescriptions, model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec |
     base = compute_bill(model, plan, gpu)
     out = []
     for p in prescriptions:
+        if (p.lever or {}).get("seq_len") == "cap":  # applicable to any plan, but the cap comes from the data
+            out.append(Quantified(p, None, None, "the cap is the data's p99 length: not billed without the data"))
+            continue
         changed = apply_lever(plan, p.lever or {})
         if changed is None:
             out.append(_not_applied(p, PLAN_LEVERS))
