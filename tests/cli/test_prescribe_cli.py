@@ -84,6 +84,7 @@ def test_unknown_symptom_suggests():
     assert result.exit_code == 2 and "mid-run-oom" in result.output
 
 
+@pytest.mark.slow
 def test_dataset_p99_length_becomes_the_cap(tmp_path):
     pytest.importorskip("tokenizers")
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
