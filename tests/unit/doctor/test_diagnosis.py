@@ -179,3 +179,19 @@ def test_symptom_texts_take_their_figures_from_the_plan():
     assert f"{per_param:.1f} bytes per parameter on this plan" in startup.symptom.causes[1]
     generic = get_symptom("startup-oom").causes[1]
     assert not any(ch.isdigit() for ch in generic)  # without a plan: no figure that could contradict it
+
+
+def test_every_corpus_oom_leads_with_its_first_causes_fix():
+    # beyond the fixtures: every real OOM text of the corpus (public issue threads) goes through the pipeline, and
+    # when the first cause is not "the plan needs less memory", the first row is that cause's own fix
+    import yaml
+
+    corpus = yaml.safe_load((FIXTURES / "oom-corpus.yaml").read_text(encoding="utf-8"))
+    led = 0
+    for entry in corpus:
+        d = diagnose_oom(entry["text"])
+        assert d.rows, entry["source"]
+        if d.causes and not d.causes[0].shrink_plan:
+            assert d.rows[0].source == f"cause:{d.causes[0].id}", entry["source"]
+            led += 1
+    assert led >= 5  # the corpus has caps, other processes, fragmentation, vLLM refusals, shape bugs
