@@ -7,18 +7,19 @@ from typing import Annotated, Optional
 import typer
 
 from memdoc.commands.options import (
+    DatasetOpt,
     JsonOpt,
     KvCacheOpt,
     ModelArg,
     PlanFlags,
     PrefillChunkOpt,
+    TextFieldOpt,
+    TokenizerOpt,
     WeightsOpt,
     plan_options,
     print_setup_notes,
 )
 from memdoc.core.billing.inference import KvCache, Weights
-
-DATA = "Dataset lengths"
 
 
 class MaxKnob(str, Enum):
@@ -44,30 +45,6 @@ InferenceOpt = Annotated[
         "prefill's peak, its own ladder, and what vLLM would make of the card.",
     ),
 ]
-DatasetOpt = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--dataset",
-        help="JSONL/JSON/Parquet/CSV training data: tokenize it and fit its lengths to the plan.",
-        rich_help_panel=DATA,
-    ),
-]
-TokenizerOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--tokenizer", help="Tokenizer directory or HF id for --dataset. [default: MODEL]", rich_help_panel=DATA
-    ),
-]
-TextFieldOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--text-field",
-        help="The dataset field with the text or chat messages. "
-        "[default: messages, text, prompt+completion, … whichever exists]",
-        rich_help_panel=DATA,
-    ),
-]
-
 EXAMPLES = """
 Examples:
 

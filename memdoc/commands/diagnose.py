@@ -259,7 +259,7 @@ class ScriptRun:
 
         sys.stdout.flush()
         if result.oom:
-            _read_oom(result.oom)
+            _read_oom(result.oom, result.traceback, result.steps)
         if result.traceback:
             sys.stderr.write(result.traceback)
             sys.stderr.flush()
@@ -297,14 +297,22 @@ class ScriptRun:
             end_process(result.exit_code if result is not None else 1)
 
 
-def _read_oom(oom: dict) -> None:
-    """Add the OOM doctor's causes (figures of the message, `memdoc.core.doctor.oom_causes`) to the report."""
-    import dataclasses
+def _read_oom(oom: dict, traceback_text: str | None, steps: int) -> None:
+    """Add the doctor's diagnosis of the OOM (`memdoc.core.doctor.diagnosis.diagnose_oom`, the pipeline
+    `memdoc prescribe --log` runs) to the report: its kind, symptom, causes and prescriptions; an OOM
+    before the first optimizer step (`steps` == 0) is the first step."""
+    from memdoc.core.doctor.diagnosis import RunContext, diagnose_oom
 
-    from memdoc.core.doctor.oom import first_oom
-    from memdoc.core.doctor.oom_causes import read_causes
-
-    oom["causes"] = [dataclasses.asdict(c) for c in read_causes(first_oom(oom.get("message") or "")).causes]
+    text = f"{traceback_text or ''}\n{oom.get('message') or ''}"
+    d = diagnose_oom(text, run=RunContext(step=oom.get("step"), first_step=steps == 0))
+    data = d.to_json()
+    oom["symptom"] = d.symptom.id
+    oom["kind"] = d.kind
+    oom["traceback_phase"] = d.phase
+    oom["causes"] = data["causes"]
+    oom["prescriptions"] = data["prescriptions"]
+    oom["set_apart"] = data["set_apart"]
+    oom["prescribe"] = f"memdoc prescribe --symptom {d.symptom.id}"
 
 
 def _bill_for(result, render):

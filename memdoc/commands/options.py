@@ -33,6 +33,31 @@ from memdoc.core.model.plan import (
 from memdoc.resolve.setup import Setup, resolve_setup, resolve_setups
 
 PLAN = "Training plan"
+DATA = "Dataset lengths"
+
+DatasetOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--dataset",
+        help="JSONL/JSON/Parquet/CSV training data: tokenize it and fit its lengths to the plan.",
+        rich_help_panel=DATA,
+    ),
+]
+TokenizerOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--tokenizer", help="Tokenizer directory or HF id for --dataset. [default: MODEL]", rich_help_panel=DATA
+    ),
+]
+TextFieldOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--text-field",
+        help="The dataset field with the text or chat messages. "
+        "[default: messages, text, prompt+completion, … whichever exists]",
+        rich_help_panel=DATA,
+    ),
+]
 INFERENCE = "Inference (with --inference, or prescribe --symptom inference-oom)"
 
 ModelArg = Annotated[

@@ -5,10 +5,13 @@ from typing import Annotated, Optional
 import typer
 
 from memdoc.commands.options import (
+    DatasetOpt,
     JsonOpt,
     KvCacheOpt,
     PlanFlags,
     PrefillChunkOpt,
+    TextFieldOpt,
+    TokenizerOpt,
     WeightsOpt,
     plan_options,
     print_setup_notes,
@@ -27,6 +30,8 @@ Examples:
   memdoc prescribe --log train.log          (or --log - to read stdin)
 
   memdoc prescribe --log oom.txt meta-llama/Llama-3.1-8B --method lora --seq 4096
+
+  memdoc prescribe --symptom long-sample-oom Qwen/Qwen2.5-7B --method lora --dataset train.jsonl
 
   memdoc prescribe --symptom inference-oom meta-llama/Llama-3.1-8B --gpu 24 --batch 8 --seq 16384
 """
@@ -51,16 +56,21 @@ def prescribe(
     kv_cache: KvCacheOpt = KvCache.AUTO,
     weights: WeightsOpt = Weights.AUTO,
     prefill_chunk: PrefillChunkOpt = None,
+    dataset: DatasetOpt = None,
+    tokenizer: TokenizerOpt = None,
+    text_field: TextFieldOpt = None,
 ) -> None:
     """Map a symptom, or the OOM message in a training log, to its causes and prescriptions.
 
     With --log, the figures of the OOM are read first: a memory-fraction cap, other processes,
     fragmentation, non-PyTorch memory each come as a cause with its evidence, before the
     symptom's ladder. A log without a traceback is still diagnosed (the assumption is printed);
-    --symptom overrides the guess. Given a model and plan, "Tried to allocate X" is matched to
-    the plan's tensor of that size (oom.culprit), prescriptions that shrink it come first, and
-    each prescription is quantified with the bill (the card from the log when --gpu is absent);
-    for inference-oom, with the inference bill (--batch sequences of --seq tokens).
+    --symptom overrides the guess. Each cause's own fixes come first; the plan's ladder follows only
+    when the plan needs less memory, cheapest first by its time column; rows the log shows already
+    done, or already in the plan, are set apart. Given a model and plan, "Tried to allocate X" is
+    matched to the plan's tensor of that size (oom.culprit; its prescriptions first among equal
+    costs), and each prescription is quantified with the bill (the card from the log when --gpu is
+    absent); for inference-oom, with the inference bill (--batch sequences of --seq tokens).
     """
     from memdoc import render
     from memdoc.core.reports.prescribe import prescribe as prescribe_for
@@ -81,19 +91,30 @@ def prescribe(
     if setup is not None and not json_out:
         print_setup_notes(setup)
     on_plan = (setup.model, setup.plan, setup.gpu) if setup is not None else ()
-    result = prescribe_for(reading, *on_plan, kv_cache=kv_cache, weights=weights, prefill_chunk=prefill_chunk)
+    max_length = _p99_length(dataset, tokenizer, text_field, setup)
+    result = prescribe_for(
+        reading, *on_plan, kv_cache=kv_cache, weights=weights, prefill_chunk=prefill_chunk, max_length=max_length
+    )
     if json_out:
         render.print_json(result.to_json())
     else:
-        render.render_prescriptions(
-            result.symptom,
-            result.oom,
-            result.guess,
-            result.quantified,
-            result.base,
-            order=result.order,
-            culprit=result.culprit,
-        )
+        render.render_prescriptions(result.diagnosis)
+
+
+def _p99_length(dataset, tokenizer: str | None, text_field: str | None, setup) -> int | None:
+    """The dataset's p99 token length (`remedies.dataset_fit.length_stats`), the value of a length cap."""
+    from memdoc.errors import PlanError
+
+    if dataset is None:
+        if tokenizer or text_field:
+            raise PlanError("--tokenizer and --text-field go with --dataset FILE")
+        return None
+    if setup is None:
+        raise PlanError("--dataset needs a MODEL (its tokenizer counts the tokens; or pass --tokenizer with a MODEL)")
+    from memdoc.core.remedies.dataset_fit import length_stats
+    from memdoc.resolve.dataset import count_tokens
+
+    return length_stats(count_tokens(dataset, tokenizer or setup.model.id, text_field).counts).p99_tokens or None
 
 
 def _list_symptoms(json_out: bool) -> None:

@@ -41,7 +41,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 from transformers.utils import logging as hf_logging
 
-from memdoc.integrations.record import RunRecord, batch_key, billed_json, oom_record, prescriptions_json
+from memdoc.integrations.record import RunRecord, batch_key, billed_json, oom_record
 from memdoc.units import format_bytes
 
 logger = hf_logging.get_logger("transformers.trainer")
@@ -278,6 +278,7 @@ class MemdocCallback(TrainerCallback):
     def _report_oom(self, exc: BaseException, where: str) -> None:
         record = self.record
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        bill = self._bill(self._step_batch) if self._step_batch else None
         oom = oom_record(
             str(exc),
             text,
@@ -286,17 +287,11 @@ class MemdocCallback(TrainerCallback):
             batch=self._step_batch,
             longest_before=record.max_seq_before(self._step),
             first_step=self._steps_begun <= 1,
+            bill=bill,
         )
-        quantified = None
-        bill = self._bill(self._step_batch) if self._step_batch else None
         if bill is not None:
-            from memdoc.core.doctor.quantify import quantify
-            from memdoc.core.doctor.symptoms import get_symptom
-
-            _, quantified = quantify(get_symptom(oom["symptom"]).prescriptions, bill.model, bill.plan, bill.gpu)
             oom["billed"] = billed_json(bill)
             oom["plan"] = bill.plan.to_dict()
-        oom["prescriptions"] = prescriptions_json(oom["symptom"], quantified)
         if self._cuda:
             import torch
 

@@ -129,65 +129,37 @@ def oom_record(
     batch: tuple[int, int] | None,
     longest_before: int | None,
     first_step: bool,
+    bill: Bill | None = None,
 ) -> dict:
-    """The report's `oom`: the message's figures, the symptom it shows and why, and its prescriptions.
+    """The report's `oom`: the doctor's diagnosis (`memdoc.core.doctor.diagnosis.diagnose_oom`, the
+    pipeline `memdoc prescribe --log` runs) of the message and traceback, with the run's facts a log
+    lacks (`RunContext`: an OOM in the first step is startup-oom, a failing batch longer than every
+    earlier one long-sample-oom) and, given the failing batch's `bill`, its prescriptions quantified."""
+    from memdoc.core.doctor.diagnosis import PlanContext, RunContext, diagnose_oom
 
-    The doctor (`infer_symptom`) reads the message and the traceback. The run adds two facts a log
-    does not have: an OOM in the first step is `startup-oom` (the rigid part of the bill does not
-    fit); a failing batch longer than every earlier one is `long-sample-oom`.
-    """
-    from memdoc.core.doctor.oom import first_oom
-    from memdoc.core.doctor.oom_symptom import infer_symptom
-
-    event = first_oom(message)
-    guess = infer_symptom(event, traceback_text)
-    symptom = guess.symptom
-    reasons = list(guess.reasons)
-    if first_step and symptom in (None, "mid-run-oom"):
-        symptom = "startup-oom"
-        reasons.append(
-            "it happened in the first training step: the weights, gradients and optimizer states, "
-            "or the first batch's activations, do not fit"
-        )
-    elif batch is not None and longest_before is not None and batch[1] > longest_before:
-        symptom = "long-sample-oom"
-        reasons.append(
-            f"the failing batch ({batch[0]} × {batch[1]} tokens) is longer than every earlier one "
-            f"(longest before: {longest_before} tokens)"
-        )
-    symptom = symptom or "mid-run-oom"
+    first_line = message.strip().splitlines()[0] if message.strip() else ""
+    text = traceback_text if first_line and first_line in traceback_text else f"{traceback_text}\n{message}"
+    run = RunContext(step=step, first_step=first_step, batch=batch, longest_before=longest_before)
+    plan = None if bill is None else PlanContext(model=bill.model, plan=bill.plan, gpu=bill.gpu)
+    d = diagnose_oom(text, plan=plan, run=run)
     figures = None
-    if event is not None:
-        figures = {k: v for k, v in dataclasses.asdict(event).items() if k not in ("raw", "position")}
+    if d.event is not None:
+        figures = {k: v for k, v in dataclasses.asdict(d.event).items() if k not in ("raw", "position")}
+    data = d.to_json()
     return {
-        "message": message.strip().splitlines()[0] if message.strip() else "out of memory",
+        "message": first_line or "out of memory",
         "step": step,
         "where": where,
         "batch": list(batch) if batch else None,
         "figures": figures,
-        "symptom": symptom,
-        "reasons": reasons,
-        "unknowns": list(guess.unknowns),
-        "prescribe": f"memdoc prescribe --symptom {symptom}",
-        "prescriptions": [],
+        "symptom": d.symptom.id,
+        "kind": d.kind,
+        "phase": d.phase,
+        "causes": data["causes"],
+        "culprit": data["culprit"],
+        "reasons": list(d.reasons),
+        "unknowns": list(d.unknowns),
+        "prescribe": f"memdoc prescribe --symptom {d.symptom.id}",
+        "prescriptions": data["prescriptions"],
+        "set_apart": data["set_apart"],
     }
-
-
-def prescriptions_json(symptom: str, quantified) -> list[dict]:
-    """The symptom's prescriptions, cheapest first, with what each saves on the run's plan when known."""
-    from memdoc.core.doctor.symptoms import get_symptom
-
-    by_id = {q.prescription.id: q for q in quantified or []}
-    out = []
-    for p in get_symptom(symptom).prescriptions:
-        q = by_id.get(p.id)
-        out.append(
-            {
-                "id": p.id,
-                "action": p.action,
-                "why": p.why,
-                "saves_bytes": None if q is None else q.saves_bytes,
-                "fits_alone": None if q is None else q.fits_alone,
-            }
-        )
-    return out

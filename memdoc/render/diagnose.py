@@ -125,10 +125,12 @@ def _outcome(result) -> str:
 
 
 def _render_oom(oom: dict) -> None:
-    """The OOM's message, its likely causes, and the prescribe command to run next."""
+    """The OOM's message, the doctor's causes and first prescriptions, and the prescribe command to run next."""
     stdout.print(f"  [red]{escape(oom['message'])}[/]")
     for i, cause in enumerate(oom.get("causes") or [], 1):
         stdout.print(f"      cause {i}: {escape(cause['title'])}: {escape(cause['evidence'])}")
+    for i, p in enumerate((oom.get("prescriptions") or [])[:3], 1):
+        stdout.print(f"      try {i}: {escape(p['action'])} ({escape(p['time_cost'])})")
     stdout.print(
         f"      → [b]{oom.get('prescribe', 'memdoc prescribe --symptom mid-run-oom')}[/b] (or "
         "`memdoc prescribe --log` with the full error)"

@@ -1,4 +1,5 @@
-"""`memdoc prescribe`: the OOM's figures, the likely causes and culprit, then the prescriptions."""
+"""`memdoc prescribe`: the OOM's figures, the likely causes and culprit, then the prescriptions: the
+causes' own first, then the ladder cheapest first, and apart the rows already done or not applicable."""
 
 from __future__ import annotations
 
@@ -7,24 +8,32 @@ from memdoc.render.layout import NARROW_COLUMNS, format_switches, paragraph, par
 from memdoc.units import format_bytes
 
 
-def render_prescriptions(symptom, oom, guess, quantified, base, *, order=None, culprit=None) -> None:
-    """OOM figures, causes, the culprit tensor, then the prescriptions (those for the culprit first)."""
-    if oom is not None:
-        _render_oom(oom)
-    if guess is not None:
-        _render_guess(guess)
-    if culprit is not None:
-        _render_culprit(culprit)
+def render_prescriptions(diagnosis) -> None:
+    """OOM figures, causes, the culprit tensor, then the ranked prescriptions and those set apart
+    (`diagnosis`: a `memdoc.core.doctor.diagnosis.OomDiagnosis`)."""
+    d = diagnosis
+    if d.event is not None:
+        _render_oom(d.event)
+    if d.guess is not None:
+        _render_guess(d.guess, d.kind, d.phase)
+    if d.culprit is not None:
+        _render_culprit(d.culprit)
+    symptom = d.symptom
     stdout.print(f"[b]{symptom.id}[/b]: {symptom.title}")
     for cause in symptom.causes:
         paragraph(f"cause: {cause}")
-    prescriptions = list(order) if order is not None else list(symptom.prescriptions)
-    by_id = None if quantified is None else {q.prescription.id: q for q in quantified}
-    heading = _heading(base)
+    rows = list(d.rows)
+    prescriptions = [r.prescription for r in rows]
+    by_id = None if d.base is None else {r.prescription.id: r.quantified for r in rows}
+    heading = _heading(d.base, rows) if "oom" in symptom.id else "Prescriptions, in the order to try them"
     if stdout.width < NARROW_COLUMNS:  # one block per prescription: a table's text columns would be a few letters wide
         _render_blocks(heading, prescriptions, by_id)
     else:
         _render_table(heading, prescriptions, by_id)
+    if d.apart:
+        title("Set apart, not ranked")
+        for r in d.apart:
+            paragraph(f"– {r.prescription.action} ({r.apart})", indent="  ", hang="    ")
 
 
 def _render_oom(oom) -> None:
@@ -37,8 +46,10 @@ def _render_oom(oom) -> None:
     stdout.print(f"[b]OOM found[/b] ({oom.format}): " + (", ".join(figures) or oom.status or ""))
 
 
-def _render_guess(guess) -> None:
-    """The inferred causes with their fixes, then the reasons, assumptions and what could not be told."""
+def _render_guess(guess, kind, phase) -> None:
+    """The kind and phase, the inferred causes with their fixes, then the reasons, assumptions and what
+    could not be told."""
+    stdout.print(f"  [b]kind[/b] {kind or '?'}, [b]phase[/b] {phase or 'not shown'}")
     for i, cause in enumerate(guess.causes, 1):
         frees = f" (frees {format_bytes(cause.frees_bytes)})" if cause.frees_bytes else ""
         stdout.print(f"  [b]cause {i}[/b]: {cause.title}: {cause.evidence}")
@@ -59,9 +70,17 @@ def _render_culprit(culprit) -> None:
         stdout.print(f"     [yellow]note:[/] {culprit.note}")
 
 
-def _heading(base) -> str:
-    """'Prescriptions, cheapest first', with the user's plan's process total and fit when it was billed."""
-    heading = "Prescriptions, cheapest first"
+def _heading(base, rows) -> str:
+    """What the order is (the causes' fixes first, then cheapest first), with the user's plan's process
+    total and fit when it was billed."""
+    ladder = any(r.ladder for r in rows)
+    by_cause = any(not r.ladder for r in rows)
+    heading = {
+        (True, True): "Prescriptions: for the causes first, then cheapest first",
+        (True, False): "Prescriptions for the causes",
+        (False, True): "Prescriptions, cheapest first",
+        (False, False): "Prescriptions",
+    }[(by_cause, ladder)]
     if base is not None:
         heading += f" (your plan: {gib(base.process_total)} per GPU" + (
             "" if base.fits is None else (", fits)" if base.fits else ", does not fit)")

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import yaml
 from conftest import FIXTURES, SYMPTOM_IDS
 from conftest import invoke as run
@@ -81,3 +82,32 @@ def test_log_without_oom_is_a_clear_error(tmp_path):
 def test_unknown_symptom_suggests():
     result = run("prescribe", "--symptom", "midrun-oom")
     assert result.exit_code == 2 and "mid-run-oom" in result.output
+
+
+@pytest.mark.slow
+def test_dataset_p99_length_becomes_the_cap(tmp_path):
+    pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    words = [f"w{i}" for i in range(50)]
+    vocab = {"[UNK]": 0, "<s>": 1, **{w: i + 2 for i, w in enumerate(words)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", unk_token="[UNK]").save_pretrained(tmp_path / "tok")
+    data = tmp_path / "train.jsonl"  # samples of 1..100 words: 2..101 tokens with the BOS
+    data.write_text(
+        "".join(json.dumps({"text": " ".join(words[i % 50] for i in range(n))}) + "\n" for n in range(1, 101))
+    )
+    args = ["--symptom", "long-sample-oom", "Qwen/Qwen2.5-0.5B", "--method", "lora", "--seq", "4096"]
+    res = run("prescribe", *args, "--dataset", str(data), "--tokenizer", str(tmp_path / "tok"), "--json")
+    assert res.exit_code == 0, res.output
+    cap = next(p for p in json.loads(res.stdout)["prescriptions"] if p["id"] == "long-cap-length")
+    # nearest-rank p99 of 2..101 tokens: the ⌈0.99 × 100⌉ = 99th smallest, 100 tokens
+    assert cap["how"]["trl"] == {"max_length": 100} and cap["how"]["axolotl"] == {"sequence_len": 100}
+
+
+def test_dataset_flags_without_a_dataset_are_one_line_errors():
+    res = run("prescribe", "--symptom", "long-sample-oom", "--tokenizer", "x")
+    assert res.exit_code != 0 and "--tokenizer and --text-field go with --dataset" in res.output

@@ -189,6 +189,10 @@ def test_oom_in_a_training_step_gets_its_report(tmp_path):
     assert oom["symptom"] == "mid-run-oom"
     assert oom["prescribe"] == "memdoc prescribe --symptom mid-run-oom"
     assert oom["prescriptions"] and all(p["action"] for p in oom["prescriptions"])
+    # the doctor's causes (issue 24: the callback's report had none): 1.90 GiB cached + 1.12 GiB free ≥ the 2 GiB
+    # request (fragmentation, its fix first), and 22.51 of 23.65 GiB in this process (the tensors fill the card)
+    assert [c["id"] for c in oom["causes"]] == ["fragmentation", "tensors-fill-the-card"]
+    assert oom["prescriptions"][0]["id"] == "midrun-expandable-segments"
     # quantified on the failing batch's plan: halving the micro-batch saves activations
     assert any((p["saves_bytes"] or 0) > 0 for p in oom["prescriptions"])
     assert oom["billed"]["peak_allocated"] > 0 and oom["plan"]["micro_batch"] == BATCH

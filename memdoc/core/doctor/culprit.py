@@ -29,7 +29,6 @@ __all__ = [
     "CULPRIT_LEVERS",
     "PlanTensor",
     "allocation_bytes",
-    "culprit_first",
     "find_culprit",
     "plan_tensors",
     "printed_tolerance",
@@ -316,11 +315,6 @@ def shrinks(prescription, culprit: PlanTensor | None) -> bool:
     if culprit.note:  # eager attention under an SDPA plan: only putting attention back on SDPA/flash removes it
         return bool(lever.get("attention"))
     return prescription.why == culprit.item or any(k in CULPRIT_LEVERS.get(culprit.item, ()) for k in lever)
-
-
-def culprit_first(prescriptions, culprit: PlanTensor | None) -> list:
-    """The prescriptions that shrink the culprit first, each group in its ladder order."""
-    return [p for p in prescriptions if shrinks(p, culprit)] + [p for p in prescriptions if not shrinks(p, culprit)]
 
 
 def symptom_for_culprit(symptom: str, culprit: PlanTensor | None) -> str:

@@ -18,9 +18,10 @@ smaller batch is not the answer. The rules, in rank order:
    host PID), or capacity − free − this process's usage ≥ `OTHER_MIN_BYTES` and
    ≥ `OTHER_MIN_SHARE` of the card (without that figure: capacity − free − reserved, which also
    holds this process's CUDA context, so the threshold is doubled).
-5. `fragmentation`: reserved-but-unallocated R ≥ the request and ≥ `FRAGMENTATION_MIN_SHARE` of
-   the card: idle cached bytes enough for the request but in no block large enough;
-   `expandable_segments:True` lets the allocator map them into one range (frees up to R).
+5. `fragmentation`: reserved-but-unallocated R ≥ `FRAGMENTATION_MIN_SHARE` of the card, and
+   R ≥ the request (or R + free ≥ the request with R ≥ half of it): idle cached bytes that could
+   serve the request but lie in no block large enough; `expandable_segments:True` lets the
+   allocator map them into one range (frees up to R).
 6. `non-pytorch-memory`: this process uses ≥ `NON_PYTORCH_MIN_BYTES` more than PyTorch reserved
    (CUDA context and library workspaces are normally 0.3–1.5 GiB).
 7. `free-but-refused`: the driver reported at least `REFUSED_MARGIN` × the request free (and
@@ -28,6 +29,10 @@ smaller batch is not the answer. The rules, in rank order:
    or unified memory (integrated GPUs). Closer to the request, page granularity explains it.
 8. `tensors-fill-the-card`: this process (its NVML figure when printed, else PyTorch's tensors)
    uses ≥ `FULL_SHARE` of the card (or of the cap): the plan needs less memory — the ladder below.
+
+Each `Cause` names the symptoms.yaml prescriptions that address it (`Cause.prescriptions`) or
+carries its own `fix`; `shrink_plan` marks "the plan needs less memory", the only cause the
+plan-quantified ladder follows (`memdoc.core.doctor.diagnosis`).
 
 Pure logic: no torch. Thresholds are module constants; each states why it is where it is.
 """
@@ -67,6 +72,13 @@ granularity and its own reservations explain the failure."""
 FULL_SHARE = 0.8
 """Live tensors above this share of the card (or cap) fill it: the plan must shrink."""
 
+FRAGMENTATION_PRESCRIPTIONS = ("midrun-expandable-segments", "midrun-empty-cache")
+"""symptoms.yaml prescriptions for `fragmentation`: expandable segments remap idle pages (free), emptying
+the cache between phases returns whole idle segments."""
+VLLM_KV_PRESCRIPTIONS = ("infer-limit-context", "infer-kv-quant", "infer-limit-batch")
+"""symptoms.yaml prescriptions for `vllm-kv-cache`: the KV cache vLLM must fit is sized by max_model_len,
+its dtype, and the concurrent sequences (vllm/v1/core/kv_cache_utils.py `check_enough_kv_cache_memory`)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Cause:
@@ -82,6 +94,13 @@ class Cause:
     """What to change."""
     frees_bytes: int | None = None
     """Bytes the fix makes available, where the figures tell (None otherwise)."""
+    prescriptions: tuple[str, ...] = ()
+    """Ids of the symptoms.yaml prescriptions that address this cause, in the order to try them; empty
+    when the cause's own `fix` is the only one (a cap, another process, a shape bug)."""
+    fix_cost: str = "none"
+    """The step-time cost of the cause's own `fix` (the time column of its row when it has no prescriptions)."""
+    shrink_plan: bool = False
+    """True when the cause is "the plan needs less memory": the plan-quantified ladder follows it."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,7 +180,22 @@ def _vllm(event: OomEvent, util: float | None) -> Cause | None:
         fix="lower max_model_len (or max_num_seqs / max_num_batched_tokens, which size the profiling "
         "forward), quantise the KV cache (kv_cache_dtype=fp8), enforce_eager=True to skip CUDA-graph memory, "
         "or use a smaller/quantised model; raise gpu_memory_utilization only if nothing else uses the card",
+        prescriptions=VLLM_KV_PRESCRIPTIONS,
     )
+
+
+SAME_PROCESS_SHARE = 0.01
+"""A listed process whose usage is within this share of the card of "this process has X memory in use" is this
+process seen under its host PID (containers)."""
+
+
+def _is_this_process(event: OomEvent, used: int) -> bool:
+    """Is a "Process P has X memory in use" clause this process under another PID? With this process's own
+    figure: X equals it (within `SAME_PROCESS_SHARE` of the card); without: X ≥ what PyTorch reserved."""
+    mine, T = event.this_process_in_use, event.total
+    if mine and T:
+        return abs(used - mine) <= SAME_PROCESS_SHARE * T
+    return event.reserved is not None and used >= event.reserved
 
 
 def _others(event: OomEvent, unknowns: list[str]) -> Cause | None:
@@ -169,7 +203,7 @@ def _others(event: OomEvent, unknowns: list[str]) -> Cause | None:
     reserved = event.reserved
     listed = []
     for pid, used in event.other_processes:
-        if reserved is not None and used >= reserved:
+        if _is_this_process(event, used):
             unknowns.append(
                 f"process {pid} holds {format_bytes(used)}: probably this process seen under its host PID "
                 "(containers); if it is another job, free the GPU first"
@@ -223,24 +257,38 @@ def _others(event: OomEvent, unknowns: list[str]) -> Cause | None:
 
 
 def _fragmentation(event: OomEvent, unknowns: list[str]) -> Cause | None:
-    A, T, R = event.requested, event.total, event.unused_reserved
+    """Idle cached bytes R that could have served the request A: R ≥ A alone, or R + free F ≥ A with
+    R ≥ half of A. With expandable segments (c10/cuda/CUDACachingAllocator.cpp `ExpandableSegment`,
+    torch 2.x) idle pages are unmapped and remapped into any virtual range, so R and F add up; without
+    them R is split into blocks inside segments still in use, which `release_cached_blocks` cannot
+    free."""
+    A, T, R, F = event.requested, event.total, event.unused_reserved, event.free
     if A is None:
         return None
     if R is None:
         unknowns.append("reserved-but-unallocated memory (the message does not give it): fragmentation not assessed")
         return None
     base = T if T is not None else (event.allocated_by_pytorch or 0) + R
-    if base <= 0 or R < A or R < FRAGMENTATION_MIN_SHARE * base:
+    alone = R >= A
+    together = F is not None and R + F >= A and R >= A / 2
+    if base <= 0 or not (alone or together) or R < FRAGMENTATION_MIN_SHARE * base:
         return None
+    if alone:
+        how = f"more than the {format_bytes(A)} requested"
+    else:
+        how = (
+            f"which with the {format_bytes(F)} free makes {format_bytes(R + F)}, more than the {format_bytes(A)} "
+            "requested"
+        )
     return Cause(
         id="fragmentation",
         title="the free memory is fragmented",
-        evidence=f"{format_bytes(R)} was reserved by PyTorch but unallocated, more than the {format_bytes(A)} "
-        f"requested and {_share(R, base)} of {'the card' if T is not None else 'reserved memory'}, yet no cached "
-        "block was large enough",
+        evidence=f"{format_bytes(R)} was reserved by PyTorch but unallocated, {how}, and {_share(R, base)} of "
+        f"{'the card' if T is not None else 'reserved memory'}; yet no cached block was large enough",
         fix="set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (one growable segment per stream: idle pages "
         "are reused for any size); keep tensor shapes steady (pad to a few bucket lengths)",
         frees_bytes=R,
+        prescriptions=FRAGMENTATION_PRESCRIPTIONS,
     )
 
 
@@ -257,6 +305,7 @@ def _non_pytorch(event: OomEvent) -> Cause | None:
         fix="look for libraries that allocate on their own (NCCL_BUFFSIZE, fewer captured CUDA graphs, paged "
         "optimizers' unified memory); a CUDA context alone is ≤ 1.5 GiB",
         frees_bytes=None,
+        fix_cost="depends on the library",
     )
 
 
@@ -270,6 +319,7 @@ def _too_large(event: OomEvent) -> Cause | None:
         evidence=f"the request ({format_bytes(A)}) is larger than the card ({format_bytes(T)})",
         fix="no memory setting fits it: look for a shape bug, an unbounded sequence length or a broadcast that "
         "materialises a huge tensor",
+        fix_cost="none (a bug to fix)",
     )
 
 
@@ -284,6 +334,7 @@ def _sysmem(event: OomEvent) -> Cause | None:
         "GPU memory into system RAM (Windows' CUDA Sysmem Fallback Policy, or unified memory)",
         fix="the run needs far less memory than it uses (the prescriptions below); spilling makes each step many "
         "times slower, so set the fallback policy to 'Prefer No Sysmem Fallback' to fail fast while tuning",
+        shrink_plan=True,
     )
 
 
@@ -317,6 +368,7 @@ def _full(event: OomEvent) -> Cause | None:
         title="the live tensors fill the card",
         evidence=f"{what}, {_share(used, limit)} of {of} {format_bytes(limit)}",
         fix="the plan needs less memory: the prescriptions below, cheapest first",
+        shrink_plan=True,
     )
 
 

@@ -7,6 +7,10 @@ ladder's rungs, so every rung's lever is one this applies. Levers that are not p
 (activation offload, optimizer-in-backward) are not modelled: `saves_bytes` is None and the text
 says so.
 
+Sharding alone over one GPU saves nothing ("needs more than one GPU"); ZeRO-3 with the weights offloaded
+(ZeRO-Infinity) works on one GPU, as the ladder's `_offload_params` rung (`remedies.rungs`) and
+`memdoc plan` use it, so that lever is billed.
+
 Inference symptoms are quantified against the inference bill instead (`quantify_inference`):
 batch, context, KV-cache storage, weight format and chunked prefill are its levers.
 """
@@ -21,7 +25,7 @@ from memdoc.core.doctor.symptoms import Prescription
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.model.model_spec import ModelSpec
-from memdoc.core.model.plan import TrainingPlan, parse_plan
+from memdoc.core.model.plan import Offload, TrainingPlan, parse_plan
 from memdoc.core.remedies.levers import INFERENCE_LEVERS, PLAN_LEVERS
 from memdoc.errors import PlanError
 
@@ -68,12 +72,19 @@ def quantify(prescriptions, model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec |
     base = compute_bill(model, plan, gpu)
     out = []
     for p in prescriptions:
+        if (p.lever or {}).get("seq_len") == "cap":  # applicable to any plan, but the cap comes from the data
+            out.append(Quantified(p, None, None, "the cap is the data's p99 length: not billed without the data"))
+            continue
         changed = apply_lever(plan, p.lever or {})
         if changed is None:
             out.append(_not_applied(p, PLAN_LEVERS))
             continue
-        if changed.shard.value != "none" and changed.world_size == 1:
-            out.append(Quantified(p, None, None, "needs more than one GPU"))
+        if (
+            changed.shard.value != "none"
+            and changed.world_size == 1
+            and changed.offload is not Offload.OPTIMIZER_PARAMS
+        ):
+            out.append(Quantified(p, None, None, "needs more than one GPU"))  # sharding over one GPU saves nothing
             continue
         after = compute_bill(model, fit_lora_targets(changed, model), gpu)
         saved = base.process_total - after.process_total

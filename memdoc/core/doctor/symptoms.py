@@ -5,14 +5,20 @@ the plan change the bill can evaluate (`{checkpointing: full}`, `{method: qlora}
 vocabulary (`remedies.levers.LEVERS`) and its rank on the cost ladder (`remedies.levers.LADDER_RANK`,
 derived from the ladder's rungs) live with the ladder. A symptom with `ladder: ascending` must follow
 the ranks (and `descending` must follow them backwards).
+
+Texts may hold placeholders `{name|generic words}` (`HINTS`): filled from the user's bill and plan
+(`memdoc.core.doctor.hints`) with `Symptom.filled` / `Prescription.filled`, and by the generic
+words otherwise, so no text states a figure that the bill for the same plan contradicts. Texts
+without placeholders load as before (the keys are unchanged).
 Everything here is plain data: no torch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -23,13 +29,17 @@ from memdoc.core.remedies.levers import LEVERS, ladder_rank
 from memdoc.errors import KnowledgeBaseError, UnknownSymptomError
 
 __all__ = [
+    "HINTS",
     "HOW_KEYS",
     "Prescription",
     "Symptom",
     "WHY",
+    "fill",
+    "get_prescription",
     "get_symptom",
     "list_symptoms",
     "load_symptoms",
+    "time_cost_rank",
 ]
 
 WHY = (
@@ -51,6 +61,89 @@ HOW_KEYS = ("hf", "trl", "axolotl", "llamafactory", "deepspeed", "vllm", "pytorc
 LLaMA-Factory, DeepSpeed JSON, vLLM engine args (mappings); a PyTorch call (text); env vars (mapping)."""
 
 
+HINTS = (
+    "model_states_per_param",
+    "optimizer_per_param",
+    "micro_batch_half",
+    "grad_accum_keep",
+    "micro_batch_double",
+    "grad_accum_double",
+    "max_length",
+    "batch_half",
+    "context_half",
+)
+"""Placeholder names a text may use (`{name|generic words}`); `memdoc.core.doctor.hints` computes them."""
+
+_PLACEHOLDER = re.compile(r"\{([a-z_]+)\|([^{}]*)\}")
+
+
+def fill(value: Any, values: dict[str, str] | None = None) -> Any:
+    """`value` (text, or a mapping/list of them) with each `{name|generic}` replaced by `values[name]`,
+    or by the generic words when `values` lacks it. A text that is one placeholder filled with an
+    integer becomes that integer (a switch value)."""
+    if isinstance(value, dict):
+        return {k: fill(v, values) for k, v in value.items()}
+    if isinstance(value, list):
+        return [fill(v, values) for v in value]
+    if not isinstance(value, str) or "{" not in value:
+        return value
+    whole = _PLACEHOLDER.fullmatch(value.strip())
+    if whole and values and whole.group(1) in values and str(values[whole.group(1)]).isdigit():
+        return int(values[whole.group(1)])
+    return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]) if values and m.group(1) in values else m.group(2), value)
+
+
+def _placeholders(value: Any) -> set[str]:
+    if isinstance(value, dict):
+        return set().union(*(_placeholders(v) for v in value.values())) if value else set()
+    if isinstance(value, list):
+        return set().union(*(_placeholders(v) for v in value)) if value else set()
+    return {m.group(1) for m in _PLACEHOLDER.finditer(value)} if isinstance(value, str) else set()
+
+
+def _templated(raw: dict, keys: tuple[str, ...], where: str) -> dict:
+    """The raw values of `keys` that hold placeholders (to fill again with a plan's values)."""
+    out = {}
+    for key in keys:
+        names = _placeholders(raw.get(key))
+        unknown = names - set(HINTS)
+        if unknown:
+            raise _fail(where, f"unknown placeholder {sorted(unknown)}; known: {', '.join(HINTS)}")
+        if names:
+            out[key] = raw[key]
+    return out
+
+
+_PERCENT = re.compile(r"\+?(\d+(?:\.\d+)?)(?:\s*-\s*(\d+(?:\.\d+)?))?\s*%")
+_TIMES = re.compile(r"(\d+(?:\.\d+)?)(?:\s*-\s*(\d+(?:\.\d+)?))?\s*x\s+slower")
+UNSTATED_COST = 20.0
+"""Rank of a time cost stated without a figure ('lower throughput', 'slower per token'): after every
+free row and the few-percent ones, before checkpointing's +33%."""
+
+
+def time_cost_rank(text: str) -> float:
+    """A prescription's `time_cost` text as a number to sort by (percent of step time, midpoint of a
+    range): 'none …' → 0, 'faster …' → −1, 'about +0-10%' → 5, '+33%' → 33, '5-10x slower' → 650;
+    the first clause decides ('none for LoRA; about +20-30% for QLoRA' → 0); a cost without a figure
+    ranks `UNSTATED_COST`."""
+    first = text.split(";")[0].strip().lower()
+    if first.startswith(("none", "negligible")):
+        return 0.0
+    if first.startswith("faster") or ("faster" in first and "%" not in first and "slower" not in first):
+        return -1.0
+    times = _TIMES.search(first)
+    if times:
+        low, high = float(times.group(1)), float(times.group(2) or times.group(1))
+        return ((low + high) / 2 - 1) * 100
+    percent = _PERCENT.search(first)
+    if percent:
+        low, high = float(percent.group(1)), float(percent.group(2) or percent.group(1))
+        return -(low + high) / 2 if "faster" in first else (low + high) / 2
+    if "a few %" in first:
+        return 3.0
+    return UNSTATED_COST
+
+
 @dataclass(frozen=True, kw_only=True)
 class Prescription:
     """One thing to try for a symptom."""
@@ -69,6 +162,14 @@ class Prescription:
     """Switches per tool (keys from `HOW_KEYS`)."""
     detail: str | None = None
     """Caveats and reasoning."""
+    template: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """The raw values of the fields that hold `{name|generic}` placeholders."""
+
+    def filled(self, values: dict[str, str] | None) -> Prescription:
+        """This prescription with its placeholders filled from `values` (generic words where missing)."""
+        if not self.template:
+            return self
+        return dataclasses.replace(self, **{k: fill(v, values) for k, v in self.template.items()})
 
     @property
     def rank(self) -> int | None:
@@ -87,6 +188,17 @@ class Symptom:
     """'ascending', 'descending' or 'none': how prescriptions with ranked levers are ordered."""
     causes: tuple[str, ...]
     prescriptions: tuple[Prescription, ...]
+    template: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """The raw description/causes when they hold `{name|generic}` placeholders."""
+
+    def filled(self, values: dict[str, str] | None) -> Symptom:
+        """This symptom, its texts and its prescriptions filled from `values` (generic words where missing)."""
+        changes: dict[str, Any] = {"prescriptions": tuple(p.filled(values) for p in self.prescriptions)}
+        if "description" in self.template:
+            changes["description"] = " ".join(fill(self.template["description"], values).split())
+        if "causes" in self.template:
+            changes["causes"] = tuple(fill(c, values).strip() for c in self.template["causes"])
+        return dataclasses.replace(self, **changes)
 
 
 _KEBAB = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
@@ -142,14 +254,16 @@ def _prescription(raw: Any, where: str) -> Prescription:
     detail = raw.get("detail")
     if detail is not None and not isinstance(detail, str):
         raise _fail(where, "detail must be text")
+    template = _templated(raw | {"how": how}, ("action", "time_cost", "how", "detail"), where)
     return Prescription(
         id=pid,
-        action=_text(raw, "action", where),
+        action=fill(_text(raw, "action", where)),
         why=why,
-        time_cost=_text(raw, "time_cost", where),
+        time_cost=fill(_text(raw, "time_cost", where)),
         lever=dict(lever) if lever else None,
-        how=dict(how),
-        detail=detail,
+        how=fill(dict(how)),
+        detail=fill(detail),
+        template=template,
     )
 
 
@@ -176,13 +290,15 @@ def _symptom(name: Any, raw: Any) -> Symptom:
     ordered = sorted(ranks) if ladder == "ascending" else sorted(ranks, reverse=True)
     if ladder != "none" and ranks != ordered:
         raise _fail(where, f"prescriptions break the {ladder} cost ladder (ranks {ranks})")
+    template = _templated(raw, ("description", "causes"), where)
     return Symptom(
         id=name,
         title=_text(raw, "title", where),
-        description=" ".join(_text(raw, "description", where).split()),
+        description=" ".join(fill(_text(raw, "description", where)).split()),
         ladder=ladder,
-        causes=tuple(c.strip() for c in causes),
+        causes=tuple(fill(c).strip() for c in causes),
         prescriptions=prescriptions,
+        template=template,
     )
 
 
@@ -217,6 +333,15 @@ def _bundled() -> dict[str, Symptom]:
 def list_symptoms() -> list[Symptom]:
     """All symptoms, in file order."""
     return list(_bundled().values())
+
+
+def get_prescription(pid: str) -> Prescription:
+    """The prescription with id `pid`, from whichever symptom holds it (ids are unique across the file)."""
+    for symptom in _bundled().values():
+        for p in symptom.prescriptions:
+            if p.id == pid:
+                return p
+    raise KnowledgeBaseError(f"symptoms.yaml has no prescription {pid!r}")
 
 
 def get_symptom(name: str) -> Symptom:

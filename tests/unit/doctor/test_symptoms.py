@@ -7,7 +7,7 @@ import re
 
 import pytest
 import yaml
-from conftest import SYMPTOM_IDS
+from conftest import ROOT, SYMPTOM_IDS
 
 from memdoc.core.doctor.symptoms import (
     HOW_KEYS,
@@ -243,3 +243,71 @@ def test_kind_symptom_env_and_calls_exist():
     assert "FSDP_CPU_RAM_EFFICIENT_LOADING" in training_args
     assert '"low_cpu_mem_usage"' in _source("transformers", "modeling_utils.py")  # popped unused: not prescribed
     assert "low_cpu_mem_usage" not in " ".join(repr(p) for p in KIND_PRESCRIPTIONS if p.id != "host-rank0-loading")
+# ------------------------------------------------------------------ texts from the numbers (issue 24)
+def _texts(value) -> list[str]:
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _texts(v)]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _texts(v)]
+    return [value] if isinstance(value, str) else []
+
+
+def test_placeholders_are_known_and_filled_generically_without_a_plan():
+    from memdoc.core.doctor.symptoms import HINTS
+
+    raw = yaml.safe_load((ROOT / "memdoc" / "data" / "symptoms.yaml").read_text(encoding="utf-8"))
+    names = set(re.findall(r"\{([a-z_]+)\|", yaml.safe_dump(raw)))
+    assert names and names <= set(HINTS)
+    for symptom in load_symptoms().values():
+        texts = _texts([symptom.description, symptom.causes])
+        texts += [t for p in symptom.prescriptions for t in _texts([p.action, p.time_cost, p.how, p.detail])]
+        assert not any("{" in t and "|" in t for t in texts), symptom.id
+
+
+def test_hint_values_keep_the_effective_batch():
+    from memdoc.core.doctor.hints import hint_values
+    from memdoc.core.model.plan import parse_plan
+
+    values = hint_values(parse_plan(micro_batch=8, grad_accum=3))
+    assert (int(values["micro_batch_half"]), int(values["grad_accum_keep"])) == (4, 6)  # 4 × 6 = 8 × 3
+    assert "micro_batch_double" not in values  # 3 cannot be halved: doubling would change the effective batch
+    assert hint_values(None) == {}  # no plan: no figures (the texts say it generically)
+
+
+def test_halve_micro_batch_switches_without_a_plan_invent_no_numbers():
+    p = next(p for p in get_symptom("mid-run-oom").prescriptions if p.id == "midrun-halve-micro-batch")
+    assert p.how["hf"] == {"per_device_train_batch_size": "half yours", "gradient_accumulation_steps": "twice yours"}
+    cap = next(p for p in get_symptom("long-sample-oom").prescriptions if p.id == "long-cap-length")
+    assert cap.filled({"max_length": "3172"}).how["trl"] == {"max_length": 3172}
+
+
+def test_entries_in_the_old_schema_still_load():
+    # an entry without placeholders and without any new key (the schema doc-kinds' new entries use)
+    text = """
+x-oom:
+  title: t
+  description: d
+  causes: [c]
+  prescriptions:
+    - {id: x-a, action: a, why: time, time_cost: none, lever: null, how: {hf: {per_device_eval_batch_size: 4}}}
+    - {id: x-b, action: b, why: time, time_cost: none, lever: null, how: {}}
+    - {id: x-c, action: c, why: time, time_cost: none, lever: null, how: {}}
+"""
+    symptom = load_symptoms(text)["x-oom"]
+    assert symptom.prescriptions[0].how == {"hf": {"per_device_eval_batch_size": 4}}
+    assert symptom.filled({"micro_batch_half": "2"}) == symptom
+
+
+def test_an_unknown_placeholder_is_refused():
+    text = """
+x-oom:
+  title: t
+  description: "needs {bytes_per_gpu|some}"
+  causes: [c]
+  prescriptions:
+    - {id: x-a, action: a, why: time, time_cost: none, lever: null, how: {}}
+    - {id: x-b, action: b, why: time, time_cost: none, lever: null, how: {}}
+    - {id: x-c, action: c, why: time, time_cost: none, lever: null, how: {}}
+"""
+    with pytest.raises(KnowledgeBaseError, match="unknown placeholder"):
+        load_symptoms(text)
