@@ -243,6 +243,8 @@ def test_kind_symptom_env_and_calls_exist():
     assert "FSDP_CPU_RAM_EFFICIENT_LOADING" in training_args
     assert '"low_cpu_mem_usage"' in _source("transformers", "modeling_utils.py")  # popped unused: not prescribed
     assert "low_cpu_mem_usage" not in " ".join(repr(p) for p in KIND_PRESCRIPTIONS if p.id != "host-rank0-loading")
+
+
 # ------------------------------------------------------------------ texts from the numbers (issue 24)
 def _texts(value) -> list[str]:
     if isinstance(value, dict):
