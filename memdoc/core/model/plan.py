@@ -151,7 +151,9 @@ class Shard(str, Enum):
     ZERO3 = "zero3"
     """Optimizer states, gradients and weights sharded (DeepSpeed)."""
     FSDP = "fsdp"
-    """FSDP full-shard (same memory layout as ZeRO-3, PyTorch-native)."""
+    """FSDP1 full-shard through accelerate (`FullyShardedDataParallel`, flat parameters)."""
+    FSDP2 = "fsdp2"
+    """FSDP2 `fully_shard` (per-parameter DTensor shards, a `MixedPrecisionPolicy`), through accelerate."""
 
     @property
     def shards_optimizer(self) -> bool:
@@ -159,11 +161,27 @@ class Shard(str, Enum):
 
     @property
     def shards_gradients(self) -> bool:
-        return self in (Shard.ZERO2, Shard.ZERO3, Shard.FSDP)
+        return self in (Shard.ZERO2, Shard.ZERO3, Shard.FSDP, Shard.FSDP2)
 
     @property
     def shards_weights(self) -> bool:
-        return self in (Shard.ZERO3, Shard.FSDP)
+        return self in (Shard.ZERO3, Shard.FSDP, Shard.FSDP2)
+
+    @property
+    def is_fsdp(self) -> bool:
+        return self in (Shard.FSDP, Shard.FSDP2)
+
+
+class MasterWeights(str, Enum):
+    """The dtype of the weights the optimizer steps (and of its states) under DeepSpeed and FSDP."""
+
+    AUTO = "auto"
+    """The engine's default: fp32 master weights and states under DeepSpeed/FSDP; `--precision` under DDP."""
+    FP32 = "fp32"
+    """fp32 master weights and fp32 optimizer states (numerically safe)."""
+    BF16 = "bf16"
+    """bf16 master weights, gradients and optimizer states (DeepSpeed `bf16_master_weights_and_grads` +
+    `bf16_optimizer_states`; FSDP with accelerate's `mixed_precision: no` on a bf16 model): a numerical risk."""
 
 
 class Offload(str, Enum):
@@ -259,6 +277,24 @@ class TrainingPlan:
     """CUDA caching-allocator mode (reserved memory and fragmentation)."""
     moe_experts: MoeExperts = MoeExperts.FUSED
     """MoE routed experts: fused 3-D parameters (transformers 5) or `nn.Linear`s (4.x, quantised by QLoRA)."""
+    master_weights: MasterWeights = MasterWeights.AUTO
+    """Master weights' and optimizer states' dtype under DeepSpeed/FSDP (see `MasterWeights`)."""
+    reduce_bucket_size: int | None = None
+    """DeepSpeed `reduce_bucket_size` (elements); None: "auto", which HF fills with hidden² (memdoc's ds_config)."""
+    allgather_bucket_size: int = 500_000_000
+    """DeepSpeed `allgather_bucket_size` (elements; DeepSpeedZeroConfig's default 5e8)."""
+    stage3_prefetch_bucket_size: int | None = None
+    """DeepSpeed ZeRO-3 prefetch bucket (elements); None: "auto", 0.9 × hidden² (HF)."""
+    stage3_param_persistence_threshold: int | None = None
+    """ZeRO-3: parameters of at most this many elements stay unpartitioned; None: "auto", 10 × hidden (HF)."""
+    stage3_max_live_parameters: int = 1_000_000_000
+    """ZeRO-3: gathered parameters kept alive at most (elements; DeepSpeed's default 1e9)."""
+    sub_group_size: int = 1_000_000_000
+    """ZeRO-3 optimizer-step sub-group (elements; DeepSpeed's default 1e9): its fp32 gradient is a step buffer."""
+    overlap_comm: bool = True
+    """DeepSpeed `overlap_comm` (memdoc's ds_config: true): ZeRO-1/2 keep two reduce buckets instead of one."""
+    contiguous_gradients: bool = True
+    """DeepSpeed `contiguous_gradients` (default true): gradients are reduced through the reduce bucket."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -299,7 +335,10 @@ class TrainingPlan:
                 "except zero3 with --offload optimizer+params (DeepSpeed runs it on one GPU)"
             )
         if self.offload is Offload.OPTIMIZER_PARAMS and not self.shard.shards_weights:
-            raise PlanError("--offload optimizer+params needs --shard zero3 or fsdp (weights are offloaded per shard)")
+            raise PlanError(
+                "--offload optimizer+params needs --shard zero3, fsdp or fsdp2 (weights are offloaded per shard)"
+            )
+        _check_engine_knobs(self)
         if self.optimizer in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT) and self.offload is not Offload.NONE:
             raise PlanError(
                 "--offload with an 8-bit optimizer: DeepSpeed/FSDP offload runs its own CPU Adam; use adamw"
@@ -377,7 +416,44 @@ _ENUMS = {
     "offload_to": OffloadTarget,
     "allocator": Allocator,
     "moe_experts": MoeExperts,
+    "master_weights": MasterWeights,
 }
+
+ENGINE_COUNTS = (
+    "reduce_bucket_size",
+    "allgather_bucket_size",
+    "stage3_prefetch_bucket_size",
+    "stage3_param_persistence_threshold",
+    "stage3_max_live_parameters",
+    "sub_group_size",
+)
+"""DeepSpeed's element-count knobs (`deepspeed/runtime/zero/config.py` `DeepSpeedZeroConfig`, 0.19.8)."""
+MAX_ENGINE_COUNT = 10**13
+"""Largest bucket or threshold accepted (elements)."""
+
+
+def _check_engine_knobs(plan: TrainingPlan) -> None:
+    """The engine knobs: counts ≥ 0 (None: "auto"), and a master-weights choice the engine can make."""
+    for name in ENGINE_COUNTS:
+        value = getattr(plan, name)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_ENGINE_COUNT:
+            raise PlanError(f"{flag_for(name)} must be a whole number of elements (0 to 1e13), got {value!r}")
+    if plan.master_weights is MasterWeights.AUTO:
+        return
+    if plan.shard is Shard.NONE and plan.offload is Offload.NONE:
+        raise PlanError(
+            "--master-weights applies to DeepSpeed and FSDP (--shard); without them --precision decides "
+            "(amp-bf16: fp32 master weights, bf16: none)"
+        )
+    if plan.master_weights is MasterWeights.BF16 and plan.precision not in (Precision.BF16, Precision.AMP_BF16):
+        raise PlanError(f"--master-weights bf16 needs --precision bf16, got {plan.precision.value}")
+    if plan.master_weights is MasterWeights.BF16 and plan.offload is not Offload.NONE and not plan.shard.is_fsdp:
+        raise PlanError(
+            "--master-weights bf16 with --offload: DeepSpeed's bf16 optimizer states need its CPU Adam built "
+            "for bf16 (deepspeed/runtime/base_optimizer.py); use --master-weights fp32 with offload"
+        )
 
 
 def flag_for(field_name: str) -> str:
@@ -420,7 +496,11 @@ def _coerce(name: str, value):
                 f"{flag_for(name)} must be module names (a comma-separated string or a list), got {quoted(value)}"
             )
         return tuple(value)
-    if name in ("allow_long", "kbit_upcast"):
+    if name in ENGINE_COUNTS and value is None:
+        return None
+    if name in ENGINE_COUNTS and isinstance(value, float) and value.is_integer():  # DeepSpeed JSON's 5e8
+        return int(value)
+    if name in ("allow_long", "kbit_upcast", "overlap_comm", "contiguous_gradients"):
         if isinstance(value, str) and value.strip().lower() in ("true", "false"):  # as typed on a command line
             return value.strip().lower() == "true"
         if not isinstance(value, bool):
