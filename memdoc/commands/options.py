@@ -22,6 +22,7 @@ from memdoc.core.model.plan import (
     Attention,
     Checkpointing,
     Loss,
+    MasterWeights,
     Method,
     MoeExperts,
     Offload,
@@ -174,7 +175,22 @@ KbitUpcastOpt = Annotated[
 ]
 ShardOpt = Annotated[
     Optional[Shard],
-    typer.Option("--shard", help="Shard model states over GPUs. \\[default: none]", rich_help_panel=PLAN),
+    typer.Option(
+        "--shard",
+        help="The engine that shards model states over GPUs: zero1/zero2/zero3 (DeepSpeed), fsdp (FSDP1 through "
+        "accelerate), fsdp2 (fully_shard). \\[default: none]",
+        rich_help_panel=PLAN,
+    ),
+]
+MasterWeightsOpt = Annotated[
+    Optional[MasterWeights],
+    typer.Option(
+        "--master-weights",
+        help="Under DeepSpeed/FSDP: the dtype of the master weights and optimizer states. auto = the engine's "
+        "default (fp32: 16 bytes/param with AdamW); bf16 = DeepSpeed's bf16_master_weights_and_grads + "
+        "bf16_optimizer_states, or FSDP without fp32 upcast (a numerical risk). \\[default: auto]",
+        rich_help_panel=PLAN,
+    ),
 ]
 OffloadOpt = Annotated[
     Optional[Offload],
@@ -254,6 +270,7 @@ PLAN_OPTIONS = {
     "lora_targets": LoraTargetsOpt,
     "kbit_upcast": KbitUpcastOpt,
     "shard": ShardOpt,
+    "master_weights": MasterWeightsOpt,
     "offload": OffloadOpt,
     "offload_to": OffloadToOpt,
     "allocator": AllocatorOpt,

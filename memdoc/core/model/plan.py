@@ -440,6 +440,16 @@ def _check_engine_knobs(plan: TrainingPlan) -> None:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_ENGINE_COUNT:
             raise PlanError(f"{flag_for(name)} must be a whole number of elements (0 to 1e13), got {value!r}")
+    if plan.shard.is_fsdp and plan.offload is Offload.OPTIMIZER:
+        raise PlanError(
+            f"--shard {plan.shard.value} cannot offload the optimizer alone: FSDP's CPUOffload moves parameters, "
+            "gradients and optimizer states together; nearest plans: --offload optimizer+params, or --shard zero3 "
+            "--offload optimizer"
+        )
+    if plan.shard.is_fsdp and plan.offload is not Offload.NONE and plan.offload_to is OffloadTarget.NVME:
+        raise PlanError(
+            f"--shard {plan.shard.value} offloads to CPU memory only; use --offload-to cpu or --shard zero3"
+        )
     if plan.master_weights is MasterWeights.AUTO:
         return
     if plan.shard is Shard.NONE and plan.offload is Offload.NONE:
