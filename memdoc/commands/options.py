@@ -33,6 +33,17 @@ from memdoc.core.model.plan import (
 )
 from memdoc.resolve.setup import Setup, resolve_setup, resolve_setups
 
+HostRamOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--host-ram",
+        metavar="GiB",
+        min=0,
+        help="Host RAM per node that offloaded states may use. [default: this machine's RAM]",
+    ),
+]
+"""Host RAM per node (`bill`, `plan`): offloaded states are checked against it."""
+
 PLAN = "Training plan"
 INFERENCE = "Inference (with --inference, or prescribe --symptom inference-oom)"
 
