@@ -102,11 +102,20 @@ def _buckets(doc: SourceDoc, zero: dict, reading: ConfigReading) -> None:
             value = int(value)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise fail(doc, where, f'must be a number of elements or "auto", got {quoted(value)}')
-        reading.set(doc, where if key in zero else f"{where} (DeepSpeed's default)", key, value)
+        _knob(reading, doc, zero, key, value)
     for key, default in (("overlap_comm", zero.get("stage") == 3), ("contiguous_gradients", True)):
         where = f"zero_optimization.{key}"
         value = get_bool(doc, key, zero, where=where) if zero.get(key) is not None else default
-        reading.set(doc, where if key in zero else f"{where} (DeepSpeed's default)", key, value)
+        _knob(reading, doc, zero, key, value)
+
+
+def _knob(reading: ConfigReading, doc: SourceDoc, zero: dict, key: str, value) -> None:
+    """Set plan field `key`: read from `zero_optimization.key`, or DeepSpeed's default when the key is absent
+    (the plan holds it; no key is listed as read)."""
+    if key in zero:
+        reading.set(doc, f"zero_optimization.{key}", key, value)
+    else:
+        reading.plan[key] = value
 
 
 def _offload(doc: SourceDoc, zero: dict, reading: ConfigReading) -> None:
