@@ -34,7 +34,7 @@ from functools import cached_property
 from memdoc.core.billing.activations import Activations, estimate_activations
 from memdoc.core.billing.memo import memoized_bill
 from memdoc.core.billing.reserved import MAX_SIMULATED_LAYERS, ReservedVerdict, reserved_verdict, unsimulated
-from memdoc.core.billing.states import ModelStates, model_states, parameter_tensors
+from memdoc.core.billing.states import ModelStates, model_states
 from memdoc.core.billing.step_events import training_events
 from memdoc.core.billing.verdict import Fit, FitAnswer, bounded_fit, fit_answer
 from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
@@ -43,7 +43,7 @@ from memdoc.core.engines.host import host_items, nvme_items
 from memdoc.core.engines.layout import Engine, engine_layout
 from memdoc.core.model.gpu import GpuSpec, gpu_json
 from memdoc.core.model.model_spec import ModelSpec
-from memdoc.core.model.plan import Allocator, Method, MoeExperts, Precision, Shard, TrainingPlan
+from memdoc.core.model.plan import Allocator, Method, MoeExperts, Precision, TrainingPlan
 
 PROCESS_OVERHEAD_BYTES = 804_061_184
 """A training process's device memory outside PyTorch's allocator (CUDA context, kernels, cuBLAS
@@ -307,7 +307,7 @@ def _step_terms(
             bill["nvme"].update(nvme_items(plan, layout, partition, plain))
     elif layout.offload_optimizer:  # LoRA/QLoRA: the adapters' states and gradients, as the optimizer holds them
         bill["host"].update(optimizer=optim, gradients=grads)
-    persistent = persistent_params(plan, layout, model.hidden_size, _small_tensors(model, plan))
+    persistent = persistent_params(model, plan, layout)
     if persistent:
         buffers["unpartitioned small parameters"] = persistent
     if layout.offload_optimizer:
@@ -334,19 +334,13 @@ def _step_terms(
         gradients=grads,
         optimizer=optim,
         step_temp=step_temp,
-        resident=grads if plan.grad_accum > 1 else 0,
+        # ZeRO-3's 16-bit gradient partitions are one buffer allocated in __init__ (stage3.py
+        # `grad_partitions_flat_buffer`): resident through the whole step, like accumulated gradients
+        resident=grads if plan.grad_accum > 1 or layout.engine is Engine.ZERO3 else 0,
         gather=_gather_bytes(model, plan, states),
         grad_gather=grad_gather if plan.method is Method.FULL else 0,
         buckets=buckets,
     )
-
-
-def _small_tensors(model: ModelSpec, plan: TrainingPlan) -> list[int]:
-    """Element counts of every parameter tensor, for ZeRO-3's persistence threshold (ZeRO-3 plans only)."""
-    if plan.shard is not Shard.ZERO3:
-        return []
-    tensors = parameter_tensors(model, plan)
-    return [n for layer in tensors.layers for n in layer] + [tensors.other]
 
 
 def _head_and_embedding_gradients(model: ModelSpec, plan: TrainingPlan) -> tuple[int, int]:
@@ -449,7 +443,8 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
     )
     backward = max(_backward_candidates(model, plan, acts, t), key=lambda phase: phase.total)
     backward = dataclasses.replace(backward, other=backward.other + t.buckets)
-    optimizer = t.phase(gradients=t.gradients, activations=0, other=t.step_temp + t.buckets)
+    # ZeRO-1/2 release their buckets at the end of backward (`_release_ipg_buffers`); ZeRO-3 keeps its own
+    optimizer = t.phase(gradients=t.gradients, activations=0, other=t.step_temp + resident_buckets)
     return Bill(
         model=model,
         plan=plan,

@@ -17,7 +17,9 @@ gathered units; they allocate no buffer of their own.
 
 from __future__ import annotations
 
+from memdoc.core.billing.states import parameter_tensors
 from memdoc.core.engines.layout import Engine, EngineLayout
+from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Offload, TrainingPlan
 
 
@@ -52,14 +54,15 @@ def reduce_buckets(plan: TrainingPlan, layout: EngineLayout, hidden_size: int) -
     return copies * auto_reduce_bucket(plan, hidden_size) * layout.reduce_bits // 8
 
 
-def persistent_params(plan: TrainingPlan, layout: EngineLayout, hidden_size: int, numels: list[int]) -> int:
-    """Bytes of ZeRO-3's unpartitioned small parameters on each GPU beyond their shard: every tensor of
-    `numels` (element counts) at most the persistence threshold, held whole (module docstring)."""
+def persistent_params(model: ModelSpec, plan: TrainingPlan, layout: EngineLayout) -> int:
+    """Bytes of ZeRO-3's unpartitioned small parameters on each GPU beside the partition (which counts them
+    too): every parameter tensor of at most the persistence threshold, held whole (module docstring)."""
     if layout.engine is not Engine.ZERO3:
         return 0
-    threshold = auto_persistence_threshold(plan, hidden_size)
-    small = sum(n for n in numels if n <= threshold)
-    return small * layout.weight_bits // 8 * (plan.world_size - 1) // plan.world_size
+    threshold = auto_persistence_threshold(plan, model.hidden_size)
+    tensors = parameter_tensors(model, plan)
+    numels = [n for layer in tensors.layers for n in layer] + [tensors.other]
+    return sum(n for n in numels if n <= threshold) * layout.weight_bits // 8
 
 
 def step_grad_bytes(plan: TrainingPlan, layout: EngineLayout, partition_params: int) -> int:

@@ -119,7 +119,9 @@ def engine_layout(plan: TrainingPlan) -> EngineLayout:
     engine = plan_engine(plan)
     flags = {
         "shards_weights": engine in (Engine.ZERO3, Engine.FSDP1, Engine.FSDP2),
-        "shards_gradients": engine not in (Engine.DDP, Engine.ZERO1),
+        # ZeRO-1 too: 0.19.8 reduces its gradients through the buckets into 16-bit partitions
+        # (`averaged_gradients`, 2P/N after backward on the CPU run of tests/fixtures/engines, eng-verify)
+        "shards_gradients": engine is not Engine.DDP,
         "shards_optimizer": engine is not Engine.DDP,
         "offload_optimizer": plan.offload is not Offload.NONE,
         "offload_params": plan.offload is Offload.OPTIMIZER_PARAMS,

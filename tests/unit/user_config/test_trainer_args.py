@@ -5,7 +5,6 @@ and what memdoc reads is what they parsed (or their documented defaults)."""
 from __future__ import annotations
 
 import json
-
 from pathlib import Path
 
 import pytest
