@@ -17,7 +17,6 @@ gathered units; they allocate no buffer of their own.
 
 from __future__ import annotations
 
-from memdoc.core.billing.states import parameter_tensors
 from memdoc.core.engines.layout import Engine, EngineLayout
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Offload, TrainingPlan
@@ -60,9 +59,19 @@ def persistent_params(model: ModelSpec, plan: TrainingPlan, layout: EngineLayout
     if layout.engine is not Engine.ZERO3:
         return 0
     threshold = auto_persistence_threshold(plan, model.hidden_size)
-    tensors = parameter_tensors(model, plan)
-    numels = [n for layer in tensors.layers for n in layer] + [tensors.other]
-    return sum(n for n in numels if n <= threshold) * layout.weight_bits // 8
+    small = 0
+    for _, layer, count in model.layer_groups:  # per layout, not per layer: a million layers cost nothing
+        numels = [linear.out_features * linear.in_features for linear in layer.linears]
+        numels += [linear.out_features for linear in layer.linears if linear.bias] + [layer.norm_params]
+        small += count * sum(n for n in numels if n <= threshold)
+    other = (
+        model.params.total
+        - model.params.embedding
+        - model.params.head
+        - sum(count * (layer.params() + layer.norm_params) for _, layer, count in model.layer_groups)
+    )
+    small += other if 0 < other <= threshold else 0
+    return small * layout.weight_bits // 8
 
 
 def step_grad_bytes(plan: TrainingPlan, layout: EngineLayout, partition_params: int) -> int:
