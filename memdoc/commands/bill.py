@@ -8,6 +8,7 @@ import typer
 
 from memdoc.commands.options import (
     DatasetOpt,
+    HostRamOpt,
     JsonOpt,
     KvCacheOpt,
     ModelArg,
@@ -82,6 +83,7 @@ def bill(
     dataset: DatasetOpt = None,
     tokenizer: TokenizerOpt = None,
     text_field: TextFieldOpt = None,
+    host_ram_gib: HostRamOpt = None,
 ) -> None:
     """Itemise the per-GPU memory of one training step and say whether it fits.
 
@@ -93,6 +95,7 @@ def bill(
     from memdoc import render
     from memdoc.core.reports.bill import bill_report
     from memdoc.errors import PlanError
+    from memdoc.resolve.host import host_ram
 
     if dataset is None and (tokenizer or text_field):
         raise PlanError("--tokenizer and --text-field go with --dataset FILE")
@@ -115,7 +118,8 @@ def bill(
     if json_out:
         render.print_json(report.to_json() | _setup_json(setup))
     else:
-        render.render_bill(report.bill, report.ladder, command_line=None, time=report.time)
+        host = host_ram(host_ram_gib) if report.bill.host else None
+        render.render_bill(report.bill, report.ladder, command_line=None, time=report.time, host=host)
         if report.maximum is not None:
             render.render_max(report.maximum)
         if section is not None:

@@ -22,6 +22,7 @@ from memdoc.core.model.plan import (
     Attention,
     Checkpointing,
     Loss,
+    MasterWeights,
     Method,
     MoeExperts,
     Offload,
@@ -31,6 +32,17 @@ from memdoc.core.model.plan import (
     Shard,
 )
 from memdoc.resolve.setup import Setup, resolve_setup, resolve_setups
+
+HostRamOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--host-ram",
+        metavar="GiB",
+        min=0,
+        help="Host RAM per node that offloaded states may use. [default: this machine's RAM]",
+    ),
+]
+"""Host RAM per node (`bill`, `plan`): offloaded states are checked against it."""
 
 PLAN = "Training plan"
 DATA = "Dataset lengths"
@@ -199,7 +211,22 @@ KbitUpcastOpt = Annotated[
 ]
 ShardOpt = Annotated[
     Optional[Shard],
-    typer.Option("--shard", help="Shard model states over GPUs. \\[default: none]", rich_help_panel=PLAN),
+    typer.Option(
+        "--shard",
+        help="The engine that shards model states over GPUs: zero1/zero2/zero3 (DeepSpeed), fsdp (FSDP1 through "
+        "accelerate), fsdp2 (fully_shard). \\[default: none]",
+        rich_help_panel=PLAN,
+    ),
+]
+MasterWeightsOpt = Annotated[
+    Optional[MasterWeights],
+    typer.Option(
+        "--master-weights",
+        help="Under DeepSpeed/FSDP: the dtype of the master weights and optimizer states. auto = the engine's "
+        "default (fp32: 16 bytes/param with AdamW); bf16 = DeepSpeed's bf16_master_weights_and_grads + "
+        "bf16_optimizer_states, or FSDP without fp32 upcast (a numerical risk). \\[default: auto]",
+        rich_help_panel=PLAN,
+    ),
 ]
 OffloadOpt = Annotated[
     Optional[Offload],
@@ -279,6 +306,7 @@ PLAN_OPTIONS = {
     "lora_targets": LoraTargetsOpt,
     "kbit_upcast": KbitUpcastOpt,
     "shard": ShardOpt,
+    "master_weights": MasterWeightsOpt,
     "offload": OffloadOpt,
     "offload_to": OffloadToOpt,
     "allocator": AllocatorOpt,

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from memdoc.commands.emit import Format, print_emitted
-from memdoc.commands.options import PLAN, JsonOpt, ModelArg, PlanFlags, plan_options, print_setup_notes
+from memdoc.commands.options import PLAN, HostRamOpt, JsonOpt, ModelArg, PlanFlags, plan_options, print_setup_notes
 
 EXAMPLES = """
 Examples:
@@ -56,16 +56,6 @@ OutputOpt = Annotated[
     Optional[str], typer.Option("--output", "-o", help="With --emit: write the config here. Default: print it.")
 ]
 ForceOpt = Annotated[bool, typer.Option("--force", help="With --emit: overwrite existing files.")]
-HostRamOpt = Annotated[
-    Optional[float],
-    typer.Option(
-        "--host-ram",
-        metavar="GiB",
-        min=0,
-        help="Host RAM per node that offloaded states may use. [default: this machine's RAM]",
-    ),
-]
-
 # ------------------------------------------------------------------------------ the hardware choice
 GpuListOpt = Annotated[
     Optional[list[str]],

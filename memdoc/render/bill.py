@@ -36,11 +36,14 @@ def render_time(time, world_size: int, generic_gpu: bool = False) -> None:
         stdout.print("  (times at A100 rates: name the GPU, e.g. --gpu rtx-4090, for its own)")
 
 
-def render_bill(bill, ladder, command_line=None, time=None) -> None:
-    """The bill table with per-phase stacked bars, the verdict line and the ladder (`time`: a StepTime)."""
+def render_bill(bill, ladder, command_line=None, time=None, host=None) -> None:
+    """The bill table with per-phase stacked bars, the verdict line and the ladder (`time`: a StepTime; `host`:
+    the host RAM per node offloaded states are held against, a `resolve.host.HostRam`)."""
     _bill_title(bill)
     _bill_table(bill)
     _bill_summary(bill, time)
+    if bill.host:
+        host_lines(bill, host)
     if bill.gpu is None:
         return
     render_verdict(
@@ -106,14 +109,22 @@ def _bill_summary(bill, time) -> None:
     explained = other_explained(bill)
     if explained:
         paragraph(explained)
-    if bill.host:
-        stdout.print(
-            f"  host {plan.offload_to.value.upper() if plan.offload_to.value == 'nvme' else 'RAM'} needed: "
-            f"{gib(bill.host_bytes)} per GPU, {gib(bill.host_bytes * plan.gpus_per_node)} per node "
-            f"({plan.gpus_per_node} GPU{'s' if plan.gpus_per_node > 1 else ''})"
-        )
     for line in bill.notes:
         paragraph(f"note: {line}")
+
+
+def host_lines(bill, host=None) -> None:
+    """Host RAM per node as the engine holds it (by item), against `host` (the limit and its source), and NVMe."""
+    plan = bill.plan
+    gpus = f"{plan.gpus_per_node} GPU{'s' if plan.gpus_per_node > 1 else ''}"
+    items = ", ".join(f"{name} {gib(v * plan.gpus_per_node)}" for name, v in bill.host.items())
+    line = f"  host RAM needed ({bill.engine}): {gib(bill.host_bytes_per_node)} per node ({gpus}: {items})"
+    if host is not None and host.bytes:
+        verdict = "fits" if bill.host_bytes_per_node <= host.bytes else "does not fit"
+        line += f" · {verdict} {gib(host.bytes)}, {host.source}"
+    stdout.print(line)
+    if bill.nvme:
+        stdout.print(f"  NVMe needed: {gib(sum(bill.nvme.values()) * plan.gpus_per_node)} per node")
 
 
 def render_verdict(

@@ -27,6 +27,7 @@ states (and with ZeRO-3, weights) to host memory: the `host` column.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -37,9 +38,12 @@ from memdoc.core.billing.states import ModelStates, model_states
 from memdoc.core.billing.step_events import training_events
 from memdoc.core.billing.verdict import Fit, FitAnswer, bounded_fit, fit_answer
 from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
+from memdoc.core.engines.buffers import persistent_params, reduce_buckets, step_grad_bytes
+from memdoc.core.engines.host import host_items, nvme_items
+from memdoc.core.engines.layout import Engine, engine_layout
 from memdoc.core.model.gpu import GpuSpec, gpu_json
 from memdoc.core.model.model_spec import ModelSpec
-from memdoc.core.model.plan import Allocator, Method, MoeExperts, Offload, Precision, Shard, TrainingPlan
+from memdoc.core.model.plan import Allocator, Method, MoeExperts, Precision, TrainingPlan
 
 PROCESS_OVERHEAD_BYTES = 804_061_184
 """A training process's device memory outside PyTorch's allocator (CUDA context, kernels, cuBLAS
@@ -86,12 +90,29 @@ class Bill:
     acts: Activations
     phases: dict[str, PhaseBill]
     host: dict[str, int] = field(default_factory=dict)
-    """Bytes per line item offloaded to host RAM (or NVMe, per `plan.offload_to`), per GPU."""
+    """Host RAM per GPU (rank) by item — weights, gradients, optimizer (master + states), buffers (pinned
+    staging and step buffers) — as the engine holds it with offload (`core/engines/host.py`)."""
+    nvme: dict[str, int] = field(default_factory=dict)
+    """Bytes per GPU swapped to NVMe by item (ZeRO-3 `offload_optimizer.device: nvme`)."""
+    buffers: dict[str, int] = field(default_factory=dict)
+    """The engine's buffers on each GPU by name (reduce buckets, fp32 step gradient, unpartitioned small
+    parameters), already inside the phases' items (`core/engines/buffers.py`)."""
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def host_bytes(self) -> int:
+        """Host RAM per GPU (rank)."""
         return sum(self.host.values())
+
+    @property
+    def host_bytes_per_node(self) -> int:
+        """Host RAM per node: every GPU of a node keeps its own offloaded partition there."""
+        return self.host_bytes * self.plan.gpus_per_node
+
+    @property
+    def engine(self) -> str:
+        """The engine that runs the plan (`core/engines/layout.py` `Engine`)."""
+        return engine_layout(self.plan).engine.value
 
     @property
     def peak_phase(self) -> str:
@@ -189,17 +210,18 @@ def _sharded(value: int, shard: bool, world: int) -> int:
 
 
 def _gather_bytes(model: ModelSpec, plan: TrainingPlan, states: ModelStates) -> int:
-    """Unsharded weights in flight under ZeRO-3/FSDP (0 otherwise).
+    """Unsharded weights in flight under ZeRO-3/FSDP (0 otherwise), in the engine's gather dtype.
 
     One unit is gathered while the next is prefetched (DeepSpeed's estimator counts 4 bytes ×
     largest layer: two 16-bit units). DeepSpeed gathers module by module, so the embedding and
     LM head are units of their own (with 128K+ vocabularies, the largest); FSDP2's root unit
     (embeddings, final norm, head) stays gathered for the whole step.
     """
-    if not plan.shard.shards_weights:
+    layout = engine_layout(plan)
+    if not layout.shards_weights:
         return 0
-    bytes_per_param = plan.precision.compute_bits // 8
-    if plan.shard is Shard.FSDP:
+    bytes_per_param = layout.gather_bits // 8
+    if layout.engine.is_fsdp:
         root = (model.params.embedding + model.params.head) * bytes_per_param * (plan.world_size - 1) // plan.world_size
         return 2 * states.largest_layer_params * bytes_per_param + root
     unit = max(states.largest_layer_params, model.params.embedding, model.params.head)
@@ -222,6 +244,8 @@ class _StepTerms:
     """Unsharded weights in flight (`_gather_bytes`)."""
     grad_gather: int
     """Unsharded gradients of two layers in flight before their reduce-scatter (ZeRO-2/3, full fine-tuning)."""
+    buckets: int = 0
+    """DeepSpeed's gradient-reduction buckets (`engines.buffers.reduce_buckets`): backward and the step."""
 
     def phase(self, *, gradients: int, activations: int, other: int) -> PhaseBill:
         """A phase with this step's weights and optimizer states."""
@@ -261,43 +285,61 @@ def _model_notes(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> l
 
 
 def _step_terms(
-    model: ModelSpec, plan: TrainingPlan, states: ModelStates, host: dict[str, int], notes: list[str]
+    model: ModelSpec, plan: TrainingPlan, states: ModelStates, bill: dict[str, dict[str, int]], notes: list[str]
 ) -> _StepTerms:
-    """Shard the model states over the GPUs, move the offloaded ones to `host` (saying so in `notes`),
-    and add the gathered weights and gradients in flight."""
-    world, shard = plan.world_size, plan.shard
-    weights = _sharded(states.weights, shard.shards_weights, world)
-    grads = _sharded(states.gradients, shard.shards_gradients, world)
-    optim = _sharded(states.optimizer, shard.shards_optimizer, world)
-    step_temp = _sharded(states.optimizer_step_temp, shard.shards_optimizer, world)
-    if plan.offload is not Offload.NONE:
-        host.update(optimizer=optim, gradients=grads)
+    """Shard the model states over the GPUs as the plan's engine does (`core/engines/layout.py`), move the
+    offloaded ones to the host (`bill["host"]`, `bill["nvme"]`, saying so in `notes`), add the engine's buffers
+    (`bill["buffers"]`) and the gathered weights and gradients in flight."""
+    layout, world = engine_layout(plan), plan.world_size
+    weights = _sharded(states.weights, layout.shards_weights, world)
+    grads = _sharded(states.gradients, layout.shards_gradients, world)
+    optim = _sharded(states.optimizer, layout.shards_optimizer, world)
+    step_temp = _sharded(states.optimizer_step_temp, layout.shards_optimizer, world)
+    buffers = bill["buffers"]
+    if plan.method is Method.FULL and layout.engine is not Engine.DDP:
+        partition = _sharded(states.trainable_params, True, world)
+        step_temp = step_grad_bytes(plan, layout, partition)
+        if step_temp:
+            buffers["fp32 step gradient"] = step_temp
+        if layout.offload_optimizer:
+            plain = _sharded(states.optimizer - states.trainable_params * layout.master_bits // 8, True, world)
+            bill["host"].update(host_items(plan, layout, partition, plain))
+            bill["nvme"].update(nvme_items(plan, layout, partition, plain))
+    elif layout.offload_optimizer:  # LoRA/QLoRA: the adapters' states and gradients, as the optimizer holds them
+        bill["host"].update(optimizer=optim, gradients=grads)
+    persistent = persistent_params(model, plan, layout)
+    if persistent:
+        buffers["unpartitioned small parameters"] = persistent
+    if layout.offload_optimizer:
         optim = grads = step_temp = 0
         notes.append(
-            "gradients, fp32 master weights, optimizer states and the step live on the host (ZeRO-Offload); "
-            "DeepSpeed's reduce buckets on the GPU are not counted"
+            "gradients, master weights, optimizer states and the step live on the host (ZeRO-Offload); "
+            "the reduce buckets stay on the GPU"
         )
-    if plan.offload is Offload.OPTIMIZER_PARAMS:
-        host["weights"] = weights
+    if layout.offload_params:
+        if plan.method is not Method.FULL:  # full fine-tuning: in `host_items`
+            bill["host"]["weights"] = weights
         weights = 0
         notes.append("weights live on the host; each layer is fetched to the GPU when used (ZeRO-Infinity)")
-    grad_gather = (
-        2 * states.largest_layer_params * (plan.precision.param_bits // 8)
-        if shard.shards_gradients and plan.method is Method.FULL
-        else 0
-    )
+    buckets = reduce_buckets(plan, layout, model.hidden_size)
+    if buckets:
+        buffers["reduce buckets"] = buckets
+    grad_gather = 2 * states.largest_layer_params * layout.reduce_bits // 8 if layout.shards_gradients else 0
     # Gradient accumulation: micro-batches 2..N run forward and backward with the gradients of the
     # earlier ones resident (AccumulateGrad adds into `.grad` in place). The step's peak is that of
     # a later micro-batch: the first one's phases plus every gradient (fake-tensor traces of
     # `diagnose --accum N`: Llama-3.2-1B AMP 2 × 1024 +4.60 GiB, its fp32 gradients).
     return _StepTerms(
-        weights=weights,
+        weights=weights + persistent,
         gradients=grads,
         optimizer=optim,
         step_temp=step_temp,
-        resident=grads if plan.grad_accum > 1 else 0,
+        # ZeRO-3's 16-bit gradient partitions are one buffer allocated in __init__ (stage3.py
+        # `grad_partitions_flat_buffer`): resident through the whole step, like accumulated gradients
+        resident=grads if plan.grad_accum > 1 or layout.engine is Engine.ZERO3 else 0,
         gather=_gather_bytes(model, plan, states),
-        grad_gather=grad_gather,
+        grad_gather=grad_gather if plan.method is Method.FULL else 0,
+        buckets=buckets,
     )
 
 
@@ -387,15 +429,22 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
     states = model_states(model, plan)
     acts = estimate_activations(model, plan)
     notes = _model_notes(model, plan, gpu)
-    host: dict[str, int] = {}
-    t = _step_terms(model, plan, states, host, notes)
+    places: dict[str, dict[str, int]] = {"host": {}, "nvme": {}, "buffers": {}}
+    t = _step_terms(model, plan, states, places, notes)
+    layout = engine_layout(plan)
+    if layout.risk:
+        notes.append(layout.risk)
+    # ZeRO-3 allocates its bucket in __init__ (resident); ZeRO-1/2 in each backward (`setup_buckets`)
+    resident_buckets = t.buckets if layout.engine is Engine.ZERO3 else 0
     forward = t.phase(
         gradients=t.resident,
         activations=acts.layers_saved + acts.head_saved,
-        other=acts.loss_forward_peak + acts.weight_copies + t.gather,
+        other=acts.loss_forward_peak + acts.weight_copies + t.gather + resident_buckets,
     )
     backward = max(_backward_candidates(model, plan, acts, t), key=lambda phase: phase.total)
-    optimizer = t.phase(gradients=t.gradients, activations=0, other=t.step_temp)
+    backward = dataclasses.replace(backward, other=backward.other + t.buckets)
+    # ZeRO-1/2 release their buckets at the end of backward (`_release_ipg_buffers`); ZeRO-3 keeps its own
+    optimizer = t.phase(gradients=t.gradients, activations=0, other=t.step_temp + resident_buckets)
     return Bill(
         model=model,
         plan=plan,
@@ -403,7 +452,9 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
         states=states,
         acts=acts,
         phases={"forward": forward, "backward": backward, "optimizer": optimizer},
-        host=host,
+        host=places["host"],
+        nvme=places["nvme"],
+        buffers=places["buffers"],
         notes=tuple(notes),
     )
 
@@ -429,9 +480,12 @@ def bill_json(bill: Bill) -> dict:
             "min_memory_bytes": bill.min_memory_bytes,
         },
         "phases": {name: phase.to_dict() for name, phase in bill.phases.items()},
+        "engine": bill.engine,
+        "buffers": dict(bill.buffers),
         "host_bytes": bill.host_bytes,
-        "host_bytes_per_node": bill.host_bytes * bill.plan.gpus_per_node,
+        "host_bytes_per_node": bill.host_bytes_per_node,
         "host": {"device": bill.plan.offload_to.value, **bill.host} if bill.host else None,
+        "nvme": dict(bill.nvme) or None,
         "peak_phase": bill.peak_phase,
         "fits": bill.fits,
         "headroom_bytes": bill.headroom_bytes,

@@ -4,10 +4,12 @@ Dtype rules (what HF Trainer / peft / bitsandbytes actually allocate):
 * pure bf16/fp16: weights, gradients and optimizer states in 16 bit (no master copy);
 * fp32: everything 4 bytes; AMP (`amp-*`): fp32 weights (they are the master copy), fp32 grads,
   fp32 states — the 16-bit copies made by autocast are activations (`activations.weight_copies`);
-* DeepSpeed/FSDP mixed precision (AMP with any sharding or offload): 16-bit working weights and
-  gradients on the GPU, fp32 master weights + fp32 states as the optimizer's (12 bytes/param for
-  AdamW), stepped by DeepSpeed's fused / CPU Adam (no foreach temporaries) — the layout behind
-  DeepSpeed's `estimate_zero2/3_model_states_mem_needs`;
+* full fine-tuning under DeepSpeed or FSDP (any sharding or offload): the engine's layout
+  (`core/engines/layout.py`): DeepSpeed keeps 16-bit working weights and gradients, fp32 master weights
+  + fp32 states as the optimizer's (12 bytes/param for AdamW) and an fp32 gradient in the step — the
+  layout behind DeepSpeed's `estimate_zero2/3_model_states_mem_needs`; accelerate's FSDP keeps fp32
+  flat parameters, gradients and states (16 bytes/param), stepped by the engine's own Adam (no foreach
+  temporaries);
 * LoRA: the frozen base in the compute dtype; adapters in fp32 (peft's default
   `autocast_adapter_dtype=True` upcasts 16-bit adapters), so their grads and states are fp32;
 * QLoRA: every base `nn.Linear` of the decoder in NF4 — 4 bits per weight, one 8-bit absmax per
@@ -26,6 +28,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from memdoc.core.billing.kbit import linear_experts, quantised_params, upcast_weight_bytes
+from memdoc.core.engines.layout import Engine, engine_layout
 from memdoc.core.model.lora import adapted_names, is_trained
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Attention, Checkpointing, Loss, Method, Optimizer, TrainingPlan
@@ -212,14 +215,18 @@ def _model_states(model: ModelSpec, plan: TrainingPlan) -> ModelStates:
     param_bytes = plan.precision.param_bits // 8
     compute_bytes = plan.precision.compute_bits // 8
     largest_layer = max(l.params() + l.norm_params for _, l, _ in model.layer_groups)
-    if plan.sharded_mixed_precision:
-        states, _ = _optimizer_bytes(plan, _param_shapes(model), 4)
+    layout = engine_layout(plan)
+    if plan.method is Method.FULL and layout.engine is not Engine.DDP:
+        # the engine's layout (`core/engines/layout.py`): the master copy is billed with the optimizer
+        # states (it is the optimizer's); the step's fp32 gradient is a step temporary (DeepSpeed)
+        total = model.params.total
+        states, _ = _optimizer_bytes(plan, _param_shapes(model), layout.state_bits // 8)
         return ModelStates(
-            weights=model.params.total * 2,
-            gradients=model.params.total * 2,
-            optimizer=model.params.total * 4 + states,
-            optimizer_step_temp=0,
-            trainable_params=model.params.total,
+            weights=total * layout.weight_bits // 8,
+            gradients=total * layout.grad_bits // 8,
+            optimizer=total * layout.master_bits // 8 + states,
+            optimizer_step_temp=total * layout.step_grad_bits // 8,
+            trainable_params=total,
             largest_layer_params=largest_layer,
         )
     if plan.method is Method.FULL:

@@ -1,13 +1,15 @@
-"""accelerate `--config_file` YAML for FSDP full-shard (weights, gradients and optimizer states sharded)."""
+"""accelerate `--config_file` YAML for FSDP full-shard (weights, gradients and optimizer states sharded): FSDP1
+(`--shard fsdp`) or FSDP2 (`--shard fsdp2`, `fsdp_version: 2`)."""
 
 from __future__ import annotations
 
 from memdoc.core.emit.base import EmitContext
 from memdoc.core.model.plan import (
+    MasterWeights,
     Method,
     Offload,
-    OffloadTarget,
     Precision,
+    Shard,
 )
 
 
@@ -17,16 +19,17 @@ def fsdp_accelerate_config(ctx: EmitContext, notes: list[str]) -> dict:
     mixed = {Precision.BF16: "bf16", Precision.AMP_BF16: "bf16", Precision.AMP_FP16: "fp16"}.get(plan.precision, "no")
     if plan.precision is Precision.FP16 and plan.method is not Method.FULL:
         mixed = "fp16"
-    offload = plan.offload is not Offload.NONE
-    if plan.offload is Offload.OPTIMIZER:
+    if plan.master_weights is MasterWeights.BF16:
+        # accelerate 1.15 upcasts trainable parameters to fp32 whenever mixed_precision != "no"
+        # (accelerator.py prepare_model; utils/fsdp_utils.py fsdp2_prepare_model): "no" keeps the bf16 model
+        mixed = "no"
         notes.append(
-            "FSDP cannot offload only the optimizer: fsdp_offload_params offloads weights, "
-            "gradients and optimizer states to the CPU (less GPU memory than billed, slower)"
+            "mixed_precision: no keeps the bf16-loaded model's parameters, gradients and optimizer states in bf16 "
+            "(--master-weights bf16): a numerical risk; set the trainer's bf16 flag off too, or accelerate upcasts"
         )
-    if offload and plan.offload_to is OffloadTarget.NVME:
-        notes.append("FSDP offloads to CPU memory only: --offload-to nvme emitted as cpu")
+    offload = plan.offload is not Offload.NONE
     fsdp = {
-        "fsdp_version": 1,
+        "fsdp_version": 2 if plan.shard is Shard.FSDP2 else 1,
         "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
         "fsdp_backward_prefetch": "BACKWARD_PRE",
         "fsdp_cpu_ram_efficient_loading": True,
@@ -38,6 +41,15 @@ def fsdp_accelerate_config(ctx: EmitContext, notes: list[str]) -> dict:
         "fsdp_use_orig_params": plan.method is Method.FULL,
         "fsdp_activation_checkpointing": False,
     }
+    if plan.shard is Shard.FSDP2:  # accelerate/utils/dataclasses.py: FSDP2 drops these, reshard is a bool
+        for key in (
+            "fsdp_backward_prefetch",
+            "fsdp_forward_prefetch",
+            "fsdp_sync_module_states",
+            "fsdp_use_orig_params",
+        ):
+            del fsdp[key]
+        fsdp["fsdp_reshard_after_forward"] = True
     return {
         "compute_environment": "LOCAL_MACHINE",
         "debug": False,

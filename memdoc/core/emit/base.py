@@ -289,7 +289,7 @@ def uses_deepspeed(plan: TrainingPlan) -> bool:
 
 
 def uses_fsdp(plan: TrainingPlan) -> bool:
-    return plan.shard is Shard.FSDP
+    return plan.shard.is_fsdp
 
 
 # ---------------------------------------------------------------------------------------------

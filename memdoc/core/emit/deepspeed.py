@@ -1,17 +1,11 @@
 """DeepSpeed JSON for the HF Trainer: `zero_optimization` stage 1/2/3 and offload of optimizer/params
-to cpu or nvme; batch, accumulation, clipping and precision are 'auto' (filled from the trainer config)."""
+to cpu or nvme; batch, accumulation, clipping and precision are 'auto' (filled from the trainer config); the
+bucket knobs the bill uses are written out (`bucket_keys`)."""
 
 from __future__ import annotations
 
 from memdoc.core.emit.base import DS_CONFIG_NAME, NVME_PLACEHOLDER, EmitContext, header_text
-from memdoc.core.model.plan import (
-    Method,
-    Offload,
-    OffloadTarget,
-    Optimizer,
-    Precision,
-    Shard,
-)
+from memdoc.core.model.plan import MasterWeights, Offload, OffloadTarget, Optimizer, Shard, TrainingPlan
 
 
 def _zero_stage(plan, notes: list[str]) -> int:
@@ -67,25 +61,42 @@ def _offloaded_optimizer(plan, notes: list[str]) -> dict:
     return {"zero_force_ds_cpu_optimizer": False}
 
 
+def bucket_keys(plan: TrainingPlan, stage: int) -> dict:
+    """The bucket knobs the bill uses (`core/engines/buffers.py`), written out: a value the plan sets, else
+    "auto" for the three transformers fills from the hidden size (`integrations/deepspeed.py`), else DeepSpeed's
+    default written explicitly (`deepspeed/runtime/zero/config.py` `DeepSpeedZeroConfig`)."""
+    auto = lambda value: "auto" if value is None else value  # noqa: E731
+    keys: dict = {"reduce_bucket_size": auto(plan.reduce_bucket_size), "overlap_comm": plan.overlap_comm}
+    keys["contiguous_gradients"] = plan.contiguous_gradients
+    if stage < 3:
+        keys["allgather_bucket_size"] = plan.allgather_bucket_size
+        return keys
+    return keys | {
+        "stage3_prefetch_bucket_size": auto(plan.stage3_prefetch_bucket_size),
+        "stage3_param_persistence_threshold": auto(plan.stage3_param_persistence_threshold),
+        "stage3_max_live_parameters": plan.stage3_max_live_parameters,
+        "sub_group_size": plan.sub_group_size,
+    }
+
+
 def deepspeed_config(ctx: EmitContext, notes: list[str]) -> dict:
     """A DeepSpeed JSON for the HF Trainer: zero_optimization stage + offload; batch keys 'auto'."""
     plan = ctx.plan
     stage = _zero_stage(plan, notes)
-    zero: dict = {"stage": stage, "overlap_comm": True, "contiguous_gradients": True}
+    zero: dict = {"stage": stage}
     if stage == 3:
         zero["stage3_gather_16bit_weights_on_model_save"] = True
     if plan.offload is not Offload.NONE:
         zero.update(_offload_keys(plan, stage, notes))
-    if plan.precision in (Precision.BF16, Precision.FP16) and plan.method is Method.FULL:
-        notes.append(
-            f"precision {plan.precision.value} (pure) with DeepSpeed ZeRO: DeepSpeed keeps fp32 "
-            "master weights and fp32 "
-            "optimizer states for 16-bit training, so the model states use more memory than billed; "
-            "bill with --precision amp-" + plan.precision.value + " for the DeepSpeed layout"
-        )
+    zero.update(bucket_keys(plan, stage))
+    bf16: dict = {"enabled": "auto"}
+    if plan.master_weights is MasterWeights.BF16:
+        # deepspeed/runtime/precision_config.py (0.19.8): bf16 master weights, gradients and optimizer states
+        bf16.update(bf16_master_weights_and_grads=True, bf16_optimizer_states=True)
+        notes.append("bf16 master weights and optimizer states (bf16_master_weights_and_grads): a numerical risk")
     config: dict = {
         "_comment": header_text(ctx, one_line=True),
-        "bf16": {"enabled": "auto"},
+        "bf16": bf16,
         "fp16": {"enabled": "auto"},
         "zero_optimization": zero,
         "gradient_accumulation_steps": "auto",

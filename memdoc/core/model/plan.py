@@ -10,6 +10,19 @@ import dataclasses
 from dataclasses import dataclass
 from enum import Enum
 
+from memdoc.core.model.plan_enums import (
+    Allocator,
+    Attention,
+    Checkpointing,
+    Loss,
+    MasterWeights,
+    Method,
+    Offload,
+    OffloadTarget,
+    Optimizer,
+    Precision,
+    Shard,
+)
 from memdoc.core.model.stack import MoeExperts
 from memdoc.errors import PlanError, did_you_mean, quoted
 
@@ -18,182 +31,26 @@ ALL_LINEAR = "all-linear"
 DEFAULT_TARGETS = ("q_proj", "v_proj")
 """The plan's default LoRA targets: peft's default for Llama-style attention."""
 
-
-class Method(str, Enum):
-    """What is trained."""
-
-    FULL = "full"
-    """Every parameter is trainable."""
-    LORA = "lora"
-    """Frozen base weights in the compute dtype plus trainable low-rank adapters (peft)."""
-    QLORA = "qlora"
-    """LoRA over a base stored as 4-bit NF4 with double-quantised constants (bitsandbytes)."""
-
-
-class Precision(str, Enum):
-    """Dtypes of weights, gradients and optimizer states, and the compute dtype."""
-
-    BF16 = "bf16"
-    """Pure bf16: weights, gradients and optimizer states all bf16, no fp32 master copy."""
-    FP16 = "fp16"
-    """Pure fp16 (as BF16 with fp16)."""
-    FP32 = "fp32"
-    """Everything fp32, fp32 compute."""
-    AMP_BF16 = "amp-bf16"
-    """Mixed precision: fp32 master weights, gradients and states; bf16 autocast compute."""
-    AMP_FP16 = "amp-fp16"
-    """Mixed precision with fp16 autocast (and a loss scaler)."""
-
-    @property
-    def is_amp(self) -> bool:
-        return self in (Precision.AMP_BF16, Precision.AMP_FP16)
-
-    @property
-    def param_bits(self) -> int:
-        """Bits per stored (master) weight, gradient and optimizer-state element."""
-        return 32 if self in (Precision.FP32, Precision.AMP_BF16, Precision.AMP_FP16) else 16
-
-    @property
-    def compute_bits(self) -> int:
-        """Bits per activation element produced by matmuls."""
-        return 32 if self is Precision.FP32 else 16
-
-    @property
-    def torch_dtype_name(self) -> str:
-        """Name of the dtype the weights are stored in ('bfloat16', 'float16', 'float32')."""
-        return {Precision.BF16: "bfloat16", Precision.FP16: "float16"}.get(self, "float32")
-
-    @property
-    def compute_dtype_name(self) -> str:
-        """Name of the dtype matmuls run in."""
-        return {
-            Precision.BF16: "bfloat16",
-            Precision.AMP_BF16: "bfloat16",
-            Precision.FP16: "float16",
-            Precision.AMP_FP16: "float16",
-        }.get(self, "float32")
-
-
-class Optimizer(str, Enum):
-    """The optimizer and its state layout."""
-
-    ADAMW_FUSED = "adamw-fused"
-    """torch AdamW with fused=True: 2 states, no foreach temporaries. memdoc's default, because it is
-    the trainers': transformers' `TrainingArguments.optim` defaults to `adamw_torch_fused` with
-    torch ≥ 2.8 (TRL, Axolotl and LLaMA-Factory build on it)."""
-    ADAMW_FOREACH = "adamw-foreach"
-    """torch AdamW, foreach implementation (what `torch.optim.AdamW(params)` picks on CUDA, and HF's
-    `adamw_torch`): 2 states + one state-sized temporary in the step. `adamw` is accepted for it."""
-    ADAMW = "adamw-foreach"  # an alias of ADAMW_FOREACH (same value): the name before fused became the default
-    ADAMW_8BIT = "adamw-8bit"
-    """bitsandbytes AdamW8bit: 2 uint8 states + fp32 block-wise absmax (block 256)."""
-    PAGED_ADAMW_8BIT = "paged-adamw-8bit"
-    """As adamw-8bit, with states in CUDA unified memory that pages out under pressure."""
-    SGD = "sgd"
-    """SGD with momentum: 1 state."""
-    ADAFACTOR = "adafactor"
-    """Adafactor: factored second moment (row + column vectors) for matrices, no first moment."""
-    LION = "lion"
-    """Lion: 1 state (momentum)."""
-
-    @classmethod
-    def _missing_(cls, value):
-        """`adamw` (the CLI name before fused AdamW became the default) means foreach AdamW, as HF's `adamw_torch`."""
-        return cls.ADAMW_FOREACH if value == "adamw" else None
-
-
-class Checkpointing(str, Enum):
-    """Activation (gradient) checkpointing."""
-
-    NONE = "none"
-    """Every activation needed by backward is kept."""
-    FULL = "full"
-    """Each decoder layer keeps only its input; the layer is recomputed in backward (+1 forward)."""
-    SELECTIVE = "selective"
-    """Matmul outputs are saved, cheap element-wise ops (norms, activations, rotary) recomputed."""
-
-
-class Attention(str, Enum):
-    """Attention kernel."""
-
-    SDPA = "sdpa"
-    """Scaled-dot-product attention with a flash/memory-efficient kernel: O(s) saved state."""
-    EAGER = "eager"
-    """Plain matmul-softmax-matmul: saves the s×s probabilities per head (O(s²))."""
-
-
-class Loss(str, Enum):
-    """How the LM head and cross-entropy are computed."""
-
-    HF = "hf"
-    """transformers' loss: full logits, upcast to fp32, then log-softmax (saved) — T × vocab × 4 bytes,
-    several times."""
-    FUSED = "fused"
-    """Liger as `use_liger_kernel=True` applies it (what emit writes): the fused linear cross-entropy —
-    logits computed chunk by chunk and never stored whole, the gradients of the head's input (and
-    weight) computed in the forward — plus Liger's RMSNorm, RoPE and SwiGLU/GeGLU kernels."""
-    FUSED_CE = "fused-ce"
-    """Liger's fused linear cross-entropy alone (RMSNorm, RoPE and the MLP stay transformers')."""
-    TRL_FUSED = "trl-fused"
-    """TRL's fused LM head (trl/kernels/chunked_logprob.py), run by TRL 1.16's SFT/DPO/GRPO trainers: logits
-    in `[min(tokens, 4096) × 32768]` tiles, never whole; fp32 gradients of the head (`activations.head`)."""
-
-
-class Shard(str, Enum):
-    """How model states are split across data-parallel GPUs."""
-
-    NONE = "none"
-    """Plain data parallel (DDP): every GPU holds everything."""
-    ZERO1 = "zero1"
-    """Optimizer states sharded."""
-    ZERO2 = "zero2"
-    """Optimizer states and gradients sharded."""
-    ZERO3 = "zero3"
-    """Optimizer states, gradients and weights sharded (DeepSpeed)."""
-    FSDP = "fsdp"
-    """FSDP full-shard (same memory layout as ZeRO-3, PyTorch-native)."""
-
-    @property
-    def shards_optimizer(self) -> bool:
-        return self is not Shard.NONE
-
-    @property
-    def shards_gradients(self) -> bool:
-        return self in (Shard.ZERO2, Shard.ZERO3, Shard.FSDP)
-
-    @property
-    def shards_weights(self) -> bool:
-        return self in (Shard.ZERO3, Shard.FSDP)
-
-
-class Offload(str, Enum):
-    """What is moved off the GPU."""
-
-    NONE = "none"
-    OPTIMIZER = "optimizer"
-    """Optimizer states (and the step) live in host memory (ZeRO-Offload)."""
-    OPTIMIZER_PARAMS = "optimizer+params"
-    """Optimizer states and weights live off the GPU (ZeRO-Infinity); layers are fetched on use."""
-
-
-class Allocator(str, Enum):
-    """PyTorch's CUDA caching-allocator mode (`PYTORCH_CUDA_ALLOC_CONF`)."""
-
-    DEFAULT = "default"
-    """Fixed-size segments (cudaMalloc per segment)."""
-    EXPANDABLE = "expandable"
-    """`expandable_segments:True`: one growing segment per pool, less fragmentation."""
-
-    @property
-    def alloc_conf(self) -> str | None:
-        """The PYTORCH_CUDA_ALLOC_CONF value that selects this mode (None: the default)."""
-        return "expandable_segments:True" if self is Allocator.EXPANDABLE else None
-
-
-class OffloadTarget(str, Enum):
-    CPU = "cpu"
-    NVME = "nvme"
-
+__all__ = [
+    "Allocator",
+    "Attention",
+    "Checkpointing",
+    "Loss",
+    "MasterWeights",
+    "Method",
+    "Offload",
+    "OffloadTarget",
+    "Optimizer",
+    "Precision",
+    "Shard",
+    "ALL_LINEAR",
+    "DEFAULT_TARGETS",
+    "MAX_PLAN_VALUE",
+    "MoeExperts",
+    "TrainingPlan",
+    "flag_for",
+    "parse_plan",
+]
 
 MAX_PLAN_VALUE = 2**31 - 1
 """Largest batch, sequence, accumulation, GPU/node count or LoRA rank accepted (int32 range)."""
@@ -259,6 +116,24 @@ class TrainingPlan:
     """CUDA caching-allocator mode (reserved memory and fragmentation)."""
     moe_experts: MoeExperts = MoeExperts.FUSED
     """MoE routed experts: fused 3-D parameters (transformers 5) or `nn.Linear`s (4.x, quantised by QLoRA)."""
+    master_weights: MasterWeights = MasterWeights.AUTO
+    """Master weights' and optimizer states' dtype under DeepSpeed/FSDP (see `MasterWeights`)."""
+    reduce_bucket_size: int | None = None
+    """DeepSpeed `reduce_bucket_size` (elements); None: "auto", which HF fills with hidden² (memdoc's ds_config)."""
+    allgather_bucket_size: int = 500_000_000
+    """DeepSpeed `allgather_bucket_size` (elements; DeepSpeedZeroConfig's default 5e8)."""
+    stage3_prefetch_bucket_size: int | None = None
+    """DeepSpeed ZeRO-3 prefetch bucket (elements); None: "auto", 0.9 × hidden² (HF)."""
+    stage3_param_persistence_threshold: int | None = None
+    """ZeRO-3: parameters of at most this many elements stay unpartitioned; None: "auto", 10 × hidden (HF)."""
+    stage3_max_live_parameters: int = 1_000_000_000
+    """ZeRO-3: gathered parameters kept alive at most (elements; DeepSpeed's default 1e9)."""
+    sub_group_size: int = 1_000_000_000
+    """ZeRO-3 optimizer-step sub-group (elements; DeepSpeed's default 1e9): its fp32 gradient is a step buffer."""
+    overlap_comm: bool = True
+    """DeepSpeed `overlap_comm` (memdoc's ds_config: true): ZeRO-1/2 keep two reduce buckets instead of one."""
+    contiguous_gradients: bool = True
+    """DeepSpeed `contiguous_gradients` (default true): gradients are reduced through the reduce bucket."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -299,7 +174,10 @@ class TrainingPlan:
                 "except zero3 with --offload optimizer+params (DeepSpeed runs it on one GPU)"
             )
         if self.offload is Offload.OPTIMIZER_PARAMS and not self.shard.shards_weights:
-            raise PlanError("--offload optimizer+params needs --shard zero3 or fsdp (weights are offloaded per shard)")
+            raise PlanError(
+                "--offload optimizer+params needs --shard zero3, fsdp or fsdp2 (weights are offloaded per shard)"
+            )
+        _check_engine_knobs(self)
         if self.optimizer in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT) and self.offload is not Offload.NONE:
             raise PlanError(
                 "--offload with an 8-bit optimizer: DeepSpeed/FSDP offload runs its own CPU Adam; use adamw"
@@ -377,7 +255,54 @@ _ENUMS = {
     "offload_to": OffloadTarget,
     "allocator": Allocator,
     "moe_experts": MoeExperts,
+    "master_weights": MasterWeights,
 }
+
+ENGINE_COUNTS = (
+    "reduce_bucket_size",
+    "allgather_bucket_size",
+    "stage3_prefetch_bucket_size",
+    "stage3_param_persistence_threshold",
+    "stage3_max_live_parameters",
+    "sub_group_size",
+)
+"""DeepSpeed's element-count knobs (`deepspeed/runtime/zero/config.py` `DeepSpeedZeroConfig`, 0.19.8)."""
+MAX_ENGINE_COUNT = 10**13
+"""Largest bucket or threshold accepted (elements)."""
+
+
+def _check_engine_knobs(plan: TrainingPlan) -> None:
+    """The engine knobs: counts ≥ 0 (None: "auto"), and a master-weights choice the engine can make."""
+    for name in ENGINE_COUNTS:
+        value = getattr(plan, name)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_ENGINE_COUNT:
+            raise PlanError(f"{flag_for(name)} must be a whole number of elements (0 to 1e13), got {value!r}")
+    if plan.shard.is_fsdp and plan.offload is Offload.OPTIMIZER:
+        raise PlanError(
+            f"--shard {plan.shard.value} cannot offload the optimizer alone: FSDP's CPUOffload moves parameters, "
+            "gradients and optimizer states together; nearest plans: --offload optimizer+params, or --shard zero3 "
+            "--offload optimizer"
+        )
+    if plan.shard.is_fsdp and plan.offload is not Offload.NONE and plan.offload_to is OffloadTarget.NVME:
+        raise PlanError(
+            f"--shard {plan.shard.value} offloads to CPU memory only; use --offload-to cpu or --shard zero3"
+        )
+    if plan.master_weights is MasterWeights.AUTO:
+        return
+    if plan.shard is Shard.NONE and plan.offload is Offload.NONE:
+        raise PlanError(
+            "--master-weights applies to DeepSpeed and FSDP (--shard); without them --precision decides "
+            "(amp-bf16: fp32 master weights, bf16: none)"
+        )
+    if plan.master_weights is MasterWeights.BF16 and plan.precision not in (Precision.BF16, Precision.AMP_BF16):
+        raise PlanError(f"--master-weights bf16 needs --precision bf16, got {plan.precision.value}")
+    if plan.master_weights is MasterWeights.BF16 and plan.offload is not Offload.NONE and not plan.shard.is_fsdp:
+        raise PlanError(
+            "--master-weights bf16 with --offload: DeepSpeed's bf16 optimizer states need its CPU Adam built "
+            "for bf16 (deepspeed/runtime/base_optimizer.py); use --master-weights fp32 with offload"
+        )
 
 
 def flag_for(field_name: str) -> str:
@@ -420,7 +345,11 @@ def _coerce(name: str, value):
                 f"{flag_for(name)} must be module names (a comma-separated string or a list), got {quoted(value)}"
             )
         return tuple(value)
-    if name in ("allow_long", "kbit_upcast"):
+    if name in ENGINE_COUNTS and value is None:
+        return None
+    if name in ENGINE_COUNTS and isinstance(value, float) and value.is_integer():  # DeepSpeed JSON's 5e8
+        return int(value)
+    if name in ("allow_long", "kbit_upcast", "overlap_comm", "contiguous_gradients"):
         if isinstance(value, str) and value.strip().lower() in ("true", "false"):  # as typed on a command line
             return value.strip().lower() == "true"
         if not isinstance(value, bool):

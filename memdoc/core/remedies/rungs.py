@@ -111,7 +111,7 @@ def _offload_optimizer(p: TrainingPlan) -> TrainingPlan | None:
 
 
 def _shard(p: TrainingPlan) -> TrainingPlan | None:
-    if p.world_size == 1 or p.shard in (Shard.ZERO3, Shard.FSDP):
+    if p.world_size == 1 or p.shard.shards_weights:
         return None
     return p.replace(shard=Shard.ZERO3)
 
@@ -121,7 +121,7 @@ def _offload_params(p: TrainingPlan) -> TrainingPlan | None:
         return None
     if p.world_size == 1:  # DeepSpeed ZeRO-3 offload runs on one GPU
         return p.replace(shard=Shard.ZERO3, offload=Offload.OPTIMIZER_PARAMS, optimizer=Optimizer.ADAMW)
-    if p.shard not in (Shard.ZERO3, Shard.FSDP):
+    if not p.shard.shards_weights:
         return None
     return p.replace(offload=Offload.OPTIMIZER_PARAMS, optimizer=Optimizer.ADAMW)
 

@@ -44,7 +44,6 @@ from memdoc.core.model.plan import (
     Loss,
     Method,
     Offload,
-    OffloadTarget,
     Optimizer,
     Precision,
     Shard,
@@ -59,7 +58,7 @@ _MEMORY_RANK: dict[str, dict] = {
     "optimizer": {Optimizer.ADAMW: 3, Optimizer.ADAMW_FUSED: 2, Optimizer.ADAMW_8BIT: 1, Optimizer.PAGED_ADAMW_8BIT: 0},
     "checkpointing": {Checkpointing.NONE: 2, Checkpointing.SELECTIVE: 1, Checkpointing.FULL: 0},
     "loss": {Loss.HF: 1, Loss.FUSED: 0},
-    "shard": {Shard.NONE: 3, Shard.ZERO1: 2, Shard.ZERO2: 1, Shard.ZERO3: 0, Shard.FSDP: 0},
+    "shard": {Shard.NONE: 3, Shard.ZERO1: 2, Shard.ZERO2: 1, Shard.ZERO3: 0, Shard.FSDP: 0, Shard.FSDP2: 0},
     "offload": {Offload.NONE: 2, Offload.OPTIMIZER: 1, Offload.OPTIMIZER_PARAMS: 0},
 }
 """Per knob, values ordered by the memory they need (larger rank: at least as much, all else equal)."""
@@ -115,10 +114,8 @@ def _plain(value):
 
 
 def host_ram_needed(bill: Bill) -> int:
-    """Host RAM one node needs for what its GPUs offload (0 without offload, or offloading to NVMe)."""
-    if bill.plan.offload_to is not OffloadTarget.CPU:
-        return 0
-    return bill.host_bytes * bill.plan.gpus_per_node
+    """Host RAM one node needs for what its GPUs offload, as the engine holds it (`Bill.host_bytes_per_node`)."""
+    return bill.host_bytes_per_node
 
 
 def _values(knob: str, base: TrainingPlan, fixed: frozenset[str]) -> tuple:

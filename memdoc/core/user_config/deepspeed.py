@@ -11,7 +11,11 @@ Keys and meanings from DeepSpeed 0.19 (`deepspeed/runtime/zero/config.py` `DeepS
   optimizer states for 16-bit training); "auto" takes the trainer's flags;
 * `train_micro_batch_size_per_gpu`, `gradient_accumulation_steps`: a number sets the plan, "auto"
   takes the trainer's;
-* communication buckets and ZeRO-3's parameter cache are not billed (listed with the reason).
+* the bucket knobs (`reduce_bucket_size`, `allgather_bucket_size`, `overlap_comm`, `contiguous_gradients`,
+  `stage3_prefetch_bucket_size`, `stage3_param_persistence_threshold`, `stage3_max_live_parameters`,
+  `sub_group_size`) -> the plan fields of the same names (DeepSpeed's default when absent, None for "auto");
+* `bf16.bf16_master_weights_and_grads` + `bf16.bf16_optimizer_states` -> master_weights bf16;
+* `stage3_max_reuse_distance` is not billed (listed with the reason).
 
 A trainer config's `deepspeed:` key (TrainingArguments, Axolotl, LLaMA-Factory) is a path to such a file
 (read next) or the config itself, inline: both go through `read_deepspeed` (`read_deepspeed_key`).
@@ -29,15 +33,22 @@ from memdoc.errors import quoted
 SHARDS = {0: "none", 1: "zero1", 2: "zero2", 3: "zero3"}
 
 BUCKETS = {
-    "reduce_bucket_size": "the gradient-reduction bucket (elements, 2-byte or 4-byte each)",
-    "allgather_bucket_size": "ZeRO-1/2's all-gather bucket",
-    "stage3_prefetch_bucket_size": "ZeRO-3's prefetched parameters",
-    "stage3_max_live_parameters": "ZeRO-3's gathered parameters kept alive",
     "stage3_max_reuse_distance": "ZeRO-3's gathered parameters kept for reuse",
-    "stage3_param_persistence_threshold": "ZeRO-3's small parameters kept unsharded on every GPU",
-    "sub_group_size": "ZeRO-3's optimizer-step sub-groups (fp32 temporaries per group)",
 }
-"""`zero_optimization` keys that size communication buffers and caches, which memdoc does not bill."""
+"""`zero_optimization` keys that size caches which memdoc does not bill."""
+
+BUCKET_DEFAULTS = {
+    "reduce_bucket_size": 500_000_000,
+    "allgather_bucket_size": 500_000_000,
+    "stage3_prefetch_bucket_size": 50_000_000,
+    "stage3_param_persistence_threshold": 100_000,
+    "stage3_max_live_parameters": 1_000_000_000,
+    "sub_group_size": 1_000_000_000,
+}
+"""The bucket knobs the bill uses (plan fields of the same name) and DeepSpeed 0.19.8's defaults for a key the
+config leaves out (`deepspeed/runtime/zero/config.py` `DeepSpeedZeroConfig`); "auto" is left to transformers,
+which fills reduce_bucket_size, stage3_prefetch_bucket_size and stage3_param_persistence_threshold from the
+hidden size (the plan's None)."""
 
 DS_KEYS = frozenset(
     {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size", "zero_allow_untested_optimizer"}
@@ -68,11 +79,43 @@ def read_deepspeed(doc: SourceDoc, stack: Stack) -> ConfigReading:
             "train_batch_size",
             "the global batch; memdoc bills the per-GPU micro-batch (train_micro_batch_size_per_gpu, or the trainer's)",
         )
+    if "zero_optimization" in doc.data:
+        _buckets(doc, zero, reading)
     for key, what in BUCKETS.items():
         if key in zero:
             reading.skip(doc, f"zero_optimization.{key}", f"sizes {what}: not billed")
     _extras(doc, reading)
     return reading
+
+
+def _buckets(doc: SourceDoc, zero: dict, reading: ConfigReading) -> None:
+    """The bucket knobs (`BUCKET_DEFAULTS`) and `overlap_comm` / `contiguous_gradients` into the plan: the
+    config's number, None for "auto", DeepSpeed's default when absent (overlap_comm: true under ZeRO-3 only,
+    `DeepSpeedZeroConfig.overlap_comm_valid`)."""
+    for key, default in BUCKET_DEFAULTS.items():
+        where = f"zero_optimization.{key}"
+        value = zero.get(key, default)
+        if value == "auto":
+            reading.set(doc, where, key, None)
+            continue
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise fail(doc, where, f'must be a number of elements or "auto", got {quoted(value)}')
+        _knob(reading, doc, zero, key, value)
+    for key, default in (("overlap_comm", zero.get("stage") == 3), ("contiguous_gradients", True)):
+        where = f"zero_optimization.{key}"
+        value = get_bool(doc, key, zero, where=where) if zero.get(key) is not None else default
+        _knob(reading, doc, zero, key, value)
+
+
+def _knob(reading: ConfigReading, doc: SourceDoc, zero: dict, key: str, value) -> None:
+    """Set plan field `key`: read from `zero_optimization.key`, or DeepSpeed's default when the key is absent
+    (the plan holds it; no key is listed as read)."""
+    if key in zero:
+        reading.set(doc, f"zero_optimization.{key}", key, value)
+    else:
+        reading.plan[key] = value
 
 
 def _offload(doc: SourceDoc, zero: dict, reading: ConfigReading) -> None:
@@ -111,6 +154,16 @@ def _precision(doc: SourceDoc, reading: ConfigReading) -> None:
     for key in ("bf16", "fp16"):
         if enabled.get(key):
             reading.set(doc, f"{key}.enabled", "precision", f"amp-{key}")
+    bf16 = get_mapping(doc, "bf16") or {}
+    if bf16.get("bf16_master_weights_and_grads") is True and bf16.get("bf16_optimizer_states") is True:
+        reading.set(doc, "bf16.bf16_master_weights_and_grads", "master_weights", "bf16")
+        reading.set(doc, "bf16.enabled", "precision", "bf16")
+    elif bf16.get("bf16_master_weights_and_grads") is True:
+        reading.skip(
+            doc,
+            "bf16.bf16_master_weights_and_grads",
+            "bf16 master weights with fp32 optimizer states (no bf16_optimizer_states): billed as fp32 master",
+        )
 
 
 def _extras(doc: SourceDoc, reading: ConfigReading) -> None:

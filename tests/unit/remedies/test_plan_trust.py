@@ -128,7 +128,9 @@ def test_optimizer_offload_saving_a_sliver_collapses_into_the_plan_without_it():
     simple = _candidate(model, gpu, base, base)
     offloaded = _candidate(model, gpu, base, base.replace(offload=Offload.OPTIMIZER))
     saved = simple.bill.process_total - offloaded.bill.process_total
-    assert 0 <= saved < 0.01 * simple.bill.process_total
+    # issue 28: the offloaded plan runs DeepSpeed, whose reduce buckets (2 × hidden² bf16) cost more than the
+    # adapters' states save: "saved" may be negative, and still under 1%
+    assert abs(saved) < 0.01 * simple.bill.process_total
     assert duplicates(simple, offloaded)
     assert admit(admit([], offloaded), simple) == [simple] and admit(admit([], simple), offloaded) == [simple]
     other_lever = _candidate(model, gpu, base, base.replace(checkpointing=Checkpointing.NONE, loss=Loss.HF))

@@ -15,6 +15,17 @@ from memdoc.resolve.user_config import load_source
 
 DS = FIXTURES / "user_configs" / "deepspeed"
 SHARD = {0: "none", 1: "zero1", 2: "zero2", 3: "zero3"}
+KNOBS = {
+    "reduce_bucket_size": "reduce_bucket_size",
+    "allgather_bucket_size": "allgather_bucket_size",
+    "stage3_prefetch_bucket_size": "prefetch_bucket_size",
+    "stage3_param_persistence_threshold": "param_persistence_threshold",
+    "stage3_max_live_parameters": "max_live_parameters",
+    "sub_group_size": "sub_group_size",
+    "overlap_comm": "overlap_comm",
+    "contiguous_gradients": "contiguous_gradients",
+}
+"""Plan field (= the ds_config key) -> `DeepSpeedZeroConfig` attribute (deepspeed/runtime/zero/config.py 0.19.8)."""
 
 
 def _zero(path):
@@ -52,8 +63,15 @@ def test_read_as_deepspeed_parses_it(name):
             assert plan_field not in reading.plan  # "auto": the trainer's value
         else:
             assert reading.plan[plan_field] == raw[key]
+    # issue 28: the bucket knobs are billed now: each plan value is what DeepSpeed's own parser made of the key
+    # (its default when absent), None where transformers fills "auto"; only the reuse distance is not billed
+    for key, attribute in KNOBS.items():
+        if raw["zero_optimization"].get(key) == "auto":
+            assert reading.plan[key] is None
+        else:
+            assert reading.plan[key] == getattr(zero, attribute), key
     buckets = {f"zero_optimization.{k}" for k in BUCKETS if k in raw["zero_optimization"]}
-    assert {n.key for n in reading.not_billed} == buckets and buckets
+    assert {n.key for n in reading.not_billed} == buckets
 
 
 def test_enabled_bf16_is_deepspeed_mixed_precision():
