@@ -35,12 +35,13 @@ the GPU (`memdoc/data/gpus.yaml`) times an efficiency:
   div, add, addcdiv) touches 20 param-sized tensors; fused AdamW reads p, g, m, v and writes p,
   m, v (7); bitsandbytes 8-bit AdamW the same 7 with 1-byte states; SGD-momentum 8, Lion 10,
   Adafactor 12 (factored second moment).
-* **Communication and host transfers** (unchanged first-order terms): ZeRO-3/FSDP move 3 × the
-  16-bit weights per step (all-gather in forward and backward, reduce-scatter of gradients),
-  DDP 2 × (all-reduce); half of it is assumed hidden behind compute; the link is the GPU's host
-  link (a pessimistic stand-in for NVLink). Offload moves gradients down and updated weights up
-  each step, and with weight offload the weights again in forward and backward; the CPU
-  optimizer step moves its states at `HOST_MEMORY_GBPS`.
+* **Communication** (`comm.py`): the bytes each GPU sends per optimizer step by engine (DDP all-reduce,
+  ZeRO-1/2 reduce-scatter + all-gather, ZeRO-3/FSDP two all-gathers of every weight and a reduce-scatter
+  per micro-batch), over the slowest link: the GPU's NVLink/Infinity Fabric/PCIe peer link inside a node,
+  the node's NICs (`--interconnect`) across nodes; half of it hidden behind compute, at most the compute.
+* **Host transfers**: offload moves gradients down and updated weights up each step, and with weight
+  offload the weights again in forward and backward; the CPU optimizer step moves its states at
+  `HOST_MEMORY_GBPS`.
 
 Calibration (`benchmarks/steptime.py`, rows in `benchmarks/data/h200.jsonl`, one H200): the
 FLOP and byte counts above are derived, not fitted; three efficiencies are fitted —
@@ -77,8 +78,8 @@ is a first fit: its error, `QLORA_TIME_ERROR`, is the median |ratio / factor −
 rows. Not used: Qwen's README LoRA-vs-Q-LoRA table (A100-80G), whose Q-LoRA runs a GPTQ Int4 model
 (auto-gptq kernels), not bitsandbytes NF4.
 
-Not calibrated (no measured rows): offload and multi-GPU communication (the first-order terms above,
-as before).
+Not calibrated: offload (no measured rows) and multi-GPU communication (peak link rates; compared with
+published multi-GPU throughput in `benchmarks/multigpu.py`, see docs/accuracy.md).
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from memdoc.core.billing.comm import communication
 from memdoc.core.billing.states import model_states
 from memdoc.core.model.families import Layout, Mlp, Norm
 from memdoc.core.model.gpu import GpuSpec
@@ -98,7 +100,6 @@ from memdoc.core.model.plan import (
     Offload,
     Optimizer,
     Precision,
-    Shard,
     TrainingPlan,
 )
 
@@ -129,7 +130,6 @@ DEFAULT_BANDWIDTH_GBPS = 2039.0
 DEFAULT_LINK_GBPS = 25.0
 """PCIe 4.0 x16 as achieved."""
 HOST_MEMORY_GBPS = 50.0
-HIDDEN_COMM_FRACTION = 0.5
 
 _OPTIMIZER_ACCESSES = {
     Optimizer.ADAMW: 20,
@@ -154,6 +154,8 @@ class StepTime:
     """Host transfers and the CPU optimizer step under offload."""
     tokens: int
     """Tokens one GPU processes per optimizer step."""
+    link: str | None = None
+    """The slowest link of the step's collectives, in words (None on one GPU; `comm.bottleneck`)."""
 
     @property
     def seconds(self) -> float:
@@ -165,11 +167,15 @@ class StepTime:
         return self.tokens / self.seconds
 
     def to_json(self, world_size: int = 1) -> dict:
-        return {
+        """Step seconds and throughput; on more than one GPU also the exposed communication and its link."""
+        out = {
             "step_seconds": round(self.seconds, 4),
             "tokens_per_second": round(self.tokens_per_second),
             "tokens_per_second_all_gpus": round(self.tokens_per_second * world_size),
         }
+        if world_size > 1:
+            out |= {"communication_seconds": round(self.communication, 4), "link": self.link}
+        return out
 
 
 @dataclass(frozen=True)
@@ -319,13 +325,8 @@ def step_time(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> Step
     world = plan.world_size
     shard = world if plan.shard.shards_optimizer else 1
     optimizer = 0.0 if plan.offload is not Offload.NONE else optimizer_bytes(plan, trainable) / shard / hbm
-    comm = 0.0
-    if world > 1:
-        weights16 = model.params.total * 2 if plan.method is Method.FULL else states.gradients
-        sharded = plan.shard in (Shard.ZERO3, Shard.FSDP)
-        volume = 3 * weights16 if sharded else 2 * states.gradients
-        comm = volume * (world - 1) / world / link * (plan.grad_accum if sharded else 1)
-        comm *= 1 - HIDDEN_COMM_FRACTION
+    collectives = communication(model, plan, gpu, states) if world > 1 else None
+    comm = collectives.exposed(compute + optimizer) if collectives else 0.0
     host = 0.0
     if plan.offload is not Offload.NONE:
         host += 2 * states.gradients / shard / link  # grads down, updated 16-bit weights up
@@ -333,7 +334,8 @@ def step_time(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> Step
     if plan.offload is Offload.OPTIMIZER_PARAMS:
         host += 2 * states.weights / world / link * plan.grad_accum
     tokens = plan.micro_batch * plan.seq_len * plan.grad_accum
-    return StepTime(compute=compute, optimizer=optimizer, communication=comm, host=host, tokens=tokens)
+    link = collectives.link if collectives else None
+    return StepTime(compute=compute, optimizer=optimizer, communication=comm, host=host, tokens=tokens, link=link)
 
 
 def step_seconds(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> float:

@@ -10,6 +10,8 @@ import dataclasses
 from dataclasses import dataclass
 from enum import Enum
 
+from memdoc.core.model.network import AUTO as AUTO_NETWORK
+from memdoc.core.model.network import parse_interconnect
 from memdoc.core.model.stack import MoeExperts
 from memdoc.errors import PlanError, did_you_mean, quoted
 
@@ -259,6 +261,9 @@ class TrainingPlan:
     """CUDA caching-allocator mode (reserved memory and fragmentation)."""
     moe_experts: MoeExperts = MoeExperts.FUSED
     """MoE routed experts: fused 3-D parameters (transformers 5) or `nn.Linear`s (4.x, quantised by QLoRA)."""
+    interconnect: str = AUTO_NETWORK
+    """The network between nodes, `[N×]KIND` (`memdoc/core/model/network.py`: ib-ndr-400, roce-100, eth-25, …;
+    N NICs per node); "auto" picks it from the GPU. Only step time reads it, and only with more than one node."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -304,6 +309,8 @@ class TrainingPlan:
             raise PlanError(
                 "--offload with an 8-bit optimizer: DeepSpeed/FSDP offload runs its own CPU Adam; use adamw"
             )
+
+        parse_interconnect(self.interconnect)
 
     @property
     def world_size(self) -> int:
@@ -426,6 +433,9 @@ def _coerce(name: str, value):
         if not isinstance(value, bool):
             raise PlanError(f"{flag_for(name)} must be true or false, got {quoted(value)}")
         return value
+    if name == "interconnect":
+        parse_interconnect(value)  # a one-line PlanError naming the flag
+        return value.strip().lower()
     if name == "lora_alpha" and value is None:
         return None
     if name == "lora_dropout":
