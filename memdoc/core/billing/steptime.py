@@ -244,6 +244,23 @@ def _matmul_rate(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> f
     return peak * MATMUL_EFFICIENCY * h / (h + SMALL_MATMUL_DIM)
 
 
+def _full_recompute(model: ModelSpec, plan: TrainingPlan) -> float:
+    """Fraction of the decoder's forward that full checkpointing recomputes in backward: the checkpointed layers
+    (0, N, 2N, … with `--checkpoint-every N`, so ⌈L/N⌉ of L); 0 without full checkpointing."""
+    if plan.checkpointing is not Checkpointing.FULL:
+        return 0.0
+    layers = model.num_layers
+    return -(-layers // plan.checkpoint_every) / layers
+
+
+def _forward_repeat(model: ModelSpec, plan: TrainingPlan) -> float:
+    """Fraction of the forward's element-wise work run again in backward: all of it under selective
+    checkpointing, the checkpointed layers' share under full checkpointing (`_full_recompute`)."""
+    if plan.checkpointing is Checkpointing.SELECTIVE:
+        return 1.0
+    return _full_recompute(model, plan)
+
+
 def matmul_flops(model: ModelSpec, plan: TrainingPlan, trainable: int) -> float:
     """Matmul FLOPs of one micro-batch: forward, backward and recompute (see module docstring).
 
@@ -252,7 +269,7 @@ def matmul_flops(model: ModelSpec, plan: TrainingPlan, trainable: int) -> float:
     tokens = plan.micro_batch * plan.seq_len
     full = plan.method is Method.FULL
     passes = 3 if full else 2  # forward, input gradients, weight gradients (trainable only)
-    recompute = plan.checkpointing is Checkpointing.FULL
+    recompute = _full_recompute(model, plan)
     flops = 2 * tokens * shape.linear_params * (passes + recompute)
     flops += 2 * tokens * shape.head_params * passes
     if plan.is_peft:
@@ -278,17 +295,17 @@ def memory_bytes(model: ModelSpec, plan: TrainingPlan, trainable: int) -> float:
         + shape.act_elements * shape.act_bytes * e
         + shape.resid_elements * 3 * r
     )
-    repeats = 3 + (plan.checkpointing is not Checkpointing.NONE)
+    repeats = 3 + _forward_repeat(model, plan)
     total = forward_per_token * tokens * repeats
     if plan.attention is Attention.EAGER:
         per_score = 10 * e + 8 + (6 * e if model.config.get("attn_logit_softcapping") else 0)
         scores = plan.micro_batch * plan.seq_len**2 * shape.heads_layers
-        total += scores * per_score * (3 + (plan.checkpointing is Checkpointing.FULL))
+        total += scores * per_score * (3 + _full_recompute(model, plan))
     total += tokens * model.vocab_size * (44 if plan.loss is Loss.HF else 8)
     if plan.is_peft:
         total += tokens * (trainable / plan.lora_rank) * 12 * 3
     if plan.precision.is_amp:
-        total += (shape.linear_params + shape.head_params) * 6 * (1 + (plan.checkpointing is Checkpointing.FULL))
+        total += (shape.linear_params + shape.head_params) * 6 * (1 + _full_recompute(model, plan))
         total += trainable * 6
     return total
 
@@ -307,7 +324,7 @@ def step_time(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> Step
     bandwidth = (gpu.memory_bandwidth_gbps if gpu and gpu.memory_bandwidth_gbps else DEFAULT_BANDWIDTH_GBPS) * 1e9
     hbm = bandwidth * MEMORY_EFFICIENCY
     link = (gpu.host_link_gbps if gpu and gpu.host_link_gbps else DEFAULT_LINK_GBPS) * 1e9
-    recompute = 1 + 0.5 * (plan.checkpointing is not Checkpointing.NONE)
+    recompute = 1 + 0.5 * _forward_repeat(model, plan)
     tokens_k = plan.micro_batch * plan.seq_len * max(1, model.experts_per_token)
     experts = min(_shape(model).expert_loops, tokens_k * model.num_layers)
     kernels = 3 * (KERNELS_PER_LAYER * model.num_layers + KERNELS_PER_EXPERT * experts) * recompute
