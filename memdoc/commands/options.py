@@ -254,6 +254,19 @@ MoeExpertsOpt = Annotated[
         rich_help_panel=PLAN,
     ),
 ]
+InterconnectOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--interconnect",
+        metavar="[N×]KIND",
+        help="Network between nodes, for step time: ib-xdr-800, ib-ndr-400, ib-hdr-200, ib-edr-100, roce-400, "
+        "roce-200, roce-100, eth-100, eth-25, eth-10; N NICs per node (8xib-ndr-400). Without N, InfiniBand and RoCE "
+        "are one NIC per GPU, Ethernet one per node. auto: ib-ndr-400 per GPU on NVLink-4/5 and MI300X boards, "
+        "ib-hdr-200 per GPU on other NVLink/Infinity Fabric boards, one eth-100 per node on PCIe cards. "
+        "\\[default: auto]",
+        rich_help_panel=PLAN,
+    ),
+]
 AllowLongOpt = Annotated[
     bool, typer.Option("--allow-long", help="Allow --seq beyond the model's context length.", rich_help_panel=PLAN)
 ]
@@ -311,6 +324,7 @@ PLAN_OPTIONS = {
     "offload_to": OffloadToOpt,
     "allocator": AllocatorOpt,
     "moe_experts": MoeExpertsOpt,
+    "interconnect": InterconnectOpt,
     "allow_long": AllowLongOpt,
     "recipe": RecipeOpt,
     "config": ConfigOpt,

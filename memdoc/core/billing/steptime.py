@@ -35,12 +35,13 @@ the GPU (`memdoc/data/gpus.yaml`) times an efficiency:
   div, add, addcdiv) touches 20 param-sized tensors; fused AdamW reads p, g, m, v and writes p,
   m, v (7); bitsandbytes 8-bit AdamW the same 7 with 1-byte states; SGD-momentum 8, Lion 10,
   Adafactor 12 (factored second moment).
-* **Communication and host transfers** (unchanged first-order terms): ZeRO-3/FSDP move 3 × the
-  16-bit weights per step (all-gather in forward and backward, reduce-scatter of gradients),
-  DDP 2 × (all-reduce); half of it is assumed hidden behind compute; the link is the GPU's host
-  link (a pessimistic stand-in for NVLink). Offload moves gradients down and updated weights up
-  each step, and with weight offload the weights again in forward and backward; the CPU
-  optimizer step moves its states at `HOST_MEMORY_GBPS`.
+* **Communication** (`comm.py`): the bytes each GPU sends per optimizer step by engine (DDP all-reduce,
+  ZeRO-1/2 reduce-scatter + all-gather, ZeRO-3/FSDP two all-gathers of every weight and a reduce-scatter
+  per micro-batch), over the slowest link: the GPU's NVLink/Infinity Fabric/PCIe peer link inside a node,
+  the node's NICs (`--interconnect`) across nodes; half of it hidden behind compute, at most the compute.
+* **Host transfers**: offload moves gradients down and updated weights up each step, and with weight
+  offload the weights again in forward and backward; the CPU optimizer step moves its states at
+  `HOST_MEMORY_GBPS`.
 
 Calibration (`benchmarks/steptime.py`, rows in `benchmarks/data/h200.jsonl`, one H200): the
 FLOP and byte counts above are derived, not fitted; three efficiencies are fitted —
@@ -77,8 +78,8 @@ is a first fit: its error, `QLORA_TIME_ERROR`, is the median |ratio / factor −
 rows. Not used: Qwen's README LoRA-vs-Q-LoRA table (A100-80G), whose Q-LoRA runs a GPTQ Int4 model
 (auto-gptq kernels), not bitsandbytes NF4.
 
-Not calibrated (no measured rows): offload and multi-GPU communication (the first-order terms above,
-as before).
+Not calibrated: offload (no measured rows) and multi-GPU communication (peak link rates; compared with
+published multi-GPU throughput in `benchmarks/multigpu.py`, see docs/accuracy.md).
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from memdoc.core.billing.comm import communication
 from memdoc.core.billing.states import model_states
 from memdoc.core.model.families import Layout, Mlp, Norm
 from memdoc.core.model.gpu import GpuSpec
@@ -98,7 +100,6 @@ from memdoc.core.model.plan import (
     Offload,
     Optimizer,
     Precision,
-    Shard,
     TrainingPlan,
 )
 
@@ -129,7 +130,6 @@ DEFAULT_BANDWIDTH_GBPS = 2039.0
 DEFAULT_LINK_GBPS = 25.0
 """PCIe 4.0 x16 as achieved."""
 HOST_MEMORY_GBPS = 50.0
-HIDDEN_COMM_FRACTION = 0.5
 
 _OPTIMIZER_ACCESSES = {
     Optimizer.ADAMW: 20,
@@ -154,6 +154,8 @@ class StepTime:
     """Host transfers and the CPU optimizer step under offload."""
     tokens: int
     """Tokens one GPU processes per optimizer step."""
+    link: str | None = None
+    """The slowest link of the step's collectives, in words (None on one GPU; `comm.bottleneck`)."""
 
     @property
     def seconds(self) -> float:
@@ -165,11 +167,15 @@ class StepTime:
         return self.tokens / self.seconds
 
     def to_json(self, world_size: int = 1) -> dict:
-        return {
+        """Step seconds and throughput; on more than one GPU also the exposed communication and its link."""
+        out = {
             "step_seconds": round(self.seconds, 4),
             "tokens_per_second": round(self.tokens_per_second),
             "tokens_per_second_all_gpus": round(self.tokens_per_second * world_size),
         }
+        if world_size > 1:
+            out |= {"communication_seconds": round(self.communication, 4), "link": self.link}
+        return out
 
 
 @dataclass(frozen=True)
@@ -238,6 +244,23 @@ def _matmul_rate(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> f
     return peak * MATMUL_EFFICIENCY * h / (h + SMALL_MATMUL_DIM)
 
 
+def _full_recompute(model: ModelSpec, plan: TrainingPlan) -> float:
+    """Fraction of the decoder's forward that full checkpointing recomputes in backward: the checkpointed layers
+    (0, N, 2N, … with `--checkpoint-every N`, so ⌈L/N⌉ of L); 0 without full checkpointing."""
+    if plan.checkpointing is not Checkpointing.FULL:
+        return 0.0
+    layers = model.num_layers
+    return -(-layers // plan.checkpoint_every) / layers
+
+
+def _forward_repeat(model: ModelSpec, plan: TrainingPlan) -> float:
+    """Fraction of the forward's element-wise work run again in backward: all of it under selective
+    checkpointing, the checkpointed layers' share under full checkpointing (`_full_recompute`)."""
+    if plan.checkpointing is Checkpointing.SELECTIVE:
+        return 1.0
+    return _full_recompute(model, plan)
+
+
 def matmul_flops(model: ModelSpec, plan: TrainingPlan, trainable: int) -> float:
     """Matmul FLOPs of one micro-batch: forward, backward and recompute (see module docstring).
 
@@ -246,7 +269,7 @@ def matmul_flops(model: ModelSpec, plan: TrainingPlan, trainable: int) -> float:
     tokens = plan.micro_batch * plan.seq_len
     full = plan.method is Method.FULL
     passes = 3 if full else 2  # forward, input gradients, weight gradients (trainable only)
-    recompute = plan.checkpointing is Checkpointing.FULL
+    recompute = _full_recompute(model, plan)
     flops = 2 * tokens * shape.linear_params * (passes + recompute)
     flops += 2 * tokens * shape.head_params * passes
     if plan.is_peft:
@@ -272,17 +295,17 @@ def memory_bytes(model: ModelSpec, plan: TrainingPlan, trainable: int) -> float:
         + shape.act_elements * shape.act_bytes * e
         + shape.resid_elements * 3 * r
     )
-    repeats = 3 + (plan.checkpointing is not Checkpointing.NONE)
+    repeats = 3 + _forward_repeat(model, plan)
     total = forward_per_token * tokens * repeats
     if plan.attention is Attention.EAGER:
         per_score = 10 * e + 8 + (6 * e if model.config.get("attn_logit_softcapping") else 0)
         scores = plan.micro_batch * plan.seq_len**2 * shape.heads_layers
-        total += scores * per_score * (3 + (plan.checkpointing is Checkpointing.FULL))
+        total += scores * per_score * (3 + _full_recompute(model, plan))
     total += tokens * model.vocab_size * (44 if plan.loss is Loss.HF else 8)
     if plan.is_peft:
         total += tokens * (trainable / plan.lora_rank) * 12 * 3
     if plan.precision.is_amp:
-        total += (shape.linear_params + shape.head_params) * 6 * (1 + (plan.checkpointing is Checkpointing.FULL))
+        total += (shape.linear_params + shape.head_params) * 6 * (1 + _full_recompute(model, plan))
         total += trainable * 6
     return total
 
@@ -301,7 +324,7 @@ def step_time(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> Step
     bandwidth = (gpu.memory_bandwidth_gbps if gpu and gpu.memory_bandwidth_gbps else DEFAULT_BANDWIDTH_GBPS) * 1e9
     hbm = bandwidth * MEMORY_EFFICIENCY
     link = (gpu.host_link_gbps if gpu and gpu.host_link_gbps else DEFAULT_LINK_GBPS) * 1e9
-    recompute = 1 + 0.5 * (plan.checkpointing is not Checkpointing.NONE)
+    recompute = 1 + 0.5 * _forward_repeat(model, plan)
     tokens_k = plan.micro_batch * plan.seq_len * max(1, model.experts_per_token)
     experts = min(_shape(model).expert_loops, tokens_k * model.num_layers)
     kernels = 3 * (KERNELS_PER_LAYER * model.num_layers + KERNELS_PER_EXPERT * experts) * recompute
@@ -319,13 +342,8 @@ def step_time(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> Step
     world = plan.world_size
     shard = world if plan.shard.shards_optimizer else 1
     optimizer = 0.0 if plan.offload is not Offload.NONE else optimizer_bytes(plan, trainable) / shard / hbm
-    comm = 0.0
-    if world > 1:
-        weights16 = model.params.total * 2 if plan.method is Method.FULL else states.gradients
-        sharded = plan.shard in (Shard.ZERO3, Shard.FSDP)
-        volume = 3 * weights16 if sharded else 2 * states.gradients
-        comm = volume * (world - 1) / world / link * (plan.grad_accum if sharded else 1)
-        comm *= 1 - HIDDEN_COMM_FRACTION
+    collectives = communication(model, plan, gpu, states) if world > 1 else None
+    comm = collectives.exposed(compute + optimizer) if collectives else 0.0
     host = 0.0
     if plan.offload is not Offload.NONE:
         host += 2 * states.gradients / shard / link  # grads down, updated 16-bit weights up
@@ -333,7 +351,8 @@ def step_time(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> Step
     if plan.offload is Offload.OPTIMIZER_PARAMS:
         host += 2 * states.weights / world / link * plan.grad_accum
     tokens = plan.micro_batch * plan.seq_len * plan.grad_accum
-    return StepTime(compute=compute, optimizer=optimizer, communication=comm, host=host, tokens=tokens)
+    link = collectives.link if collectives else None
+    return StepTime(compute=compute, optimizer=optimizer, communication=comm, host=host, tokens=tokens, link=link)
 
 
 def step_seconds(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> float:

@@ -42,6 +42,8 @@ _REQUIRED = (
     "fp16_tflops",
     "host_link",
     "host_link_gbps",
+    "gpu_link",
+    "gpu_link_gbps",
     "source",
 )
 _BASES = ("torch", "driver", "nominal", "nvml", "user")
@@ -101,6 +103,20 @@ class GpuSpec:
             return True
         return int(self.compute_capability.split(".")[0]) >= 8
 
+    gpu_link: str | None = None
+    """The GPU↔GPU link inside a node that NCCL/RCCL collectives run over, in words ("NVLink 4 (18 links,
+    NVSwitch)", "PCIe 4.0 x16 via host (GeForce: P2P off)"); None when unknown."""
+    gpu_link_gbps: float | None = None
+    """That link's bandwidth per GPU in GB/s, one direction (NVLink 4: 450); None when unknown (the
+    collectives then use `host_link_gbps`)."""
+    gpu_link_source: str | None = None
+    """Datasheet URL of `gpu_link_gbps` where it is not the host link."""
+
+    @property
+    def peer_link_gbps(self) -> float | None:
+        """GB/s per direction one GPU exchanges with the other GPUs of its node: `gpu_link_gbps`, else the host link."""
+        return self.gpu_link_gbps if self.gpu_link_gbps is not None else self.host_link_gbps
+
     process_overhead_bytes: int | None = None
     """A training process's device memory outside PyTorch's allocator (CUDA context, kernels,
     library workspaces), where measured on this GPU; None: the bill's default."""
@@ -145,6 +161,9 @@ def _spec_from_entry(entry: dict) -> GpuSpec:
         fp32_tflops=opt_float("fp32_tflops"),
         host_link=entry["host_link"],
         host_link_gbps=opt_float("host_link_gbps"),
+        gpu_link=str(entry["gpu_link"]),
+        gpu_link_gbps=opt_float("gpu_link_gbps"),
+        gpu_link_source=entry.get("gpu_link_source"),
         source=str(entry["source"]),
         notes=entry.get("notes"),
         compute_capability=None if entry.get("compute_capability") is None else str(entry["compute_capability"]),

@@ -23,6 +23,8 @@ from memdoc.core.model.plan_enums import (
     Precision,
     Shard,
 )
+from memdoc.core.model.network import AUTO as AUTO_NETWORK
+from memdoc.core.model.network import parse_interconnect
 from memdoc.core.model.stack import MoeExperts
 from memdoc.errors import PlanError, did_you_mean, quoted
 
@@ -134,6 +136,9 @@ class TrainingPlan:
     """DeepSpeed `overlap_comm` (memdoc's ds_config: true): ZeRO-1/2 keep two reduce buckets instead of one."""
     contiguous_gradients: bool = True
     """DeepSpeed `contiguous_gradients` (default true): gradients are reduced through the reduce bucket."""
+    interconnect: str = AUTO_NETWORK
+    """The network between nodes, `[N×]KIND` (`memdoc/core/model/network.py`: ib-ndr-400, roce-100, eth-25, …;
+    N NICs per node); "auto" picks it from the GPU. Only step time reads it, and only with more than one node."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -182,6 +187,8 @@ class TrainingPlan:
             raise PlanError(
                 "--offload with an 8-bit optimizer: DeepSpeed/FSDP offload runs its own CPU Adam; use adamw"
             )
+
+        parse_interconnect(self.interconnect)
 
     @property
     def world_size(self) -> int:
@@ -355,6 +362,9 @@ def _coerce(name: str, value):
         if not isinstance(value, bool):
             raise PlanError(f"{flag_for(name)} must be true or false, got {quoted(value)}")
         return value
+    if name == "interconnect":
+        parse_interconnect(value)  # a one-line PlanError naming the flag
+        return value.strip().lower()
     if name == "lora_alpha" and value is None:
         return None
     if name == "lora_dropout":

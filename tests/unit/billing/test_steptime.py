@@ -16,7 +16,7 @@ from memdoc.cli import app
 from memdoc.core.billing.states import model_states
 from memdoc.core.billing.steptime import matmul_flops, step_seconds, step_time
 from memdoc.core.model.gpu import resolve_gpu
-from memdoc.core.model.plan import parse_plan
+from memdoc.core.model.plan import Checkpointing, parse_plan
 from memdoc.resolve.models import resolve_model
 
 sys.path.insert(0, str(BENCHMARKS))
@@ -52,7 +52,7 @@ def test_lora_skips_the_frozen_weight_gradients_and_adds_its_own_matmuls():
 def test_full_checkpointing_recomputes_one_forward_of_the_decoder_not_the_head():
     T = s = 2048
     forward = 2 * T * LINEAR + 4 * s * s * H * L / 2
-    assert flops(checkpointing="full") - flops() == pytest.approx(forward, rel=1e-9)
+    assert flops(checkpointing=Checkpointing.FULL) - flops() == pytest.approx(forward, rel=1e-9)
 
 
 def test_eager_attention_computes_the_whole_square():
@@ -138,3 +138,19 @@ def test_every_gpu_has_an_fp32_rate_below_its_tensor_rate():
         assert gpu.fp32_tflops and gpu.fp32_tflops < tensor, gpu.id
     assert resolve_gpu("h100-sxm").fp32_tflops == pytest.approx(67, abs=0.5)  # H100 datasheet: FP32 67 TFLOPS
     assert resolve_gpu("a100-80").fp32_tflops == 19.5  # A100 datasheet
+
+
+def test_partial_checkpointing_recomputes_only_the_checkpointed_layers():
+    """`--checkpoint-every 2` on Llama-3.1-8B checkpoints layers 0, 2, …, 30: 16 of 32 layers run their forward
+    again in backward, so the recomputed matmul FLOPs are half those of checkpointing every layer (the head is
+    never recomputed, and attention is part of each layer's forward)."""
+    model = resolve_model("meta-llama/Llama-3.1-8B")
+    base = parse_plan(seq_len=2048)
+    trainable = model_states(model, base).trainable_params
+    none = matmul_flops(model, base, trainable)
+    every = matmul_flops(model, base.replace(checkpointing=Checkpointing.FULL), trainable) - none
+    half = matmul_flops(model, base.replace(checkpointing=Checkpointing.FULL, checkpoint_every=2), trainable) - none
+    assert every > 0.2 * none  # one more forward of the decoder
+    assert half == pytest.approx(every / 2)
+    odd = matmul_flops(model, base.replace(checkpointing=Checkpointing.FULL, checkpoint_every=3), trainable) - none
+    assert odd == pytest.approx(every * 11 / 32)  # layers 0, 3, …, 30
