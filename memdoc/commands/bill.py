@@ -138,7 +138,7 @@ def bill(
     if json_out:
         render.print_json(report.to_json() | _setup_json(setup))
     else:
-        render.render_bill(report.bill, report.ladder, command_line=None, time=report.time)
+        render.render_bill(report.bill, report.ladder, command_line=None, time=report.time, run=report.run)
         if report.maximum is not None:
             render.render_max(report.maximum)
         if section is not None:

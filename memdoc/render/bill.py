@@ -36,11 +36,14 @@ def render_time(time, world_size: int, generic_gpu: bool = False) -> None:
         stdout.print("  (times at A100 rates: name the GPU, e.g. --gpu rtx-4090, for its own)")
 
 
-def render_bill(bill, ladder, command_line=None, time=None) -> None:
-    """The bill table with per-phase stacked bars, the verdict line and the ladder (`time`: a StepTime)."""
+def render_bill(bill, ladder, command_line=None, time=None, run=None) -> None:
+    """The bill table with per-phase stacked bars, the whole run (`run`: a `run_phases.RunBill`), the verdict
+    line and the ladder (`time`: a StepTime)."""
     _bill_title(bill)
     _bill_table(bill)
     _bill_summary(bill, time)
+    if run is not None:
+        render_run(run)
     if bill.gpu is None:
         return
     render_verdict(
@@ -114,6 +117,29 @@ def _bill_summary(bill, time) -> None:
         )
     for line in bill.notes:
         paragraph(f"note: {line}")
+
+
+def render_run(run) -> None:
+    """The whole run in two lines: each part's GPU bytes per rank (rank 0's extra apart, the peak marked), the
+    host bytes on rank 0's node; then one line per part other than the step that does not fit comfortably."""
+    peak, peak0 = run.peak_part(), run.peak_part(rank0=True)
+    gpu, host = [], []
+    for name, part in run.parts.items():
+        extra = f" (rank 0 +{gib(part.rank0_gpu_bytes)})" if part.rank0_gpu_bytes else ""
+        gpu.append(f"{name} {gib(part.gpu_bytes)}{extra}" + (" ◀ peak" if name == peak else ""))
+        node = part.host_per_node(run.gpus_per_node)
+        if node:
+            rank0 = f" (rank 0 {gib(part.rank0_host_bytes)})" if part.rank0_host_bytes else ""
+            host.append(f"{name} {gib(node)}{rank0}")
+    parts_line("whole run, GPU per rank: " + gpu[0], *gpu[1:])
+    if host:
+        parts_line("host RAM, rank 0's node: " + host[0], *host[1:])
+    if peak0 != peak:
+        paragraph(f"rank 0 peaks in {peak0}: {run.parts[peak0].how}")
+    for name, part in run.parts.items():
+        fit = run.fit(name, rank0=True)
+        if name != "step" and fit is not None and not fit.comfortable:
+            paragraph(f"{name}: {fit.fit.value} on rank 0 ({gib(run.min_memory_bytes(name, rank0=True))}) — {part.how}")
 
 
 def render_verdict(
