@@ -144,9 +144,16 @@ def _largest_layer_params(model: ModelSpec) -> int:
     return max(layout.params() + layout.norm_params for _, layout, _ in model.layer_groups)
 
 
+def _loaded_bytes(bill: Bill) -> int:
+    """The model as `from_pretrained` builds it: the step's unsharded weights, less LoRA's fp32 adapters (peft adds
+    them after loading)."""
+    adapters = 4 * bill.states.trainable_params if bill.plan.is_peft else 0
+    return bill.states.weights - adapters
+
+
 def _bytes_per_param(bill: Bill) -> float:
-    """Bytes per parameter of the weights as the step holds them (unsharded): the model as it is loaded."""
-    return bill.states.weights / bill.model.params.total
+    """Bytes per parameter of the loaded model (`_loaded_bytes`)."""
+    return _loaded_bytes(bill) / bill.model.params.total
 
 
 def load_part(bill: Bill) -> RunPart:
@@ -165,7 +172,7 @@ def load_part(bill: Bill) -> RunPart:
       self.device)`), and FSDP moves and shards one wrapped unit at a time.
     """
     model, plan = bill.model, bill.plan
-    full = bill.states.weights
+    full = _loaded_bytes(bill)
     world = plan.world_size
     if plan.shard is Shard.ZERO3 and plan.low_mem_load and plan.method is not Method.QLORA:
         unit = round(largest_module_params(model) * _bytes_per_param(bill))
