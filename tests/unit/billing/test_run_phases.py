@@ -155,8 +155,41 @@ def test_real_trainer_evaluate_keeps_what_is_billed(tmp_path, monkeypatch, accum
     )
     Trainer(model=model, args=args, eval_dataset=data, compute_metrics=metrics).evaluate()
     plan = TrainingPlan(
-        seq_len=seq, eval_samples=samples, eval_batch=batch, eval_accumulation_steps=accumulation, eval_keeps_logits=True
+        seq_len=seq,
+        eval_samples=samples,
+        eval_batch=batch,
+        eval_accumulation_steps=accumulation,
+        eval_keeps_logits=True,
     )
     billed = eval_logits(spec_from_config(TINY_LLAMA, model_id="tiny"), plan)
     assert kept[0] == billed.kept_gpu_bytes
     assert seen["predictions"].nbytes == samples * seq * TINY_LLAMA["vocab_size"] * 4  # bf16 → float32 arrays
+
+
+def test_trainer_args_run_keys_read_as_hf_parses_them(tmp_path):
+    """The evaluation's and the save's TrainingArguments keys, against `HfArgumentParser(TrainingArguments)`."""
+    import yaml
+    from transformers import HfArgumentParser, TrainingArguments
+
+    from memdoc.core.model.stack import Stack
+    from memdoc.resolve.user_config import read_user_configs
+
+    cfg = {
+        "output_dir": "out",
+        "per_device_train_batch_size": 2,
+        "per_device_eval_batch_size": 4,
+        "eval_accumulation_steps": 3,
+        "prediction_loss_only": True,
+        "save_only_model": True,
+        "eval_strategy": "steps",
+        "eval_steps": 100,
+    }
+    path = tmp_path / "args.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    (args,) = HfArgumentParser(TrainingArguments).parse_dict(cfg | {"use_cpu": True})
+    reading = read_user_configs([path], Stack())
+    assert reading.plan["eval_batch"] == args.per_device_eval_batch_size == 4
+    assert reading.plan["eval_accumulation_steps"] == args.eval_accumulation_steps == 3
+    assert reading.plan["save_only_model"] is args.save_only_model is True
+    assert reading.plan["eval_keeps_logits"] is (not args.prediction_loss_only) is False
+    assert "eval_strategy" in [n.key for n in reading.not_billed]
