@@ -42,8 +42,8 @@ def render_bill(bill, ladder, command_line=None, time=None, run=None) -> None:
     _bill_title(bill)
     _bill_table(bill)
     _bill_summary(bill, time)
-    if run is not None:
-        render_run(run)
+    if run is not None and (bill.plan.world_size > 1 or len(run.parts) > 3 or run.peak_part(rank0=True) != "step"):
+        render_run(run)  # one GPU, no evaluation, the step the peak: the JSON's `run` has it, the table says it
     if bill.gpu is None:
         return
     render_verdict(
@@ -121,7 +121,8 @@ def _bill_summary(bill, time) -> None:
 
 def render_run(run) -> None:
     """The whole run in two lines: each part's GPU bytes per rank (rank 0's extra apart, the peak marked), the
-    host bytes on rank 0's node; then one line per part other than the step that does not fit comfortably."""
+    host bytes on rank 0's node; then a line for each part that needs more than the step and does not fit
+    comfortably on rank 0."""
     peak, peak0 = run.peak_part(), run.peak_part(rank0=True)
     gpu, host = [], []
     for name, part in run.parts.items():
@@ -136,9 +137,10 @@ def render_run(run) -> None:
         parts_line("host RAM, rank 0's node: " + host[0], *host[1:])
     if peak0 != peak:
         paragraph(f"rank 0 peaks in {peak0}: {run.parts[peak0].how}")
+    step = run.min_memory_bytes("step", rank0=True)
     for name, part in run.parts.items():
         fit = run.fit(name, rank0=True)
-        if name != "step" and fit is not None and not fit.comfortable:
+        if name != "step" and fit is not None and not fit.comfortable and fit.min_memory_bytes > step:
             paragraph(f"{name}: {fit.fit.value} on rank 0 ({gib(run.min_memory_bytes(name, rank0=True))}) — {part.how}")
 
 
