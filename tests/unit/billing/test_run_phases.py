@@ -193,3 +193,18 @@ def test_trainer_args_run_keys_read_as_hf_parses_them(tmp_path):
     assert reading.plan["save_only_model"] is args.save_only_model is True
     assert reading.plan["eval_keeps_logits"] is (not args.prediction_loss_only) is False
     assert "eval_strategy" in [n.key for n in reading.not_billed]
+
+
+def test_bill_cli_names_the_part_that_peaks():
+    """The flags reach the plan and the report: JSON `run`, and a line for the evaluation that does not fit."""
+    import json
+
+    from conftest import invoke
+
+    flags = [LLAMA_8B, "--gpu", "h100-sxm", "--method", "lora", "--eval-samples", "1000", "--eval-keeps-logits"]
+    data = json.loads(invoke("bill", *flags, "--json").stdout)
+    assert data["plan"]["eval_samples"] == 1000 and data["plan"]["eval_keeps_logits"] is True
+    assert data["run"]["peak_part"] == "eval" and data["run"]["eval"]["fit"] == "does not fit"
+    assert "eval: does not fit on rank 0" in invoke("bill", *flags).stdout
+    bad = invoke("bill", LLAMA_8B, "--gpu", "h100-sxm", "--eval-batch", "0")
+    assert bad.exit_code == 2 and "--eval-batch must be a positive integer" in bad.stderr
