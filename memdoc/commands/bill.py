@@ -119,7 +119,7 @@ def bill(
         render.print_json(report.to_json() | _setup_json(setup))
     else:
         host = host_ram(host_ram_gib) if report.bill.host else None
-        render.render_bill(report.bill, report.ladder, command_line=None, time=report.time, host=host)
+        render.render_bill(report.bill, report.ladder, command_line=None, time=report.time, host=host, run=report.run)
         if report.maximum is not None:
             render.render_max(report.maximum)
         if section is not None:

@@ -267,6 +267,63 @@ InterconnectOpt = Annotated[
         rich_help_panel=PLAN,
     ),
 ]
+RUN = "The whole run (load, evaluation, save)"
+EvalSamplesOpt = Annotated[
+    Optional[int],
+    typer.Option("--eval-samples", help="Samples per evaluation. \\[default: 0, no evaluation]", rich_help_panel=RUN),
+]
+EvalBatchOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--eval-batch",
+        help="Per-GPU evaluation batch (per_device_eval_batch_size). \\[default: 8]",
+        rich_help_panel=RUN,
+    ),
+]
+EvalAccumulationStepsOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--eval-accumulation-steps",
+        help="Evaluation steps whose gathered logits stay on the GPU before moving to the host. "
+        "\\[default: all of them, HF's None]",
+        rich_help_panel=RUN,
+    ),
+]
+EvalKeepsLogitsOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--eval-keeps-logits/--no-eval-keeps-logits",
+        help="The evaluation keeps the logits for compute_metrics (without it, HF keeps only the loss). "
+        "\\[default: no]",
+        rich_help_panel=RUN,
+    ),
+]
+SaveGatherOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--save-gather/--no-save-gather",
+        help="The save gathers the full model on rank 0: ZeRO-3 stage3_gather_16bit_weights_on_model_save, FSDP "
+        "FULL_STATE_DICT (no: SHARDED_STATE_DICT). \\[default: as emitted, zero3 yes, fsdp no]",
+        rich_help_panel=RUN,
+    ),
+]
+SaveOnlyModelOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--save-only-model/--no-save-only-model",
+        help="Checkpoints without the optimizer states (HF save_only_model). \\[default: no]",
+        rich_help_panel=RUN,
+    ),
+]
+LowMemLoadOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--low-mem-load/--no-low-mem-load",
+        help="ZeRO-3: build the model under deepspeed.zero.Init (the checkpoint on rank 0 only); FSDP: "
+        "cpu_ram_efficient_loading. \\[default: yes]",
+        rich_help_panel=RUN,
+    ),
+]
 AllowLongOpt = Annotated[
     bool, typer.Option("--allow-long", help="Allow --seq beyond the model's context length.", rich_help_panel=PLAN)
 ]
@@ -326,6 +383,13 @@ PLAN_OPTIONS = {
     "moe_experts": MoeExpertsOpt,
     "interconnect": InterconnectOpt,
     "allow_long": AllowLongOpt,
+    "eval_samples": EvalSamplesOpt,
+    "eval_batch": EvalBatchOpt,
+    "eval_accumulation_steps": EvalAccumulationStepsOpt,
+    "eval_keeps_logits": EvalKeepsLogitsOpt,
+    "save_gather": SaveGatherOpt,
+    "save_only_model": SaveOnlyModelOpt,
+    "low_mem_load": LowMemLoadOpt,
     "recipe": RecipeOpt,
     "config": ConfigOpt,
     "stack": StackOpt,

@@ -36,14 +36,17 @@ def render_time(time, world_size: int, generic_gpu: bool = False) -> None:
         stdout.print("  (times at A100 rates: name the GPU, e.g. --gpu rtx-4090, for its own)")
 
 
-def render_bill(bill, ladder, command_line=None, time=None, host=None) -> None:
-    """The bill table with per-phase stacked bars, the verdict line and the ladder (`time`: a StepTime; `host`:
-    the host RAM per node offloaded states are held against, a `resolve.host.HostRam`)."""
+def render_bill(bill, ladder, command_line=None, time=None, host=None, run=None) -> None:
+    """The bill table with per-phase stacked bars, the host RAM per node (`host`: the limit offloaded states are
+    held against, a `resolve.host.HostRam`), the whole run (`run`: a `run_phases.RunBill`), the verdict line and
+    the ladder (`time`: a StepTime)."""
     _bill_title(bill)
     _bill_table(bill)
     _bill_summary(bill, time)
     if bill.host:
         host_lines(bill, host)
+    if run is not None and (bill.plan.world_size > 1 or len(run.parts) > 3 or run.peak_part(rank0=True) != "step"):
+        render_run(run)  # one GPU, no evaluation, the step the peak: the JSON's `run` has it, the table says it
     if bill.gpu is None:
         return
     render_verdict(
@@ -125,6 +128,31 @@ def host_lines(bill, host=None) -> None:
     stdout.print(line)
     if bill.nvme:
         stdout.print(f"  NVMe needed: {gib(sum(bill.nvme.values()) * plan.gpus_per_node)} per node")
+
+
+def render_run(run) -> None:
+    """The whole run in two lines: each part's GPU bytes per rank (rank 0's extra apart, the peak marked), the
+    host bytes on rank 0's node; then a line for each part that needs more than the step and does not fit
+    comfortably on rank 0."""
+    peak, peak0 = run.peak_part(), run.peak_part(rank0=True)
+    gpu, host = [], []
+    for name, part in run.parts.items():
+        extra = f" (rank 0 +{gib(part.rank0_gpu_bytes)})" if part.rank0_gpu_bytes else ""
+        gpu.append(f"{name} {gib(part.gpu_bytes)}{extra}" + (" ◀ peak" if name == peak else ""))
+        node = part.host_per_node(run.gpus_per_node)
+        if node:
+            rank0 = f" (rank 0 {gib(part.rank0_host_bytes)})" if part.rank0_host_bytes else ""
+            host.append(f"{name} {gib(node)}{rank0}")
+    parts_line("whole run, GPU per rank: " + gpu[0], *gpu[1:])
+    if host:
+        parts_line("host RAM, rank 0's node: " + host[0], *host[1:])
+    if peak0 != peak:
+        paragraph(f"rank 0 peaks in {peak0}: {run.parts[peak0].how}")
+    step = run.min_memory_bytes("step", rank0=True)
+    for name, part in run.parts.items():
+        fit = run.fit(name, rank0=True)
+        if name != "step" and fit is not None and not fit.comfortable and fit.min_memory_bytes > step:
+            paragraph(f"{name}: {fit.fit.value} on rank 0 ({gib(run.min_memory_bytes(name, rank0=True))}) — {part.how}")
 
 
 def render_verdict(

@@ -10,6 +10,8 @@ import dataclasses
 from dataclasses import dataclass
 from enum import Enum
 
+from memdoc.core.model.network import AUTO as AUTO_NETWORK
+from memdoc.core.model.network import parse_interconnect
 from memdoc.core.model.plan_enums import (
     Allocator,
     Attention,
@@ -23,8 +25,6 @@ from memdoc.core.model.plan_enums import (
     Precision,
     Shard,
 )
-from memdoc.core.model.network import AUTO as AUTO_NETWORK
-from memdoc.core.model.network import parse_interconnect
 from memdoc.core.model.stack import MoeExperts
 from memdoc.errors import PlanError, did_you_mean, quoted
 
@@ -139,6 +139,24 @@ class TrainingPlan:
     interconnect: str = AUTO_NETWORK
     """The network between nodes, `[N×]KIND` (`memdoc/core/model/network.py`: ib-ndr-400, roce-100, eth-25, …;
     N NICs per node); "auto" picks it from the GPU. Only step time reads it, and only with more than one node."""
+    eval_samples: int = 0
+    """Samples per evaluation; 0: no evaluation (HF `TrainingArguments.eval_strategy` defaults to "no")."""
+    eval_batch: int = 8
+    """Sequences per GPU per evaluation step (`per_device_eval_batch_size`, default 8 in transformers 5.24)."""
+    eval_accumulation_steps: int | None = None
+    """Evaluation steps whose gathered logits stay on the GPU before they move to the host (HF's
+    `eval_accumulation_steps`; None, its default: all of them, until the evaluation ends)."""
+    eval_keeps_logits: bool = False
+    """The evaluation keeps the logits (a `compute_metrics` without `preprocess_logits_for_metrics`); without
+    `compute_metrics`, HF's `Trainer.evaluate` passes `prediction_loss_only=True` and keeps none."""
+    save_gather: bool | None = None
+    """The save gathers the full model on rank 0: ZeRO-3's `stage3_gather_16bit_weights_on_model_save`, FSDP's
+    `FULL_STATE_DICT` (False: `SHARDED_STATE_DICT`). None: what memdoc emits (ZeRO-3 True, FSDP False)."""
+    save_only_model: bool = False
+    """Checkpoints save the model only, not the optimizer states (HF's `save_only_model`)."""
+    low_mem_load: bool = True
+    """ZeRO-3: the model is built under `deepspeed.zero.Init` (transformers does, when the TrainingArguments
+    naming the ZeRO-3 config exist before `from_pretrained`); FSDP: `cpu_ram_efficient_loading`."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -150,9 +168,11 @@ class TrainingPlan:
             "lora_rank",
             "lora_alpha",
             "checkpoint_every",
+            "eval_batch",
+            "eval_accumulation_steps",
         ):
             value = getattr(self, name)
-            if value is None and name == "lora_alpha":
+            if value is None and name in ("lora_alpha", "eval_accumulation_steps"):
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise PlanError(f"{flag_for(name)} must be a positive integer, got {value!r}")
@@ -168,6 +188,13 @@ class TrainingPlan:
             raise PlanError(f"--lora-alpha must be a positive integer, got {self.lora_alpha!r}")
         if not self.lora_targets or any(not t for t in self.lora_targets):
             raise PlanError("--lora-targets must name at least one module (e.g. q_proj,v_proj or all-linear)")
+        if not isinstance(self.eval_samples, int) or isinstance(self.eval_samples, bool) or self.eval_samples < 0:
+            raise PlanError(
+                f"--eval-samples must be 0 (no evaluation) or a positive integer, got {self.eval_samples!r}"
+            )
+        for name in ("eval_keeps_logits", "save_only_model", "low_mem_load", "save_gather"):
+            if not isinstance(getattr(self, name), bool) and not (name == "save_gather" and self.save_gather is None):
+                raise PlanError(f"{flag_for(name)} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.kbit_upcast, bool):
             raise PlanError(f"--kbit-upcast must be true or false, got {self.kbit_upcast!r}")
         if self.method is Method.QLORA and self.precision is Precision.FP32:
@@ -356,7 +383,18 @@ def _coerce(name: str, value):
         return None
     if name in ENGINE_COUNTS and isinstance(value, float) and value.is_integer():  # DeepSpeed JSON's 5e8
         return int(value)
-    if name in ("allow_long", "kbit_upcast", "overlap_comm", "contiguous_gradients"):
+    if name == "save_gather" and value is None:
+        return None
+    if name in (
+        "allow_long",
+        "kbit_upcast",
+        "overlap_comm",
+        "contiguous_gradients",
+        "eval_keeps_logits",
+        "save_gather",
+        "save_only_model",
+        "low_mem_load",
+    ):
         if isinstance(value, str) and value.strip().lower() in ("true", "false"):  # as typed on a command line
             return value.strip().lower() == "true"
         if not isinstance(value, bool):
@@ -365,7 +403,7 @@ def _coerce(name: str, value):
     if name == "interconnect":
         parse_interconnect(value)  # a one-line PlanError naming the flag
         return value.strip().lower()
-    if name == "lora_alpha" and value is None:
+    if name in ("lora_alpha", "eval_accumulation_steps") and value is None:
         return None
     if name == "lora_dropout":
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):

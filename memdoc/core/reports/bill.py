@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, bill_json, compute_bill
 from memdoc.core.billing.inference import InferenceBill, InferencePlan, inference_bill
+from memdoc.core.billing.run_phases import RunBill, run_bill
 from memdoc.core.billing.steptime import StepTime, step_time
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
@@ -32,6 +33,8 @@ class BillReport:
     """Its largest value that fits comfortably, and that fits at all."""
     dataset: dict | None = None
     """The --dataset section (the JSON `dataset` object), or None."""
+    run: RunBill | None = None
+    """The whole run: load, step, evaluation, save, per rank (`run_phases.run_bill`)."""
 
     @property
     def fits(self) -> bool | None:
@@ -45,6 +48,7 @@ class BillReport:
             data["max"] = self.maximum.to_json()
         if self.dataset is not None:
             data["dataset"] = self.dataset
+        data["run"] = None if self.run is None else self.run.to_json()
         return data
 
 
@@ -70,6 +74,7 @@ def bill_report(
         max_of=max_of,
         maximum=None if max_of is None or gpu is None else maximum(model, plan, gpu, max_of),
         dataset=dataset,
+        run=run_bill(the_bill),
     )
 
 

@@ -12,7 +12,9 @@ Keys and defaults come from the installed trainers (TRL 1.16, transformers 5.24)
 * `transformers/training_args.py` (`TrainingArguments`): `per_device_train_batch_size` (8),
   `gradient_accumulation_steps` (1), `optim` (`OptimizerNames`; default fused AdamW on torch ≥ 2.8),
   `bf16`/`fp16` (autocast), `gradient_checkpointing`/`activation_checkpointing` (+ `_kwargs`),
-  `use_liger_kernel`/`liger_kernel_config`, `deepspeed` (a path or a dict), `fsdp`/`fsdp_config`.
+  `use_liger_kernel`/`liger_kernel_config`, `deepspeed` (a path or a dict), `fsdp`/`fsdp_config`;
+  the whole run's keys: `per_device_eval_batch_size` (8), `eval_accumulation_steps` (None),
+  `prediction_loss_only` (False), `save_only_model` (False), `eval_strategy` ("no").
 
 A document with any `ModelConfig`/`SFTConfig` key is read with TRL's defaults ("trl"), otherwise with
 TrainingArguments' ("hf"): TrainingArguments cannot say the model, its load dtype, LoRA or the length.
@@ -123,7 +125,31 @@ def read_trainer_args(doc: SourceDoc, stack: Stack) -> ConfigReading:
         _liger(doc, reading)
     _attention(doc, reading)
     _distributed(doc, reading, stack)
+    _run(doc, reading)
     return reading
+
+
+def _run(doc: SourceDoc, reading: ConfigReading) -> None:
+    """The evaluation's and the save's keys (`core/billing/run_phases.py`): the evaluation batch, how many steps
+    of logits stay on the GPU, whether only the loss is kept, whether checkpoints carry the optimizer."""
+    for key, plan_field, get in (
+        ("per_device_eval_batch_size", "eval_batch", get_int),
+        ("eval_accumulation_steps", "eval_accumulation_steps", get_int),
+        ("save_only_model", "save_only_model", get_bool),
+    ):
+        value = get(doc, key)
+        if value is not None:
+            reading.set(doc, key, plan_field, value)
+    if get_bool(doc, "prediction_loss_only"):
+        reading.set(doc, "prediction_loss_only", "eval_keeps_logits", False)
+    strategy = get_str(doc, "eval_strategy")
+    if strategy is not None and strategy != "no":
+        reading.skip(
+            doc,
+            "eval_strategy",
+            "the evaluation set's size is not in the config: give --eval-samples (and --eval-keeps-logits when "
+            "a compute_metrics keeps the logits) to bill the evaluation",
+        )
 
 
 def _set_default(doc: SourceDoc, reading: ConfigReading, key: str, plan_field: str, value) -> None:
