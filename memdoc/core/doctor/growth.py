@@ -51,3 +51,91 @@ def memory_growth(starts: list[tuple[int, int]]) -> Finding | None:
             "tensors held by hooks; this ends in an out-of-memory error mid-run"
         ),
     )
+
+
+_STORE_METHODS = frozenset({"append", "extend", "insert", "add", "appendleft", "put", "put_nowait", "setdefault"})
+"""Container methods that keep their argument (list, set, deque, queue, dict)."""
+
+
+def storing_line(source: str, line: int) -> int | None:
+    """The line of `source` that stores, across loop iterations, the value assigned on `line`, or None.
+
+    `line` is where a tensor that outlived its step was allocated. It is its own store when it accumulates
+    (``total = total + loss``, ``total += loss``). Otherwise the names it assigns (``loss = …``) are followed
+    to a statement that keeps one of them as is — passed to a container method (``losses.append(loss)``),
+    added to another accumulator (``running += loss``, ``running = running + loss``) or assigned to an
+    attribute or item (``self.last = loss``, ``d[k] = loss``) — the first such statement after `line`, else
+    the first before it (in a loop). ``loss.item()`` or ``loss.detach()`` is a call on the name, not the name
+    itself, and stores nothing that keeps the graph. Pure: parses the text with `ast`.
+    """
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    stmts = [n for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr))]
+    here = [n for n in stmts if n.lineno <= line <= (n.end_lineno or n.lineno)]
+    if not here:
+        return None
+    stmt = max(here, key=lambda n: n.lineno)
+    targets = _assigned_names(stmt)
+    if isinstance(stmt, ast.AugAssign) or targets & _bare_names(getattr(stmt, "value", None)):
+        return stmt.lineno
+    if not targets:
+        return None
+    stores = sorted(n.lineno for n in stmts if n is not stmt and _stores(n, targets))
+    after = [n for n in stores if n > stmt.lineno]
+    return (after or stores or [None])[0]
+
+
+def _assigned_names(stmt) -> set[str]:
+    """Plain names a statement assigns (``a = …``, ``a, b = …``, ``a += …``)."""
+    import ast
+
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+    names: set[str] = set()
+    for t in targets:
+        for n in ast.walk(t) if t is not None else ():
+            if isinstance(n, ast.Name):
+                names.add(n.id)
+    return names
+
+
+def _bare_names(expr) -> set[str]:
+    """Names an expression uses as values themselves: alone, in a list/tuple/dict/set, or as an operand of
+    ``+ - * /`` — not inside a call or an attribute (``loss.item()``, ``f(loss)``)."""
+    import ast
+
+    if expr is None:
+        return set()
+    if isinstance(expr, ast.Name):
+        return {expr.id}
+    if isinstance(expr, ast.BinOp):
+        return _bare_names(expr.left) | _bare_names(expr.right)
+    if isinstance(expr, ast.Starred):
+        return _bare_names(expr.value)
+    if isinstance(expr, (ast.List, ast.Tuple, ast.Set)):
+        return set().union(*(_bare_names(e) for e in expr.elts)) if expr.elts else set()
+    if isinstance(expr, ast.Dict):
+        return set().union(*(_bare_names(v) for v in expr.values)) if expr.values else set()
+    return set()
+
+
+def _stores(stmt, names: set[str]) -> bool:
+    """Whether `stmt` keeps one of `names` beyond the iteration (see `storing_line`)."""
+    import ast
+
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        call = stmt.value
+        if isinstance(call.func, ast.Attribute) and call.func.attr in _STORE_METHODS:
+            return any(names & _bare_names(a) for a in call.args)
+        return False
+    value = getattr(stmt, "value", None)
+    if not names & _bare_names(value):
+        return False
+    if isinstance(stmt, ast.AugAssign):
+        return True
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+    own = _assigned_names(stmt)
+    return any(isinstance(t, (ast.Attribute, ast.Subscript)) for t in targets) or bool(own & _bare_names(value))
