@@ -113,7 +113,9 @@ class Session:
         self.step_starts: list[int] = []
         """Live bytes at the start (first root forward) of each step; its length is the current window."""
         self.survivors: list[dict] = []
-        """At the end of each step from the second on: what is alive, by script line (`survivors.sample`)."""
+        """At the end of each step from the second on: what is alive, by script line (`step_end`'s samples)."""
+        self.step_end = None
+        """`memdoc.probe.script.survivors.sample`, set by the run: called at each step end from the second on."""
 
     # ---- time
     def check_deadline(self) -> None:
@@ -335,10 +337,8 @@ class Session:
         self.steps += 1
         self.step_index += 1
         self.phase = "idle"
-        if self.record_sites and self.steps >= 2:
-            from memdoc.probe.script.survivors import sample
-
-            self.survivors.append(sample(self))
+        if self.record_sites and self.steps >= 2 and self.step_end is not None:
+            self.survivors.append(self.step_end(self))
         if self.steps >= self.max_steps:
             raise Stop("steps")
 

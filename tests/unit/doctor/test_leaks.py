@@ -1,0 +1,100 @@
+"""The leak rules (``memory-growth``, ``graph-kept``) on hand-built step-end samples, and `storing_line` on
+loop sources: which line keeps a tensor across iterations."""
+
+from __future__ import annotations
+
+import textwrap
+
+from memdoc.core.doctor.findings import RunFacts, lint
+from memdoc.core.doctor.growth import storing_line
+
+LOOP = textwrap.dedent(
+    """\
+    losses, history, total, running = [], {}, 0.0, 0.0
+    for step in range(10):
+        loss = model(x).mean()
+        out = model(x)
+        loss.backward()
+        losses.append(loss.item())
+        print(loss)
+        total = total + loss
+        running += out
+        history[step] = out.detach()
+        self.last = aux
+        aux = out * 2
+        log.append([aux, 1])
+    """
+)
+
+
+def _line(text: str) -> int:
+    return next(i for i, line in enumerate(LOOP.splitlines(), 1) if text in line)
+
+
+def test_the_storing_line_follows_the_assigned_name():
+    # loss.item() in the append is a call on the name and keeps no graph; the running sum keeps the loss
+    assert storing_line(LOOP, _line("loss = model(x).mean()")) == _line("total = total + loss")
+    assert storing_line(LOOP, _line("out = model(x)")) == _line("running += out")
+    # an accumulation is its own store
+    assert storing_line(LOOP, _line("total = total + loss")) == _line("total = total + loss")
+    # stored after the assignment in a list, else before it (the attribute store comes earlier in the loop)
+    assert storing_line(LOOP, _line("aux = out * 2")) == _line("log.append([aux, 1])")
+
+
+def test_no_store_is_found_where_none_is():
+    assert storing_line("for i in range(3):\n    y = f(i)\n    print(y.item())\n", 2) is None
+    assert storing_line("def f(:\n", 1) is None  # unparsable source
+    assert storing_line("x = 1\n", 5) is None  # no statement on the line
+
+
+def _samples(per_step: list[dict[str, int]], graphs: list[dict[str, dict]] | None = None) -> list[dict]:
+    graphs = graphs or [{} for _ in per_step]
+    return [{"sites": s, "graphs": g} for s, g in zip(per_step, graphs, strict=True)]
+
+
+def _ids(facts: RunFacts) -> dict:
+    return {f.id: f for f in lint(facts) if f.id in ("memory-growth", "graph-kept")}
+
+
+def test_growth_needs_every_step_to_add_a_kibibyte():
+    flat = _samples([{"t.py:5": 4096}] * 3)
+    assert _ids(RunFacts(survivors=flat)) == {}
+    assert _ids(RunFacts(survivors=_samples([{"t.py:5": 4096}]))) == {}  # one step end: nothing to compare
+    small = _samples([{"t.py:5": 4096 + 512 * i} for i in range(3)])  # 512 B/step: a counter, not a leak
+    assert _ids(RunFacts(survivors=small)) == {}
+    once = _samples([{"t.py:5": 4096}, {"t.py:5": 9000}, {"t.py:5": 9000}])  # one jump, then flat
+    assert _ids(RunFacts(survivors=once)) == {}
+
+
+def test_growth_names_only_the_lines_whose_survivors_grow():
+    steps = _samples([{"t.py:5": 2048 * i, "t.py:9": 10**6, "?": 7} for i in range(1, 4)])
+    found = _ids(RunFacts(survivors=steps))["memory-growth"]
+    assert found.modules == ("t.py:5",) and found.figures["per_step_bytes"] == 2048
+    assert "2.00 KiB per step" in found.message
+
+
+def test_a_graph_gaining_nodes_is_named_at_its_storing_line():
+    graphs = [
+        {"t.py:3": {"tensors": i, "tensor_bytes": 4 * i, "nodes": 4 + 7 * i, "saved_bytes": 0}} for i in (1, 2, 3)
+    ]
+    facts = RunFacts(survivors=_samples([{}] * 3, graphs), stored_at={"t.py:3": "t.py:8"})
+    found = _ids(facts)
+    assert set(found) == {"graph-kept"}
+    kept = found["graph-kept"]
+    assert kept.modules == ("t.py:8",) and kept.severity == "warning"
+    assert kept.figures | {} == {
+        "kind": "graph",
+        "stored_at": "t.py:8",
+        "allocated_at": "t.py:3",
+        "saved_bytes_per_step": 0,
+        "tensor_bytes_per_step": 4,
+        "nodes_per_step": 7,
+    }
+    saved = [{"t.py:3": g["t.py:3"] | {"saved_bytes": 3 * 2**20 * i}} for i, g in enumerate(graphs, 1)]
+    kept = _ids(RunFacts(survivors=_samples([{}] * 3, saved)))["graph-kept"]
+    assert kept.severity == "error" and "3.00 MiB/step of saved activations" in kept.message
+
+
+def test_a_graph_of_constant_size_is_not_a_leak():
+    graphs = [{"t.py:3": {"tensors": 1, "tensor_bytes": 4, "nodes": 11, "saved_bytes": 0}}] * 3
+    assert _ids(RunFacts(survivors=_samples([{}] * 3, graphs))) == {}
