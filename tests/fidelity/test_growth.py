@@ -54,8 +54,8 @@ def _leaks(report: dict) -> list[str]:
 
 
 def _line(script: Path, text: str) -> str:
-    """'name.py:N' for the line of `script` holding `text` (so the test does not hard-code line numbers)."""
-    n = next(i for i, line in enumerate(script.read_text().splitlines(), 1) if text in line)
+    """'name.py:N' for the line of `script` that starts with `text` (so the test does not hard-code line numbers)."""
+    n = next(i for i, line in enumerate(script.read_text().splitlines(), 1) if line.strip().startswith(text))
     return f"{script.name}:{n}"
 
 

@@ -338,9 +338,10 @@ def _graph_kept(f: RunFacts) -> Finding | None:
     if saved >= GROWTH_MIN_BYTES:
         held = f"{_fmt(saved)}/step of saved activations ({nodes} graph nodes/step)"
     else:
+        tensors = f"{_fmt(kept)}/step of kept tensors and " if kept else ""
         held = (
             f"{nodes} graph nodes/step; backward already freed their saved activations, so what grows is "
-            f"{_fmt(kept)}/step of kept tensors and the nodes in host memory"
+            f"{tensors}the nodes in host memory"
         )
     others = [r[0] for r in rows[1:GROWTH_SITES]]
     return Finding(
