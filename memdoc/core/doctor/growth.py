@@ -11,6 +11,9 @@ one-off allocation moves a maximum, not the minimum of a third. Needs `GROWTH_MI
 Typical causes: a loss or output kept across steps (``losses.append(loss)`` without
 ``.item()``), a growing cache or list of tensors, tensors held by a hook. It ends in a mid-run
 OOM, so the finding names that symptom.
+
+`storing_line(source, line)` serves `diagnose SCRIPT --steps N` (``graph-kept``): the line of the script
+that keeps, across iterations, the tensor allocated on a given line.
 """
 
 from __future__ import annotations
