@@ -334,7 +334,11 @@ def _graph_kept(f: RunFacts) -> Finding | None:
         return None
     rows.sort(key=lambda r: (-r[2], -r[4]))
     store, alloc, saved, kept, nodes = rows[0]
-    made = "" if store == alloc else f" (the tensor from {alloc})"
+    if store not in f.stored_at.values():  # no line of the script stores it as is (e.g. it returns it)
+        subject = f"the tensors allocated at {alloc}, kept across steps, keep the autograd graph of every step"
+    else:
+        made = "" if store == alloc else f" (the tensor from {alloc})"
+        subject = f"{store} keeps the autograd graph of every step{made}"
     if saved >= GROWTH_MIN_BYTES:
         held = f"{_fmt(saved)}/step of saved activations ({nodes} graph nodes/step)"
     else:
@@ -347,8 +351,7 @@ def _graph_kept(f: RunFacts) -> Finding | None:
     return Finding(
         id="graph-kept",
         severity="error" if saved >= GROWTH_MIN_BYTES else "warning",
-        message=f"{store} keeps the autograd graph of every step{made}: {held}"
-        + (f"; also {', '.join(others)}" if others else ""),
+        message=f"{subject}: {held}" + (f"; also {', '.join(others)}" if others else ""),
         symptom="mid-run-oom",
         modules=tuple(r[0] for r in rows[:GROWTH_SITES]),
         detail="store a Python number (loss.item()) or a tensor without its graph (loss.detach()); "

@@ -68,8 +68,10 @@ def storing_line(source: str, line: int) -> int | None:
     to a statement that keeps one of them as is — passed to a container method (``losses.append(loss)``),
     added to another accumulator (``running += loss``, ``running = running + loss``) or assigned to an
     attribute or item (``self.last = loss``, ``d[k] = loss``) — the first such statement after `line`, else
-    the first before it (in a loop). ``loss.item()`` or ``loss.detach()`` is a call on the name, not the name
-    itself, and stores nothing that keeps the graph. Pure: parses the text with `ast`.
+    the first before it (in a loop). A function that returns the name is followed to its calls
+    (``losses.append(train_step(b))``), and a plain alias (``out = train_step(b)``) to its own stores.
+    ``loss.item()`` or ``loss.detach()`` is a call on the name, not the name itself, and stores nothing that
+    keeps the graph. Pure: parses the text with `ast`.
     """
     import ast
 
@@ -85,11 +87,47 @@ def storing_line(source: str, line: int) -> int | None:
     targets = _assigned_names(stmt)
     if isinstance(stmt, ast.AugAssign) or targets & _bare_names(getattr(stmt, "value", None)):
         return stmt.lineno
-    if not targets:
-        return None
-    stores = sorted(n.lineno for n in stmts if n is not stmt and _stores(n, targets))
+    return _store_of(tree, stmts, stmt, targets, depth=3) if targets else None
+
+
+def _store_of(tree, stmts: list, stmt, names: set[str], depth: int) -> int | None:
+    """The first statement that stores one of `names` (after `stmt`, else before it), following the calls of
+    a function that returns one of them and plain aliases, `depth` hops at most."""
+    import ast
+
+    names = names | _returned_by(tree, stmt, names)
+    stores = sorted(n.lineno for n in stmts if n is not stmt and _stores(n, names))
     after = [n for n in stores if n > stmt.lineno]
-    return (after or stores or [None])[0]
+    if stores:
+        return (after or stores)[0]
+    if depth <= 0:
+        return None
+    aliases = [
+        n
+        for n in stmts
+        if isinstance(n, ast.Assign) and n is not stmt and names & _bare_names(n.value) and _assigned_names(n)
+    ]
+    for alias in sorted(aliases, key=lambda n: (n.lineno < stmt.lineno, n.lineno)):
+        found = _store_of(tree, stmts, alias, _assigned_names(alias), depth - 1)
+        if found:
+            return found
+    return None
+
+
+def _returned_by(tree, stmt, names: set[str]) -> set[str]:
+    """{'f()'} when `stmt` is inside function ``f`` and ``f`` returns one of `names` as is."""
+    import ast
+
+    funcs = [
+        f
+        for f in ast.walk(tree)
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(n is stmt for n in ast.walk(f))
+    ]
+    if not funcs:
+        return set()
+    func = max(funcs, key=lambda f: f.lineno)  # the innermost
+    returns = [r for r in ast.walk(func) if isinstance(r, ast.Return)]
+    return {f"{func.name}()"} if any(names & _bare_names(r.value) for r in returns) else set()
 
 
 def _assigned_names(stmt) -> set[str]:
@@ -107,13 +145,17 @@ def _assigned_names(stmt) -> set[str]:
 
 def _bare_names(expr) -> set[str]:
     """Names an expression uses as values themselves: alone, in a list/tuple/dict/set, or as an operand of
-    ``+ - * /`` — not inside a call or an attribute (``loss.item()``, ``f(loss)``)."""
+    ``+ - * /`` — not inside a call or an attribute (``loss.item()``, ``f(loss)``); a call itself is 'f()'."""
     import ast
 
     if expr is None:
         return set()
     if isinstance(expr, ast.Name):
         return {expr.id}
+    if isinstance(expr, ast.Call):
+        func = expr.func
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+        return {f"{name}()"} if name else set()
     if isinstance(expr, ast.BinOp):
         return _bare_names(expr.left) | _bare_names(expr.right)
     if isinstance(expr, ast.Starred):

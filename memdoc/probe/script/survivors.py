@@ -122,7 +122,7 @@ def _saved_tensors(fn) -> list:
 
 def storing_sites(script: str | None, samples: list[dict]) -> dict[str, str]:
     """Allocating line → the script line that stores the tensor across steps (`growth.storing_line`), for the
-    lines whose tensors keep a graph; a line with no store found maps to itself."""
+    lines whose tensors keep a graph; a line with no store found is left out."""
     if not script:
         return {}
     try:
@@ -134,8 +134,9 @@ def storing_sites(script: str | None, samples: list[dict]) -> dict[str, str]:
     for s in samples:
         for site in s.get("graphs", {}):
             name, _, line = site.rpartition(":")
-            if site in out or name != base or not line.isdigit():
+            if name != base or not line.isdigit():
                 continue
             stored = storing_line(source, int(line))
-            out[site] = f"{base}:{stored}" if stored else site
+            if stored:
+                out[site] = f"{base}:{stored}"
     return out

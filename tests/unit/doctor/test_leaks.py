@@ -98,3 +98,43 @@ def test_a_graph_gaining_nodes_is_named_at_its_storing_line():
 def test_a_graph_of_constant_size_is_not_a_leak():
     graphs = [{"t.py:3": {"tensors": 1, "tensor_bytes": 4, "nodes": 11, "saved_bytes": 0}}] * 3
     assert _ids(RunFacts(survivors=_samples([{}] * 3, graphs))) == {}
+
+
+def test_a_graph_with_no_storing_line_is_named_where_it_was_allocated():
+    graphs = [{"t.py:3": {"tensors": i, "tensor_bytes": 4 * i, "nodes": 7 * i, "saved_bytes": 0}} for i in (1, 2, 3)]
+    kept = _ids(RunFacts(survivors=_samples([{}] * 3, graphs)))["graph-kept"]
+    assert kept.modules == ("t.py:3",)
+    assert kept.message.startswith("the tensors allocated at t.py:3, kept across steps, keep the autograd graph")
+
+
+TRAINER = textwrap.dedent(
+    """\
+    class Trainer:
+        def train_step(self, batch):
+            loss = self.model(batch).mean()
+            loss.backward()
+            return loss
+
+        def fit(self, batches):
+            for batch in batches:
+                out = self.train_step(batch)
+                self.history.append(out)
+
+    def evaluate(xs):
+        val = model(xs).mean()
+        return val
+
+    scores = [evaluate(x) for x in data]
+    totals.append(evaluate(x))
+    """
+)
+
+
+def test_a_returned_tensor_is_followed_to_the_line_that_stores_the_call():
+    def at(text: str) -> int:
+        return next(i for i, line in enumerate(TRAINER.splitlines(), 1) if line.strip() == text)
+
+    # train_step returns the loss, fit names it `out` and appends it
+    assert storing_line(TRAINER, at("loss = self.model(batch).mean()")) == at("self.history.append(out)")
+    # evaluate returns it, a list append stores the call (the list comprehension is not a statement-level store)
+    assert storing_line(TRAINER, at("val = model(xs).mean()")) == at("totals.append(evaluate(x))")
