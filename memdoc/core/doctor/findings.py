@@ -334,7 +334,8 @@ def _graph_kept(f: RunFacts) -> Finding | None:
         return None
     rows.sort(key=lambda r: (-r[2], -r[4]))
     store, alloc, saved, kept, nodes = rows[0]
-    if store not in f.stored_at.values():  # no line of the script stores it as is (e.g. it returns it)
+    found = alloc in f.stored_at
+    if not found:  # no line of the script was found to store it as is
         subject = f"the tensors allocated at {alloc}, kept across steps, keep the autograd graph of every step"
     else:
         made = "" if store == alloc else f" (the tensor from {alloc})"
@@ -356,7 +357,12 @@ def _graph_kept(f: RunFacts) -> Finding | None:
         modules=tuple(r[0] for r in rows[:GROWTH_SITES]),
         detail="store a Python number (loss.item()) or a tensor without its graph (loss.detach()); "
         "compute evaluation losses under torch.no_grad()",
-        figures={"kind": "graph", "stored_at": store, "allocated_at": alloc, "saved_bytes_per_step": saved}
+        figures={
+            "kind": "graph",
+            "stored_at": store if found else None,
+            "allocated_at": alloc,
+            "saved_bytes_per_step": saved,
+        }
         | {"tensor_bytes_per_step": kept, "nodes_per_step": nodes},
     )
 

@@ -144,8 +144,9 @@ def _assigned_names(stmt) -> set[str]:
 
 
 def _bare_names(expr) -> set[str]:
-    """Names an expression uses as values themselves: alone, in a list/tuple/dict/set, or as an operand of
-    ``+ - * /`` — not inside a call or an attribute (``loss.item()``, ``f(loss)``); a call itself is 'f()'."""
+    """Names an expression uses as values themselves: alone, through an attribute or item (``out.loss``), in a
+    list/tuple/dict/set, or as an operand of ``+ - * /`` — not inside a call (``loss.item()``, ``f(loss)``);
+    a call itself is 'f()'."""
     import ast
 
     if expr is None:
@@ -156,6 +157,8 @@ def _bare_names(expr) -> set[str]:
         func = expr.func
         name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
         return {f"{name}()"} if name else set()
+    if isinstance(expr, (ast.Attribute, ast.Subscript)):  # a part of it: out.loss, out["loss"], out[0]
+        return _bare_names(expr.value) if isinstance(expr.value, (ast.Name, ast.Attribute, ast.Subscript)) else set()
     if isinstance(expr, ast.BinOp):
         return _bare_names(expr.left) | _bare_names(expr.right)
     if isinstance(expr, ast.Starred):

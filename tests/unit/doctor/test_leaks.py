@@ -105,6 +105,15 @@ def test_a_graph_with_no_storing_line_is_named_where_it_was_allocated():
     kept = _ids(RunFacts(survivors=_samples([{}] * 3, graphs)))["graph-kept"]
     assert kept.modules == ("t.py:3",)
     assert kept.message.startswith("the tensors allocated at t.py:3, kept across steps, keep the autograd graph")
+    assert kept.figures["stored_at"] is None and kept.figures["allocated_at"] == "t.py:3"
+
+
+def test_a_part_of_the_output_is_stored_as_is():
+    # transformers' ModelOutput: the loss is an attribute (or item) of the forward's output
+    src = "for b in data:\n    out = model(**b)\n    out.loss.backward()\n    hist.append(out.loss)\n"
+    assert storing_line(src, 2) == 4
+    assert storing_line(src.replace("out.loss)", 'out["loss"])'), 2) == 4
+    assert storing_line(src.replace("out.loss)", "out.loss.item())"), 2) is None
 
 
 TRAINER = textwrap.dedent(
