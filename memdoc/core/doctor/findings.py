@@ -362,8 +362,9 @@ def _graph_kept(f: RunFacts) -> Finding | None:
             "stored_at": store if found else None,
             "allocated_at": alloc,
             "saved_bytes_per_step": saved,
-        }
-        | {"tensor_bytes_per_step": kept, "nodes_per_step": nodes},
+            "tensor_bytes_per_step": kept,
+            "nodes_per_step": nodes,
+        },
     )
 
 
