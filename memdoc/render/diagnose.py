@@ -194,6 +194,10 @@ def _render_measured_vs_billed(result, bill) -> None:
     )
 
 
+_LEAKS = ("memory-growth", "graph-kept")
+"""Findings that name the script's lines (`memdoc.core.doctor.findings`, `_growth` and `_graph_kept`)."""
+
+
 def _render_findings(findings) -> None:
     """Each finding: severity, id and message, the modules it names, and the command to run next."""
     if not findings:
@@ -204,8 +208,12 @@ def _render_findings(findings) -> None:
         markup_paragraph(
             f"[{_SEVERITY_STYLE.get(f.severity, '')}]{f.severity}[/] [b]{escape(f.id)}[/b]: {escape(f.message)}"
         )
+        leak = f.id in _LEAKS  # script lines, and the fix in the script itself
         if f.modules:
+            label = "lines" if leak else "modules"
             markup_paragraph(
-                f"modules: {escape(', '.join(f.modules[:8]))}" + (" …" if len(f.modules) > 8 else ""), indent=6
+                f"{label}: {escape(', '.join(f.modules[:8]))}" + (" …" if len(f.modules) > 8 else ""), indent=6
             )
+        if leak and f.detail:
+            markup_paragraph(f"fix: {escape(f.detail)}", indent=6)
         markup_paragraph(f"→ [b]{escape(f.prescribe)}[/b]", indent=6)

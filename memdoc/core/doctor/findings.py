@@ -20,11 +20,15 @@ Rules (ids are stable, used by --json and tests):
   keeps parameter-sized scratch lists) are ≥ 25% of the trainable weights.
 - ``dataloader-workers-0``: a DataLoader iterated with ``num_workers=0`` (data loading in the
   training process: on a GPU, the GPU waits for it).
-- ``memory-growth``: (``diagnose --steps N``, N ≥ 3) live bytes at the start of each step after the
-  first grow by ≥ ``GROWTH_MIN_BYTES`` every step; names the lines of the script that allocated
-  the tensors that outlived a whole step (a list of logits, a loss kept with its graph, an
-  accumulated metric tensor). The first step start is skipped: optimizer states and gradients
-  appear during step 1.
+- ``memory-growth``: (``diagnose --steps N``, N ≥ 3) the tensors that outlive a whole step (allocated
+  before the step's first forward, alive at its end; model states and setup excluded) grow by
+  ≥ ``GROWTH_MIN_BYTES`` every step; names the lines of the script that allocated the surviving tensors
+  (a list of logits, an accumulated metric tensor). A line whose allocations are freed within the step
+  is never named, however large they are.
+- ``graph-kept``: surviving tensors with a ``grad_fn`` (``losses.append(loss)``, ``total = total + loss``)
+  keep a graph that gains nodes every step; names the line that stores them and the saved activations
+  the kept graphs still hold per step (none when backward has already freed them: then the growth is
+  the graph's nodes, in host memory). The fix is ``loss.item()`` or ``loss.detach()``.
 - ``fragmentation``: (CUDA) reserved − allocated is ≥ 20% of reserved, or the allocator retried
   (``num_alloc_retries`` > 0), while ``expandable_segments`` is not set in
   ``PYTORCH_CUDA_ALLOC_CONF``.
@@ -47,6 +51,9 @@ GROWTH_MIN_BYTES = 1024
 GROWTH_SITE_SHARE = 0.05
 """A script line is named when its tensors grow by ≥ this share of the total growth per step."""
 
+GROWTH_SITES = 4
+"""Lines named by one leak finding at most."""
+
 _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
@@ -60,6 +67,8 @@ class Finding:
     """The `memdoc prescribe --symptom` entry that treats it."""
     modules: tuple[str, ...] = ()
     detail: str = ""
+    figures: dict = field(default_factory=dict, compare=False, hash=False)
+    """Measured numbers behind the message (e.g. ``per_step_bytes``), in --json; empty for most rules."""
 
     @property
     def prescribe(self) -> str:
@@ -73,7 +82,7 @@ class Finding:
             "detail": self.detail,
             "modules": list(self.modules),
             "prescribe": self.prescribe,
-        }
+        } | ({"figures": dict(self.figures)} if self.figures else {})
 
 
 @dataclass
@@ -107,10 +116,12 @@ class RunFacts:
     dataloader_workers: list[int] = field(default_factory=list)
     cuda: dict | None = None
     """{"allocated_peak", "reserved_peak", "inactive_split", "num_alloc_retries", "num_ooms", "alloc_conf"}."""
-    step_start_bytes: list[int] = field(default_factory=list)
-    """Live tensor bytes at the start of each step (first root forward), step 1 first."""
-    site_bytes: list[dict[str, int]] = field(default_factory=list)
-    """At each step start: live non-state bytes by the script line that allocated them ('train.py:42')."""
+    survivors: list[dict] = field(default_factory=list)
+    """At the end of each step from the second on: {"sites": {line: bytes}, "graphs": {line: {"tensors",
+    "tensor_bytes", "nodes", "saved_bytes"}}} of what outlived the whole step (`memdoc.probe.script.survivors`);
+    lines are 'train.py:42' (the allocating line), '?' outside the script."""
+    stored_at: dict[str, str] = field(default_factory=dict)
+    """Allocating line of a graph-keeping tensor → the line that stores it across steps."""
 
 
 def _fmt(n: int) -> str:
@@ -262,32 +273,98 @@ def lint(f: RunFacts) -> list[Finding]:
     return out
 
 
+def _series(samples: list[dict], part: str, site: str, key: str | None = None) -> list[int]:
+    """One line's figure at each step end (0 where the line had nothing surviving)."""
+    out = []
+    for s in samples:
+        v = s.get(part, {}).get(site, 0)
+        out.append(int((v.get(key, 0) if isinstance(v, dict) else v) or 0))
+    return out
+
+
+def _per_step(series: list[int]) -> int:
+    return (series[-1] - series[0]) // max(len(series) - 1, 1)
+
+
+def _rising(series: list[int], least: int = 1) -> bool:
+    """Every step adds at least `least`."""
+    return len(series) >= 2 and all(b - a >= least for a, b in itertools.pairwise(series))
+
+
 def _growth(f: RunFacts) -> Finding | None:
-    """``memory-growth``: every step start after the first holds more than the one before."""
-    starts = f.step_start_bytes[1:]
-    deltas = [b - a for a, b in itertools.pairwise(starts)]
-    if not deltas or min(deltas) < GROWTH_MIN_BYTES:
+    """``memory-growth``: the bytes that outlive each step grow every step; the lines that allocated them."""
+    samples = f.survivors
+    totals = [sum(s.get("sites", {}).values()) for s in samples]
+    if not _rising(totals, GROWTH_MIN_BYTES):
         return None
-    per_step = sum(deltas) // len(deltas)
-    samples = f.site_bytes[1:]
-    growth: dict[str, int] = {}
-    if len(samples) >= 2:
-        for site in samples[-1]:
-            grew = samples[-1].get(site, 0) - samples[0].get(site, 0)
-            if grew >= GROWTH_SITE_SHARE * per_step * (len(samples) - 1) and site != "?":
-                growth[site] = grew // (len(samples) - 1)
-    ranked = sorted(growth, key=lambda s: -growth[s])
-    sites = [f"{s} (+{_fmt(growth[s])}/step)" for s in ranked[:4]]
+    per_step = _per_step(totals)
+    growth = {}
+    for site in samples[-1].get("sites", {}):
+        grew = _per_step(_series(samples, "sites", site))
+        if site != "?" and grew > 0 and grew >= GROWTH_SITE_SHARE * per_step:
+            growth[site] = grew
+    ranked = sorted(growth, key=lambda s: -growth[s])[:GROWTH_SITES]
+    sites = [f"{s} (+{_fmt(growth[s])}/step)" for s in ranked]
     where = ("; the tensors that survive each step were allocated at " + ", ".join(sites)) if sites else ""
     return Finding(
         id="memory-growth",
         severity="error",
         message=f"allocated memory grows by {_fmt(per_step)} per step "
-        f"({' → '.join(_fmt(b) for b in starts)} at the start of steps 2–{len(starts) + 1}){where}",
+        f"({' → '.join(_fmt(b) for b in totals)} alive at the end of steps 2–{len(totals) + 1}){where}",
         symptom="mid-run-oom",
-        modules=tuple(ranked[:4]),
+        modules=tuple(ranked),
         detail="keep Python numbers, not tensors: loss.item() in running sums and lists, evaluation under "
         "torch.no_grad(), metrics computed in the step (or .detach().cpu()) instead of keeping logits",
+        figures={"kind": "tensors", "per_step_bytes": per_step, "sites": {s: growth[s] for s in ranked}},
+    )
+
+
+def _graph_kept(f: RunFacts) -> Finding | None:
+    """``graph-kept``: tensors with a grad_fn kept across steps; their graphs gain nodes every step."""
+    samples = f.survivors
+    rows = []
+    for site in samples[-1].get("graphs", {}) if samples else ():
+        nodes = _series(samples, "graphs", site, "nodes")
+        if site == "?" or not _rising(nodes):
+            continue
+        saved = max(0, _per_step(_series(samples, "graphs", site, "saved_bytes")))
+        kept = max(0, _per_step(_series(samples, "graphs", site, "tensor_bytes")))
+        rows.append((f.stored_at.get(site, site), site, saved, kept, _per_step(nodes)))
+    if not rows:
+        return None
+    rows.sort(key=lambda r: (-r[2], -r[4]))
+    store, alloc, saved, kept, nodes = rows[0]
+    found = alloc in f.stored_at
+    if not found:  # no line of the script was found to store it as is
+        subject = f"the tensors allocated at {alloc}, kept across steps, keep the autograd graph of every step"
+    else:
+        made = "" if store == alloc else f" (the tensor from {alloc})"
+        subject = f"{store} keeps the autograd graph of every step{made}"
+    if saved >= GROWTH_MIN_BYTES:
+        held = f"{_fmt(saved)}/step of saved activations ({nodes} graph nodes/step)"
+    else:
+        tensors = f"{_fmt(kept)}/step of kept tensors and " if kept else ""
+        held = (
+            f"{nodes} graph nodes/step; backward already freed their saved activations, so what grows is "
+            f"{tensors}the nodes in host memory"
+        )
+    others = [r[0] for r in rows[1:GROWTH_SITES]]
+    return Finding(
+        id="graph-kept",
+        severity="error" if saved >= GROWTH_MIN_BYTES else "warning",
+        message=f"{subject}: {held}" + (f"; also {', '.join(others)}" if others else ""),
+        symptom="mid-run-oom",
+        modules=tuple(r[0] for r in rows[:GROWTH_SITES]),
+        detail="store a Python number (loss.item()) or a tensor without its graph (loss.detach()); "
+        "compute evaluation losses under torch.no_grad()",
+        figures={
+            "kind": "graph",
+            "stored_at": store if found else None,
+            "allocated_at": alloc,
+            "saved_bytes_per_step": saved,
+            "tensor_bytes_per_step": kept,
+            "nodes_per_step": nodes,
+        },
     )
 
 
@@ -298,6 +375,7 @@ _RULES = (
     _optimizer_dominates,
     _foreach_temporaries,
     _dataloader_workers_0,
+    _graph_kept,
     _growth,
     _fragmentation,
 )

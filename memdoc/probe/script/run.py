@@ -18,6 +18,7 @@ from memdoc.probe.script.guard import ScriptExit, exit_as_stop, leave_if_child, 
 from memdoc.probe.script.result import ScriptResult
 from memdoc.probe.script.sandbox import Stop, alarm, check_script, filtered_traceback, script_env
 from memdoc.probe.script.session import Session, instrument, make_tracker, storage_key
+from memdoc.probe.script.survivors import sample, storing_sites
 
 
 @dataclass
@@ -55,6 +56,7 @@ def run_script(
 
     session = Session(steps=steps, timeout=timeout)
     session.script_path = str(path)  # the filename runpy compiles the script under
+    session.step_end = sample
     cuda = cuda_start(session)
     outcome = Outcome()
     start = time.monotonic()
@@ -293,6 +295,6 @@ def _run_facts(session, result: ScriptResult, trainable, trainable_bytes: int, n
         uses_cuda=session.uses_cuda,
         dataloader_workers=session.dataloader_workers,
         cuda=result.cuda,
-        step_start_bytes=list(session.step_starts),
-        site_bytes=list(session.site_bytes),
+        survivors=list(session.survivors),
+        stored_at=storing_sites(session.script_path, session.survivors),
     )

@@ -36,6 +36,7 @@ import contextlib
 import os
 import sys
 import time
+import weakref
 
 from memdoc.probe.script.sandbox import Stop
 
@@ -104,12 +105,17 @@ class Session:
         self.in_report = False
         self.script_path: str | None = None
         """The user's script (absolute path): allocation sites are its lines."""
-        self.record_sites = steps >= 3  # growth needs ≥ 3 step starts; sites cost a frame walk per allocation
+        self.record_sites = steps >= 3  # growth needs ≥ 2 step ends after the first; sites cost a frame walk
         self.sites: dict[int, str] = {}
+        """Storage key → the script line that allocated it ('train.py:42'), with `record_sites`."""
+        self.objs: dict[int, list] = {}
+        """Storage key → weak references to the tensor objects seen on it (to read their ``grad_fn``)."""
         self.step_starts: list[int] = []
-        """Live bytes at the start (first root forward) of each step."""
-        self.site_bytes: list[dict[str, int]] = []
-        """At each step start: live bytes by allocating script line, model states and setup excluded."""
+        """Live bytes at the start (first root forward) of each step; its length is the current window."""
+        self.survivors: list[dict] = []
+        """At the end of each step from the second on: what is alive, by script line (`step_end`'s samples)."""
+        self.step_end = None
+        """`memdoc.probe.script.survivors.sample`, set by the run: called at each step end from the second on."""
 
     # ---- time
     def check_deadline(self) -> None:
@@ -175,6 +181,7 @@ class Session:
         for k in dead:
             self.total -= self.live.pop(k)[0]
             self.sites.pop(k, None)
+            self.objs.pop(k, None)
 
     def site(self) -> str | None:
         """'train.py:42': the innermost line of the user's script on the stack (None outside it)."""
@@ -186,20 +193,20 @@ class Session:
         return None
 
     def step_start(self) -> None:
-        """Record live bytes at a step's first forward, and (with sites) by the script line that allocated them."""
+        """Record live bytes at a step's first forward; allocations from here on belong to the new window."""
         if len(self.step_starts) != self.step_index:
             return
         self.sweep()
         self.step_starts.append(self.total)
-        if self.record_sites:
-            weights, grads, opt = self.state_bytes()
-            known = set(weights) | set(grads) | set(opt)
-            by_site: dict[str, int] = {}
-            for k, (n, _ref, bucket, _step) in self.live.items():
-                if k not in known and bucket != "setup":
-                    site = self.sites.get(k) or "?"
-                    by_site[site] = by_site.get(site, 0) + n
-            self.site_bytes.append(by_site)
+
+    def remember(self, key: int, t) -> None:
+        """Keep a weak reference to a tensor object on storage `key` (a few per storage: the base and its views)."""
+        refs = self.objs.setdefault(key, [])
+        if len(refs) >= 8:
+            refs[:] = [r for r in refs if r() is not None]
+        if len(refs) < 8:
+            with contextlib.suppress(TypeError):
+                refs.append(weakref.ref(t))
 
     def add(self, t) -> None:
         info = storage_key(t)
@@ -209,14 +216,18 @@ class Session:
         old = self.live.get(key)
         if old is not None:
             if not old[1].expired():
+                if self.record_sites:
+                    self.remember(key, t)
                 return
             self.total -= old[0]
         if not self.uses_cuda and t.device.type == "cuda":
             self.uses_cuda = True
         self.live[key] = (nbytes, ref, self.bucket(), self.step_index)
         self.total += nbytes
-        if self.record_sites and self.script_path:
-            self.sites[key] = self.site()
+        if self.record_sites:
+            self.remember(key, t)
+            if self.script_path:
+                self.sites[key] = self.site()
 
     def breakdown(self) -> dict:
         weights, grads, opt = self.state_bytes()
@@ -326,6 +337,8 @@ class Session:
         self.steps += 1
         self.step_index += 1
         self.phase = "idle"
+        if self.record_sites and self.steps >= 2 and self.step_end is not None:
+            self.survivors.append(self.step_end(self))
         if self.steps >= self.max_steps:
             raise Stop("steps")
 
