@@ -159,14 +159,15 @@ def test_round_trip_reproduces_plan_and_bill(tmp_path, fmt, model, data):
     _same_bill(*_round_trip(tmp_path, model, data.draw(plans(fmt)), fmt), fmt)
 
 
-def test_bill_names_files_and_not_billed_keys_on_stderr():
-    result = invoke(
-        "bill", "--config", USER / "trl" / "llama_qlora_zero2.yaml", "--gpu", GPU, "--gpus", "2", "--no-ladder"
-    )
+def test_bill_names_files_and_not_billed_keys_on_stderr(tmp_path):
+    config = _config_with_an_unbilled_key(tmp_path)
+    result = invoke("bill", "--config", config, "--gpu", GPU, "--gpus", "2", "--no-ladder")
     assert result.exit_code == 0, result.output
     stderr = " ".join(result.stderr.split())  # the note wraps at the terminal's width
-    assert f"config: read {USER / 'trl' / 'llama_qlora_zero2.yaml'}, {USER / 'trl' / 'zero2.json'}" in stderr
-    assert f"not billed: {USER / 'trl' / 'zero2.json'}:zero_optimization.reduce_bucket_size — " in stderr
+    assert f"config: read {config}, {tmp_path / 'zero2.json'}" in stderr
+    # issue 28: the reduce bucket is billed now; DeepSpeed's partitioned activations (Megatron only) are not
+    assert f"not billed: {tmp_path / 'zero2.json'}:activation_checkpointing — " in stderr
+    assert "zero_optimization.reduce_bucket_size" not in stderr
     assert "meta-llama/Llama-3.1-8B" in result.stdout
 
 
@@ -321,3 +322,15 @@ def test_diagnose_model_takes_config():
     """diagnose MODEL traces the plan the config says (a meta-device trace: seconds)."""
     data = _json(invoke("diagnose", "Qwen/Qwen2.5-0.5B", "--config", USER / "trl" / "qwen_lora_sft.yaml", "--json"))
     assert data["plan"]["method"] == "lora" and data["plan"]["lora_rank"] == 32 and data["plan"]["micro_batch"] == 2
+
+
+def _config_with_an_unbilled_key(tmp_path):
+    """llama_qlora_zero2.yaml with its zero2.json, plus a key memdoc reads but does not bill (issue 28 bills the
+    reduce bucket the fixture sets, so the not-billed note needs another key): DeepSpeed's partitioned activations."""
+    import shutil
+
+    shutil.copy(USER / "trl" / "llama_qlora_zero2.yaml", tmp_path / "llama_qlora_zero2.yaml")
+    ds = json.loads((USER / "trl" / "zero2.json").read_text())
+    ds["activation_checkpointing"] = {"partition_activations": True}
+    (tmp_path / "zero2.json").write_text(json.dumps(ds))
+    return tmp_path / "llama_qlora_zero2.yaml"

@@ -145,10 +145,12 @@ def _largest_layer_params(model: ModelSpec) -> int:
 
 
 def _loaded_bytes(bill: Bill) -> int:
-    """The model as `from_pretrained` builds it: the step's unsharded weights, less LoRA's fp32 adapters (peft adds
-    them after loading)."""
-    adapters = 4 * bill.states.trainable_params if bill.plan.is_peft else 0
-    return bill.states.weights - adapters
+    """The model as `from_pretrained` builds it. Full fine-tuning: every parameter in the plan's load dtype (the
+    engine's fp32 master copy or accelerate's FSDP upcast come later, in `prepare`). LoRA/QLoRA: the step's
+    unsharded weights, less the fp32 adapters (peft adds them after loading)."""
+    if not bill.plan.is_peft:
+        return bill.model.params.total * (bill.plan.precision.param_bits // 8)
+    return bill.states.weights - 4 * bill.states.trainable_params
 
 
 def _bytes_per_param(bill: Bill) -> float:

@@ -347,6 +347,21 @@ def flag_for(field_name: str) -> str:
 _FIELD_TO_FLAG = {v: k for k, v in FLAG_ALIASES.items()}
 
 
+_BOOLS = (
+    "allow_long",
+    "kbit_upcast",
+    "overlap_comm",
+    "contiguous_gradients",
+    "eval_keeps_logits",
+    "save_gather",
+    "save_only_model",
+    "low_mem_load",
+)
+"""Plan fields that are true or false."""
+_OPTIONAL = ("lora_alpha", "eval_accumulation_steps", "save_gather", *ENGINE_COUNTS)
+"""Plan fields where None means "the default rule" (2 × rank, HF's None, as emitted, DeepSpeed's "auto")."""
+
+
 def _coerce(name: str, value):
     """Turn recipe/CLI values into field types, strictly, with an error naming the field.
 
@@ -356,21 +371,7 @@ def _coerce(name: str, value):
     checkpointing full.
     """
     if name in _ENUMS:
-        enum = _ENUMS[name]
-        if isinstance(value, enum):
-            return value
-        if value is False and name in ("checkpointing", "offload"):
-            value = "none"
-        if value is True and name == "checkpointing":
-            value = "full"
-        choices = ", ".join(m.value for m in enum)
-        if not isinstance(value, str):
-            raise PlanError(f"{flag_for(name)} must be one of: {choices}; got {quoted(value)}")
-        try:
-            return enum(value.lower())
-        except ValueError:
-            hint = did_you_mean(value.lower(), [m.value for m in enum])
-            raise PlanError(f"{flag_for(name)} {quoted(value)} is not one of: {choices}{hint}") from None
+        return _coerce_enum(name, _ENUMS[name], value)
     if name == "lora_targets":
         if isinstance(value, str):
             value = [t.strip() for t in value.split(",")]
@@ -379,22 +380,9 @@ def _coerce(name: str, value):
                 f"{flag_for(name)} must be module names (a comma-separated string or a list), got {quoted(value)}"
             )
         return tuple(value)
-    if name in ENGINE_COUNTS and value is None:
+    if name in _OPTIONAL and value is None:
         return None
-    if name in ENGINE_COUNTS and isinstance(value, float) and value.is_integer():  # DeepSpeed JSON's 5e8
-        return int(value)
-    if name == "save_gather" and value is None:
-        return None
-    if name in (
-        "allow_long",
-        "kbit_upcast",
-        "overlap_comm",
-        "contiguous_gradients",
-        "eval_keeps_logits",
-        "save_gather",
-        "save_only_model",
-        "low_mem_load",
-    ):
+    if name in _BOOLS:
         if isinstance(value, str) and value.strip().lower() in ("true", "false"):  # as typed on a command line
             return value.strip().lower() == "true"
         if not isinstance(value, bool):
@@ -403,8 +391,6 @@ def _coerce(name: str, value):
     if name == "interconnect":
         parse_interconnect(value)  # a one-line PlanError naming the flag
         return value.strip().lower()
-    if name in ("lora_alpha", "eval_accumulation_steps") and value is None:
-        return None
     if name == "lora_dropout":
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise PlanError(f"--lora-dropout must be a number in [0, 1), got {quoted(value)}")
@@ -412,6 +398,29 @@ def _coerce(name: str, value):
             return float(value)
         except ValueError:
             raise PlanError(f"--lora-dropout must be a number in [0, 1), got {quoted(value)}") from None
+    return _coerce_int(name, value)
+
+
+def _coerce_enum(name: str, enum, value):
+    """An enum field from its CLI/recipe spelling (case-insensitive; YAML's false/true for checkpointing/offload)."""
+    if isinstance(value, enum):
+        return value
+    if value is False and name in ("checkpointing", "offload"):
+        value = "none"
+    if value is True and name == "checkpointing":
+        value = "full"
+    choices = ", ".join(m.value for m in enum)
+    if not isinstance(value, str):
+        raise PlanError(f"{flag_for(name)} must be one of: {choices}; got {quoted(value)}")
+    try:
+        return enum(value.lower())
+    except ValueError:
+        hint = did_you_mean(value.lower(), [m.value for m in enum])
+        raise PlanError(f"{flag_for(name)} {quoted(value)} is not one of: {choices}{hint}") from None
+
+
+def _coerce_int(name: str, value) -> int:
+    """An integer field: an int, an integral float (DeepSpeed JSON's 5e8, YAML's 4.0) or digits as typed."""
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if (
