@@ -1,0 +1,141 @@
+"""One DeepSpeed training step per rank (CPU accelerator, gloo) and the census of the engine's tensors."""
+
+from __future__ import annotations
+
+import os
+
+from benchmarks.engines import tiny
+from benchmarks.engines.census import Census
+
+
+def ds_config(stage: int, *, precision: str, offload: bool, buckets: dict | None) -> dict:
+    """The DeepSpeed JSON of one case: memdoc's emitted keys (overlap_comm, contiguous_gradients,
+    `optimizer` AdamW block with offload: `memdoc/core/emit/deepspeed.py`), numbers instead of "auto"."""
+    zero = {"stage": stage, "overlap_comm": True, "contiguous_gradients": True} | (buckets or {})
+    if offload:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    cfg = {
+        "train_micro_batch_size_per_gpu": tiny.MICRO_BATCH,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": zero,
+        precision: {"enabled": True},
+        "gradient_clipping": 1.0,
+        "steps_per_print": 1000000,
+    }
+    if offload:
+        cfg["optimizer"] = {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.0}}
+    return cfg
+
+
+def run(rank: int, model_name: str, cfg: dict, load_dtype: str) -> dict:
+    """Initialise DeepSpeed on `model_name`, run forward/backward/step, return the census of this rank."""
+    import deepspeed
+    import torch
+
+    deepspeed.init_distributed(dist_backend="gloo")
+    model = tiny.build(model_name, getattr(torch, load_dtype))
+    params = sum(p.numel() for p in model.parameters())
+    kwargs = {} if "optimizer" in cfg else {"optimizer": torch.optim.AdamW(model.parameters(), lr=1e-3)}
+    engine, *_ = deepspeed.initialize(model=model, config=cfg, **kwargs)
+    released = _watch_ipg_release(engine.optimizer)
+    ids, labels = tiny.batch(rank)
+    censuses = {}
+    for step in (1, 2):
+        loss = engine(input_ids=ids, labels=labels).loss
+        engine.backward(loss)
+        if step == 2:
+            censuses["after_backward"] = _census(engine, cfg)
+        engine.step()
+    censuses["after_step"] = _census(engine, cfg)
+    return {
+        "rank": rank,
+        "params": params,
+        "loss": float(loss.detach()),
+        "optimizer_class": type(engine.optimizer).__name__,
+        "inner_optimizer_class": type(getattr(engine.optimizer, "optimizer", None)).__name__,
+        "census": censuses,
+        "ipg_buffers_at_release": released,
+        "knobs": _knobs(engine),
+    }
+
+
+def _watch_ipg_release(opt) -> list[dict]:
+    """ZeRO-1/2 allocate their IPG buckets when backward starts (`setup_buckets`: one `reduce_bucket_size`
+    buffer per communication dtype, a second one with `overlap_comm`) and free them when the gradients are
+    reduced (`_release_ipg_buffers`), `deepspeed/runtime/zero/stage_1_and_2.py`, so a census after backward
+    never sees them. This records the buffers each release frees (the last backward's), then releases them."""
+    seen: list[dict] = []
+    release = getattr(opt, "_release_ipg_buffers", None)
+    if release is None:  # ZeRO-3 keeps its bucket for the whole run (stage3.py `__init__`, "IPG")
+        return seen
+
+    def recording_release():
+        seen.clear()
+        for dtype, bucket in opt.ipg_buckets.items():
+            for buf in bucket.buffer:
+                seen.append(
+                    {
+                        "path": f"opt.ipg_buckets[{dtype}].buffer",
+                        "dtype": str(buf.dtype).removeprefix("torch."),
+                        "numel": buf.numel(),
+                        "bytes": buf.numel() * buf.element_size(),
+                    }
+                )
+        release()
+
+    opt._release_ipg_buffers = recording_release
+    return seen
+
+
+def _census(engine, cfg: dict) -> list[dict]:
+    """Every tensor this rank holds: the module's parameters (ZeRO-3: `param.ds_tensor`, the partition, and
+    `param.data`, empty unless persistent or gathered), their `.grad`, buffers, then everything reachable from
+    the ZeRO optimizer's attributes (`DeepSpeedZeroOptimizer` in `stage_1_and_2.py`,
+    `DeepSpeedZeroOptimizer_Stage3` in `stage3.py`), the inner optimizer's `state` included."""
+    census = Census()
+    stage = cfg["zero_optimization"]["stage"]
+    for name, p in engine.module.named_parameters():
+        if stage == 3:
+            census.add(p.ds_tensor, f"module.{name}.ds_tensor")
+        census.add(p.data, f"module.{name}")
+        if p.grad is not None:
+            census.add(p.grad, f"module.{name}.grad")
+    for name, b in engine.module.named_buffers():
+        census.add(b, f"module_buffer.{name}")
+    census.walk(engine.optimizer, "opt")
+    return list(census.seen.values())
+
+
+def _knobs(engine) -> dict:
+    """The ZeRO knobs DeepSpeed resolved (defaults filled in), `deepspeed/runtime/zero/config.py`."""
+    z = engine.zero_optimization()
+    zc = engine._config.zero_config
+    keys = (
+        "reduce_bucket_size",
+        "allgather_bucket_size",
+        "prefetch_bucket_size",
+        "max_live_parameters",
+        "max_reuse_distance",
+        "param_persistence_threshold",
+        "sub_group_size",
+        "overlap_comm",
+        "contiguous_gradients",
+    )
+    out = {k: getattr(zc, k) for k in keys if hasattr(zc, k)}
+    out["zero_enabled"] = bool(z)
+    return {k: (int(v) if isinstance(v, float) and v.is_integer() else v) for k, v in out.items()}
+
+
+def env_for(rank: int, world: int, port: int) -> None:
+    """The torch.distributed environment of one rank on this host, DeepSpeed on its CPU accelerator."""
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        DS_ACCELERATOR="cpu",
+        DS_BUILD_OPS="0",
+        OMP_NUM_THREADS="1",
+    )
