@@ -8,14 +8,18 @@ aliases: the same storage reached another way):
   full `param.data` of persistent parameters, `parameter_offload.persistent_parameters`); FSDP2: the
   local shard of each `DTensor` parameter;
 * gradients: `param.grad`; ZeRO-1/2 `averaged_gradients` (views of `grads_in_partition`,
-  `stage_1_and_2.py:2192`); ZeRO-3 `grad_partitions_flat_buffer` (`stage3.py:791`); with optimizer offload,
-  the fp32 gradient of the master partition (`<master>.grad`, used by the CPU Adam step);
+  `stage_1_and_2.py:2192`); ZeRO-3 `grad_partitions_flat_buffer` (`stage3.py:791`);
+* master_grads: the fp32 gradient of a master partition (`<master>.grad`), during the inner optimizer's step
+  (ZeRO-1/2 `step`: `single_grad_partition`; ZeRO-3 `_prepare_fp32_grad_for_sub_group`), and for the whole run
+  with optimizer offload (the CPU Adam's input);
 * master: fp32 master partitions (ZeRO-1/2 `single_partition_of_fp32_groups`, `stage_1_and_2.py:577`,
   reached as the inner optimizer's `param_groups`; ZeRO-3 `fp32_partitioned_groups_flat`, `stage3.py:1155`);
 * optimizer: the inner optimizer's `state` (`exp_avg`, `exp_avg_sq`, `step`);
 * buffers: communication and staging buffers (`ipg_buckets[dtype].buffer`: ZeRO-3 keeps one of
   `reduce_bucket_size` elements for the run, `stage3.py:782`; ZeRO-1/2 allocate one, two with `overlap_comm`,
-  per backward, `stage_1_and_2.py:3266`; `temp_grad_buffer_for_cpu_offload`, `stage_1_and_2.py:653`;
+  per backward, `stage_1_and_2.py:3266`; `temp_grad_buffer_for_cpu_offload`, `stage_1_and_2.py:653`, and its device twin
+  `temp_grad_buffer_for_gpu_offload`, `stage_1_and_2.py:659`, one largest parameter each; the 16-bit copy-back
+  partition `param_buffer_of_bit16_for_cpu_offload_groups`, `stage_1_and_2.py:573`;
   ZeRO-3's pinned staging buffers);
 * module_buffers: the module's registered buffers (rotary `inv_freq`);
 * scalars: tensors of at most 8 bytes (`_global_grad_norm`, `norm_for_param_grads`, `inf_or_nan_tracker`).
@@ -23,13 +27,14 @@ aliases: the same storage reached another way):
 Host: under `offload_optimizer: cpu` the master partitions, their fp32 gradients and the optimizer states
 live in host memory (`stage_1_and_2.py` `cpu_offload`; `stage3.py` `offload_optimizer`), and ZeRO-3's
 `grad_partitions_flat_buffer` too (`stage3.py:791`, `self.device` is the offload device, pinned at 795);
-ZeRO-1/2's `temp_grad_buffer_for_cpu_offload` is host memory (pinned, `stage_1_and_2.py:657`). On the CPU
+ZeRO-1/2's `temp_grad_buffer_for_cpu_offload` (pinned, `stage_1_and_2.py:657`) and
+`param_buffer_of_bit16_for_cpu_offload_groups` (pinned, `stage_1_and_2.py:573`) are host memory. On the CPU
 accelerator every tensor is host memory; the split is the one the engine makes on a GPU.
 """
 
 from __future__ import annotations
 
-CATEGORIES = ("weights", "gradients", "master", "optimizer", "buffers", "module_buffers", "scalars")
+CATEGORIES = ("weights", "gradients", "master", "master_grads", "optimizer", "buffers", "module_buffers", "scalars")
 
 BUFFER_ATTRS = (
     "ipg_buckets",
@@ -40,10 +45,16 @@ BUFFER_ATTRS = (
     "lp_grad_partitions_flat_pin_buffers",
     "param_groups_fp16_flat_cpu_memory",
     "__param_partition_cache",
+    "param_buffer_of_bit16_for_cpu_offload_groups",
 )
 GRAD_ATTRS = ("averaged_gradients", "grads_in_partition", "grad_partitions_flat_buffer", "accumulated_grads_in_cpu")
 MASTER_ATTRS = ("single_partition_of_fp32_groups", "fp32_partitioned_groups_flat", "optimizer.param_groups")
-HOST_ATTRS = ("grad_partitions_flat_buffer", "temp_grad_buffer_for_cpu_offload", "accumulated_grads_in_cpu")
+HOST_ATTRS = (
+    "grad_partitions_flat_buffer",
+    "temp_grad_buffer_for_cpu_offload",
+    "accumulated_grads_in_cpu",
+    "param_buffer_of_bit16_for_cpu_offload_groups",
+)
 
 
 def category(record: dict) -> str:
@@ -57,6 +68,8 @@ def category(record: dict) -> str:
         return "optimizer"
     if any(a in p for p in paths for a in BUFFER_ATTRS):
         return "buffers"
+    if any(p.startswith("opt.") and p.endswith(".grad") for p in paths):
+        return "master_grads"
     if any(p.endswith(".grad") or any(a in p for a in GRAD_ATTRS) for p in paths):
         return "gradients"
     if any(a in p for p in paths for a in MASTER_ATTRS):
@@ -71,9 +84,7 @@ def on_host(case, record: dict, cat: str) -> bool:
     if not (case.engine == "deepspeed" and case.offload):
         return False
     paths = [record["path"], *record.get("aliases", [])]
-    if cat in ("master", "optimizer"):
-        return True
-    if cat == "gradients" and any(p.endswith(".grad") and p.startswith("opt.") for p in paths):
+    if cat in ("master", "master_grads", "optimizer"):
         return True
     return any(a in p for p in paths for a in HOST_ATTRS)
 

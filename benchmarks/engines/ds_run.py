@@ -38,8 +38,9 @@ def run(rank: int, model_name: str, cfg: dict, load_dtype: str) -> dict:
     kwargs = {} if "optimizer" in cfg else {"optimizer": torch.optim.AdamW(model.parameters(), lr=1e-3)}
     engine, *_ = deepspeed.initialize(model=model, config=cfg, **kwargs)
     released = _watch_ipg_release(engine.optimizer)
-    ids, labels = tiny.batch(rank)
     censuses = {}
+    _census_in_inner_step(engine, cfg, censuses)
+    ids, labels = tiny.batch(rank)
     for step in (1, 2):
         loss = engine(input_ids=ids, labels=labels).loss
         engine.backward(loss)
@@ -57,6 +58,20 @@ def run(rank: int, model_name: str, cfg: dict, load_dtype: str) -> dict:
         "ipg_buffers_at_release": released,
         "knobs": _knobs(engine),
     }
+
+
+def _census_in_inner_step(engine, cfg: dict, censuses: dict) -> None:
+    """Take the census `during_step` when the ZeRO optimizer calls its inner optimizer's `step`: the fp32
+    gradients of the master partitions exist then (`stage_1_and_2.py` `step`: `single_grad_partition`;
+    `stage3.py` `_prepare_fp32_grad_for_sub_group`) and are freed after it."""
+    inner = engine.optimizer.optimizer
+    step = inner.step
+
+    def step_with_census(*args, **kwargs):
+        censuses["during_step"] = _census(engine, cfg)
+        return step(*args, **kwargs)
+
+    inner.step = step_with_census
 
 
 def _watch_ipg_release(opt) -> list[dict]:
