@@ -62,3 +62,7 @@ def batch(rank: int):
     gen = torch.Generator().manual_seed(100 + rank)
     ids = torch.randint(0, 1000, (MICRO_BATCH, SEQ_LEN), generator=gen)
     return ids, ids.clone()
+
+
+MEMDOC_FLAGS = {"method": "full", "gpus": 2, "batch": MICRO_BATCH, "seq": SEQ_LEN}
+"""The plan flags that match every run: full fine-tuning, 2 GPUs, the batch and sequence of `batch`."""
