@@ -61,28 +61,13 @@ def _cases() -> list[Case]:
         out.append(Case("fsdp2", model, "fp32", precision="none", load_dtype="float32"))
         out.append(Case("fsdp2", model, "fp32-mp-bf16", precision="bf16", load_dtype="float32"))
         out.append(Case("fsdp2", model, "bf16", precision="none", load_dtype="bfloat16"))
+    # No accelerate case: accelerate 1.15 sets DistributedType.FSDP only on GPU-like devices (`state.py`
+    # `AcceleratorState.__init__`, the MULTI_GPU/MLU/SDAA/MUSA/NPU/XPU/HPU/NEURON branch); on the CPU it runs
+    # DistributedType.NO and never shards. The fp32-mp-bf16 case is the layout its FSDP2 path makes on a GPU:
+    # `utils/fsdp_utils.py` `fsdp2_prepare_model` upcasts the parameters to fp32 ("Upcast to fp32 master
+    # weights") under a MixedPrecisionPolicy with param_dtype bf16.
     # No fp16 case: DeepSpeed's CPU accelerator refuses `fp16.enabled` ("Type fp16 is not supported on your
     # device", `accelerator/cpu_accelerator.py` `is_fp16_supported`: mkldnn has no fp16 on this CPU).
-    return out
-
-
-def _cases() -> list[Case]:
-    out = []
-    for model in ("llama", "qwen3"):
-        for stage in (1, 2, 3):
-            z = f"z{stage}"
-            out.append(Case("deepspeed", model, f"{z}-bf16-defaults", stage))
-            out.append(Case("deepspeed", model, f"{z}-bf16", stage, small_knobs=True))
-            out.append(Case("deepspeed", model, f"{z}-bf16-offload", stage, offload=True, small_knobs=True))
-        out.append(Case("fsdp2", model, "fp32", precision="none", load_dtype="float32"))
-        out.append(Case("fsdp2", model, "fp32-mp-bf16", precision="bf16", load_dtype="float32"))
-        out.append(Case("fsdp2", model, "bf16", precision="none", load_dtype="bfloat16"))
-    for stage in (1, 2, 3):
-        out.append(
-            Case(
-                "deepspeed", "llama", f"z{stage}-fp16", stage, precision="fp16", small_knobs=True, load_dtype="float16"
-            )
-        )
     return out
 
 

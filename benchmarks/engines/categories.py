@@ -48,6 +48,14 @@ BUFFER_ATTRS = (
     "param_buffer_of_bit16_for_cpu_offload_groups",
 )
 GRAD_ATTRS = ("averaged_gradients", "grads_in_partition", "grad_partitions_flat_buffer", "accumulated_grads_in_cpu")
+WEIGHT_ATTRS = (
+    "bit16_groups_flat",
+    "bit16_groups",
+    "lp_param_buffer",
+    "fp16_partitioned_groups_flat",
+    "fp16_groups",
+    "persistent_parameters",
+)
 MASTER_ATTRS = ("single_partition_of_fp32_groups", "fp32_partitioned_groups_flat", "optimizer.param_groups")
 HOST_ATTRS = (
     "grad_partitions_flat_buffer",
@@ -68,13 +76,13 @@ def category(record: dict) -> str:
         return "optimizer"
     if any(a in p for p in paths for a in BUFFER_ATTRS):
         return "buffers"
-    if any(p.startswith("opt.") and p.endswith(".grad") for p in paths):
+    if any(p.endswith(".grad") and any(a in p for a in MASTER_ATTRS) for p in paths):
         return "master_grads"
     if any(p.endswith(".grad") or any(a in p for a in GRAD_ATTRS) for p in paths):
         return "gradients"
     if any(a in p for p in paths for a in MASTER_ATTRS):
         return "master"
-    if any(p.startswith("module.") for p in paths):
+    if any(p.startswith("module.") or any(a in p for a in WEIGHT_ATTRS) for p in paths):
         return "weights"
     return "other"
 

@@ -1,12 +1,15 @@
 """Walk an engine's own objects and count the bytes of every tensor they hold, once per storage.
 
-`walk(root, name)` follows attributes, lists, tuples and dicts (tensors' `.grad` too) from `root`
-and records, for each distinct storage, the first path that reached it, its dtype, element count
-and bytes. Storages are keyed by `untyped_storage().data_ptr()`, so views (DeepSpeed's narrowed
-partitions of one flat buffer, `ipg_buffer` slices) are counted once, at their whole storage size.
+`walk(root, name)` follows attributes, lists, tuples and dicts (tensors' `.grad` too) from `root` and
+records, for each distinct storage, the first path that reached it, its dtype, element count and bytes, and
+the other paths that reached it (`aliases`, indices dropped). Storages are keyed by
+`untyped_storage().data_ptr()`, so views (DeepSpeed's narrowed partitions of one flat buffer, gradients that
+are views of an IPG bucket) are counted once, at their whole storage size.
 """
 
 from __future__ import annotations
+
+import re
 
 import torch
 
@@ -31,9 +34,10 @@ class Census:
         if ptr == 0:
             return
         if ptr in self.seen:
+            alias = pattern(path)
             aliases = self.seen[ptr].setdefault("aliases", [])
-            if len(aliases) < 3 and path not in aliases:
-                aliases.append(path)
+            if alias != pattern(self.seen[ptr]["path"]) and alias not in aliases:
+                aliases.append(alias)
             return
         self.seen[ptr] = {
             "path": path,
@@ -66,6 +70,13 @@ class Census:
             return
         for sub, value in items:
             self.walk(value, sub, depth + 1, visited)
+
+
+def pattern(path: str) -> str:
+    """A path with its indices dropped, so the views of one storage collapse into a few aliases:
+    `opt.bit16_groups[0][3].grad` -> `opt.bit16_groups[].grad`,
+    `module.model.layers.1.mlp` -> `module.model.layers.N.mlp`."""
+    return re.sub(r"\.\d+\.", ".N.", re.sub(r"\[[^\]]*\]", "[]", path))
 
 
 def _key(k) -> str:

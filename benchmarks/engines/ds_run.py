@@ -37,8 +37,8 @@ def run(rank: int, model_name: str, cfg: dict, load_dtype: str) -> dict:
     params = sum(p.numel() for p in model.parameters())
     kwargs = {} if "optimizer" in cfg else {"optimizer": torch.optim.AdamW(model.parameters(), lr=1e-3)}
     engine, *_ = deepspeed.initialize(model=model, config=cfg, **kwargs)
-    released = _watch_ipg_release(engine.optimizer)
     censuses = {}
+    _census_at_ipg_release(engine, cfg, censuses)
     _census_in_inner_step(engine, cfg, censuses)
     ids, labels = tiny.batch(rank)
     for step in (1, 2):
@@ -55,7 +55,6 @@ def run(rank: int, model_name: str, cfg: dict, load_dtype: str) -> dict:
         "optimizer_class": type(engine.optimizer).__name__,
         "inner_optimizer_class": type(getattr(engine.optimizer, "optimizer", None)).__name__,
         "census": censuses,
-        "ipg_buffers_at_release": released,
         "knobs": _knobs(engine),
     }
 
@@ -74,40 +73,32 @@ def _census_in_inner_step(engine, cfg: dict, censuses: dict) -> None:
     inner.step = step_with_census
 
 
-def _watch_ipg_release(opt) -> list[dict]:
-    """ZeRO-1/2 allocate their IPG buckets when backward starts (`setup_buckets`: one `reduce_bucket_size`
-    buffer per communication dtype, a second one with `overlap_comm`) and free them when the gradients are
-    reduced (`_release_ipg_buffers`), `deepspeed/runtime/zero/stage_1_and_2.py`, so a census after backward
-    never sees them. This records the buffers each release frees (the last backward's), then releases them."""
-    seen: list[dict] = []
+def _census_at_ipg_release(engine, cfg: dict, censuses: dict) -> None:
+    """Take the census `at_release` when ZeRO-1/2 free their IPG buckets at the end of backward
+    (`_release_ipg_buffers`, called by `independent_gradient_partition_epilogue`): the buckets (allocated when
+    backward starts, `setup_buckets`: one `reduce_bucket_size` buffer per communication dtype, a second one with
+    `overlap_comm`) and the gradients not yet freed are all alive then, `deepspeed/runtime/zero/stage_1_and_2.py`.
+    ZeRO-3 keeps its bucket for the whole run (`stage3.py` `__init__`, "IPG") and has no such method."""
+    opt = engine.optimizer
     release = getattr(opt, "_release_ipg_buffers", None)
-    if release is None:  # ZeRO-3 keeps its bucket for the whole run (stage3.py `__init__`, "IPG")
-        return seen
+    if release is None:
+        return
 
-    def recording_release():
-        seen.clear()
-        for dtype, bucket in opt.ipg_buckets.items():
-            for buf in bucket.buffer:
-                seen.append(
-                    {
-                        "path": f"opt.ipg_buckets[{dtype}].buffer",
-                        "dtype": str(buf.dtype).removeprefix("torch."),
-                        "numel": buf.numel(),
-                        "bytes": buf.numel() * buf.element_size(),
-                    }
-                )
+    def release_with_census():
+        censuses["at_release"] = _census(engine, cfg)
         release()
 
-    opt._release_ipg_buffers = recording_release
-    return seen
+    opt._release_ipg_buffers = release_with_census
 
 
 def _census(engine, cfg: dict) -> list[dict]:
-    """Every tensor this rank holds: the module's parameters (ZeRO-3: `param.ds_tensor`, the partition, and
-    `param.data`, empty unless persistent or gathered), their `.grad`, buffers, then everything reachable from
-    the ZeRO optimizer's attributes (`DeepSpeedZeroOptimizer` in `stage_1_and_2.py`,
-    `DeepSpeedZeroOptimizer_Stage3` in `stage3.py`), the inner optimizer's `state` included."""
+    """Every tensor this rank holds: first everything reachable from the ZeRO optimizer's attributes
+    (`DeepSpeedZeroOptimizer` in `stage_1_and_2.py`, `DeepSpeedZeroOptimizer_Stage3` in `stage3.py`, the inner
+    optimizer's `state` included), so that a storage is named after the engine attribute that owns it; then the
+    module's parameters (ZeRO-3: `param.ds_tensor`, the partition, and `param.data`, empty unless persistent or
+    gathered), their `.grad` and the module's buffers."""
     census = Census()
+    census.walk(engine.optimizer, "opt")  # first: a storage is named after the engine attribute that owns it
     stage = cfg["zero_optimization"]["stage"]
     for name, p in engine.module.named_parameters():
         if stage == 3:
@@ -117,7 +108,6 @@ def _census(engine, cfg: dict) -> list[dict]:
             census.add(p.grad, f"module.{name}.grad")
     for name, b in engine.module.named_buffers():
         census.add(b, f"module_buffer.{name}")
-    census.walk(engine.optimizer, "opt")
     return list(census.seen.values())
 
 

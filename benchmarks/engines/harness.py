@@ -106,12 +106,13 @@ def fixture(name: str, ranks: list[dict]) -> dict:
 
 
 def _categories(case: Case, rank: dict) -> dict:
-    """Categories after backward, after the step, and at backward's peak (after backward plus the ZeRO-1/2
-    IPG buckets its last reduction freed, `ds_run._watch_ipg_release`)."""
+    """Categories at each census, and at backward's peak: ZeRO-1/2's census `at_release` (the IPG buckets and
+    the gradients alive at the end of backward, `ds_run._census_at_ipg_release`), else `after_backward`."""
     from benchmarks.engines.categories import categorise
 
-    out = {when: categorise(case, tensors) for when, tensors in rank["census"].items()}
-    out["backward_peak"] = categorise(case, rank["census"]["after_backward"] + rank.get("ipg_buffers_at_release", []))
+    census = rank["census"]
+    out = {when: categorise(case, tensors) for when, tensors in census.items()}
+    out["backward_peak"] = out.get("at_release", out["after_backward"])
     return out
 
 
@@ -122,6 +123,7 @@ def recategorise(out: Path) -> None:
         if "ranks" not in doc or doc["case"] not in CASES:
             continue
         for rank in doc["ranks"]:
+            rank.pop("ipg_buffers_at_release", None)  # an earlier fixture layout
             rank["categories"] = _categories(CASES[doc["case"]], rank)
         path.write_text(json.dumps(doc, indent=1) + "\n")
 
