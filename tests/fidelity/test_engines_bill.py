@@ -127,21 +127,38 @@ def test_deepspeed_optimizer_states(case, model_dirs, tmp_path):
         assert bill.phases["optimizer"].optimizer == held["master"] + held["optimizer"]
 
 
+def is_ipg_bucket(record: dict) -> bool:
+    """A storage reached through `ipg_buckets[dtype].buffer` (ZeRO-1's gradients can be views of it)."""
+    return any("ipg_buckets" in p for p in [record["path"], *record.get("aliases", [])])
+
+
 @pytest.mark.parametrize("case", DS_CASES)
 def test_deepspeed_reduce_buckets(case, model_dirs, tmp_path):
     """The IPG buckets at backward's peak: `reduce_bucket_size` 16-bit elements, twice with `overlap_comm` under
     ZeRO-1/2, once under ZeRO-3 (1 GB per rank at the default 5e8, whatever the model's size)."""
     doc, bill = ds_bill(case, model_dirs, tmp_path)
     buckets = [
-        sum(
-            t["bytes"]
-            for t in r["census"].get("at_release", r["census"]["after_backward"])
-            if "ipg_buckets" in t["path"]
-        )
+        sum(t["bytes"] for t in r["census"].get("at_release", r["census"]["after_backward"]) if is_ipg_bucket(t))
         for r in doc["ranks"]
     ]
     for held in buckets:
         assert getattr(bill, "buffers", {}).get("reduce buckets", 0) == held
+
+
+@pytest.mark.parametrize("case", DS_CASES)
+def test_deepspeed_device_buffers(case, model_dirs, tmp_path):
+    """Every communication or staging buffer the engine holds on the GPU at backward's peak is billed: the IPG
+    buckets, and with ZeRO-1/2 offload the one-largest-parameter `temp_grad_buffer_for_gpu_offload`
+    (`stage_1_and_2.py:659`). `Bill.buffers` minus the items billed elsewhere (the fp32 step gradient is a
+    step-time buffer, the unpartitioned parameters are weights)."""
+    doc, bill = ds_bill(case, model_dirs, tmp_path)
+    billed = sum(
+        v
+        for k, v in getattr(bill, "buffers", {}).items()
+        if k not in ("fp32 step gradient", "unpartitioned small parameters")
+    )
+    for held in engine(doc, "backward_peak"):
+        assert billed == held["buffers"]
 
 
 @pytest.mark.parametrize("case", [c for c in DS_CASES if "offload" not in c])
