@@ -38,7 +38,7 @@ from memdoc.core.billing.states import ModelStates, model_states
 from memdoc.core.billing.step_events import training_events
 from memdoc.core.billing.verdict import Fit, FitAnswer, bounded_fit, fit_answer
 from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
-from memdoc.core.engines.buffers import persistent_params, reduce_buckets, step_grad_bytes
+from memdoc.core.engines.buffers import add_engine_buffers, step_grad_bytes
 from memdoc.core.engines.host import host_items, nvme_items
 from memdoc.core.engines.layout import Engine, engine_layout
 from memdoc.core.model.gpu import GpuSpec, gpu_json
@@ -307,9 +307,7 @@ def _step_terms(
             bill["nvme"].update(nvme_items(plan, layout, partition, plain))
     elif layout.offload_optimizer:  # LoRA/QLoRA: the adapters' states and gradients, as the optimizer holds them
         bill["host"].update(optimizer=optim, gradients=grads)
-    persistent = persistent_params(model, plan, layout)
-    if persistent:
-        buffers["unpartitioned small parameters"] = persistent
+    persistent, buckets = add_engine_buffers(model, plan, layout, bill["buffers"], bill["host"])
     if layout.offload_optimizer:
         optim = grads = step_temp = 0
         notes.append(
@@ -321,9 +319,6 @@ def _step_terms(
             bill["host"]["weights"] = weights
         weights = 0
         notes.append("weights live on the host; each layer is fetched to the GPU when used (ZeRO-Infinity)")
-    buckets = reduce_buckets(plan, layout, model.hidden_size)
-    if buckets:
-        buffers["reduce buckets"] = buckets
     grad_gather = 2 * states.largest_layer_params * layout.reduce_bits // 8 if layout.shards_gradients else 0
     # Gradient accumulation: micro-batches 2..N run forward and backward with the gradients of the
     # earlier ones resident (AccumulateGrad adds into `.grad` in place). The step's peak is that of

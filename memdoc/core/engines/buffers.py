@@ -55,22 +55,29 @@ def reduce_buckets(plan: TrainingPlan, layout: EngineLayout, hidden_size: int) -
 
 def persistent_params(model: ModelSpec, plan: TrainingPlan, layout: EngineLayout) -> int:
     """Bytes of ZeRO-3's unpartitioned small parameters on each GPU beside the partition (which counts them
-    too): every parameter tensor of at most the persistence threshold, held whole (module docstring)."""
+    too): every parameter tensor of at most the persistence threshold, held whole (module docstring) — each
+    linear weight and bias, each norm (a tensor of at most `hidden_size` elements: the norms of a layer are all
+    in when `hidden_size` is, which HF's "auto" 10 × hidden always makes so), the embedding and LM head (a tiny
+    vocabulary's 64,000 elements are under DeepSpeed's default 1e5), and the final norm. Checked against the
+    engine's tensors on the CPU (`tests/fidelity/test_engines_bill.py`)."""
     if layout.engine is not Engine.ZERO3:
         return 0
     threshold = auto_persistence_threshold(plan, model.hidden_size)
     small = 0
+    norms_small = model.hidden_size <= threshold
     for _, layer, count in model.layer_groups:  # per layout, not per layer: a million layers cost nothing
         numels = [linear.out_features * linear.in_features for linear in layer.linears]
-        numels += [linear.out_features for linear in layer.linears if linear.bias] + [layer.norm_params]
-        small += count * sum(n for n in numels if n <= threshold)
+        numels += [linear.out_features for linear in layer.linears if linear.bias]
+        small += count * (sum(n for n in numels if n <= threshold) + (layer.norm_params if norms_small else 0))
+    for tensor in (model.params.embedding, model.params.head):
+        small += tensor if 0 < tensor <= threshold else 0
     other = (
         model.params.total
         - model.params.embedding
         - model.params.head
         - sum(count * (layer.params() + layer.norm_params) for _, layer, count in model.layer_groups)
     )
-    small += other if 0 < other <= threshold else 0
+    small += other if 0 < other and (other <= threshold or norms_small) else 0
     return small * layout.weight_bits // 8
 
 
@@ -84,3 +91,37 @@ def step_grad_bytes(plan: TrainingPlan, layout: EngineLayout, partition_params: 
     if layout.engine is Engine.ZERO3:
         numel = min(numel, plan.sub_group_size) if plan.sub_group_size else numel
     return numel * layout.step_grad_bits // 8
+
+
+def offload_staging_bytes(model: ModelSpec, plan: TrainingPlan, layout: EngineLayout) -> int:
+    """ZeRO-1/2 with the optimizer offloaded stage gradients through two buffers of the largest parameter tensor
+    in 16 bits, one on the GPU and one pinned on the host (deepspeed 0.19.8 `stage_1_and_2.py`
+    `temp_grad_buffer_for_gpu_offload` and `temp_grad_buffer_for_cpu_offload`, sized by
+    `largest_param_numel`): the bytes of each. Full fine-tuning only (with LoRA the largest trainable tensor is an
+    adapter's: negligible). Measured on the CPU: the tiny models' 64,000-element embedding, 128,000 bytes each."""
+    if layout.engine not in (Engine.ZERO1, Engine.ZERO2) or not layout.offload_optimizer or plan.is_peft:
+        return 0
+    linears = (
+        linear.out_features * linear.in_features for _, layer, _ in model.layer_groups for linear in layer.linears
+    )
+    largest = max(model.params.embedding, model.params.head, *linears)
+    return largest * layout.weight_bits // 8
+
+
+def add_engine_buffers(
+    model: ModelSpec, plan: TrainingPlan, layout: EngineLayout, buffers: dict[str, int], host: dict[str, int]
+) -> tuple[int, int]:
+    """The engine's buffers on each GPU by name into `buffers`, and the pinned host half of ZeRO-1/2's offload
+    staging into `host`; returns (unpartitioned small parameters, reduce buckets), which the bill's step counts
+    as weights and as a buffer."""
+    staging = offload_staging_bytes(model, plan, layout)
+    if staging:
+        buffers["offload gradient staging"] = staging
+        host["buffers"] = host.get("buffers", 0) + staging
+    persistent = persistent_params(model, plan, layout)
+    if persistent:
+        buffers["unpartitioned small parameters"] = persistent
+    buckets = reduce_buckets(plan, layout, model.hidden_size)
+    if buckets:
+        buffers["reduce buckets"] = buckets
+    return persistent, buckets

@@ -87,9 +87,11 @@ def test_off_gpu_fraction_of_optimizer_offload_by_hand():
     plan = parse_plan(offload="optimizer")
     bill = compute_bill(MODEL, plan, resolve_gpu("rtx-4090"))
     # issue 28: DeepSpeed ZeRO-Offload's host holds 18 bytes per parameter (fp32 master 4, exp_avg + exp_avg_sq 8,
-    # fp32 gradient partition 4, the pinned 16-bit copy-back buffer 2: stage_1_and_2.py); bf16 weights (2) stay
-    assert bill.host_bytes == 18 * MODEL.params.total
-    assert off_gpu_fraction(bill) == pytest.approx(18 / 20)
+    # fp32 gradient partition 4, the pinned 16-bit copy-back buffer 2: stage_1_and_2.py), plus the pinned staging
+    # buffer of the largest tensor in 16 bits (`temp_grad_buffer_for_cpu_offload`: the 128,256 × 4,096 embedding,
+    # measured on the CPU, tests/fidelity/test_engines_bill.py); bf16 weights (2) stay
+    assert bill.host_bytes == 18 * MODEL.params.total + 2 * 128_256 * 4_096
+    assert off_gpu_fraction(bill) == pytest.approx(18 / 20, rel=0.01)
     assert heavy_offload(bill)
 
 
