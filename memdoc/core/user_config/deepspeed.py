@@ -50,6 +50,16 @@ config leaves out (`deepspeed/runtime/zero/config.py` `DeepSpeedZeroConfig`); "a
 which fills reduce_bucket_size, stage3_prefetch_bucket_size and stage3_param_persistence_threshold from the
 hidden size (the plan's None)."""
 
+STAGE3_ONLY = frozenset(
+    {
+        "stage3_prefetch_bucket_size",
+        "stage3_param_persistence_threshold",
+        "stage3_max_live_parameters",
+        "sub_group_size",
+    }
+)
+"""Bucket knobs that only ZeRO-3 reads (`deepspeed/runtime/zero/stage3.py`)."""
+
 DS_KEYS = frozenset(
     {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size", "zero_allow_untested_optimizer"}
 )
@@ -93,6 +103,8 @@ def _buckets(doc: SourceDoc, zero: dict, reading: ConfigReading) -> None:
     config's number, None for "auto", DeepSpeed's default when absent (overlap_comm: true under ZeRO-3 only,
     `DeepSpeedZeroConfig.overlap_comm_valid`)."""
     for key, default in BUCKET_DEFAULTS.items():
+        if key not in zero and zero.get("stage") != 3 and key in STAGE3_ONLY:
+            continue  # only ZeRO-3 reads it: the plan keeps its default (what emit writes back for ZeRO-3)
         where = f"zero_optimization.{key}"
         value = zero.get(key, default)
         if value == "auto":

@@ -70,9 +70,10 @@ def test_search_is_never_slower_than_the_ladder(model_id, gpu_name, flags):
 
 BRUTE_FORCE = [
     # (model, GPU, plan flags, methods searched, host RAM GiB): the second is full fine-tuning on a 4 GiB card,
-    # where only offloaded plans fit and the host-RAM limit rules out the weight offload's 3.7 GiB.
+    # where only offloaded plans fit and the host-RAM limit rules out the weight offload: 9.2 GiB on the host
+    # against 8.5 GiB for the optimizer's alone (DeepSpeed's 18 bytes/param + the weights' 16-bit copy, issue 28).
     ("Qwen/Qwen2.5-0.5B", "8", {}, tuple(Method), None),
-    ("Qwen/Qwen2.5-0.5B", "4", {"method": "full"}, (Method.FULL,), 3),
+    ("Qwen/Qwen2.5-0.5B", "4", {"method": "full"}, (Method.FULL,), 9),
 ]
 
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import FIXTURES
 
 from memdoc.core.model.stack import Stack
-from memdoc.core.user_config.deepspeed import BUCKETS, read_deepspeed
+from memdoc.core.user_config.deepspeed import BUCKETS, STAGE3_ONLY, read_deepspeed
 from memdoc.errors import ConfigError
 from memdoc.resolve.user_config import load_source
 
@@ -66,7 +66,9 @@ def test_read_as_deepspeed_parses_it(name):
     # issue 28: the bucket knobs are billed now: each plan value is what DeepSpeed's own parser made of the key
     # (its default when absent), None where transformers fills "auto"; only the reuse distance is not billed
     for key, attribute in KNOBS.items():
-        if raw["zero_optimization"].get(key) == "auto":
+        if key in STAGE3_ONLY and key not in raw["zero_optimization"] and int(zero.stage) != 3:
+            assert key not in reading.plan  # a knob only ZeRO-3 reads: the plan keeps its own default
+        elif raw["zero_optimization"].get(key) == "auto":
             assert reading.plan[key] is None
         else:
             assert reading.plan[key] == getattr(zero, attribute), key
