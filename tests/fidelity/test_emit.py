@@ -21,7 +21,7 @@ from conftest import ROOT
 from conftest import invoke as run
 
 from memdoc.core.billing.bill import compute_bill
-from memdoc.core.emit import EmitContext, emit
+from memdoc.core.emit.dispatch import EmitContext, emit
 from memdoc.core.model.gpu import resolve_gpu
 from memdoc.core.model.plan import parse_plan
 from memdoc.core.model.plan_checks import check_plan_against_model
@@ -308,7 +308,7 @@ def test_unmappable_knobs_become_notes(fmt):
     ctx = _ctx(checkpointing="selective", precision="fp16")
     out = emit(fmt, ctx)
     assert any("selective" in n for n in out.notes)
-    from memdoc.core.emit import render_main
+    from memdoc.core.emit.dispatch import render_main
 
     header = [line for line in render_main(ctx, out).splitlines() if line.startswith("#")]
     assert any("selective" in line for line in header)
@@ -446,3 +446,18 @@ def test_lora_under_amp_loads_the_frozen_base_in_the_compute_dtype():
 def test_pure_bf16_lora_says_the_trainer_autocasts():
     notes = " ".join(emit("trl", _ctx(method="lora", precision="bf16")).notes)
     assert "autocast" in notes and "--precision amp-bf16" in notes
+
+
+def test_every_format_has_one_emitter_and_bill_starts_without_them():
+    """`memdoc.core.emit.FORMATS` (names, default files) and `dispatch.EMITTERS` name the same formats; importing
+    the CLI for `bill` loads no emitter (the formats' names are all the --format choice needs)."""
+    import subprocess
+    import sys
+
+    from memdoc.core.emit import FORMATS as NAMES
+    from memdoc.core.emit.dispatch import EMITTERS
+
+    assert tuple(EMITTERS) == NAMES
+    code = "import sys, memdoc.cli; print(sorted(m for m in sys.modules if m.startswith('memdoc.core.emit.')))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"

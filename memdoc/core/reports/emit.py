@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from memdoc.core.billing.bill import Bill, compute_bill
-from memdoc.core.emit import DEFAULT_FILENAMES, EmitContext, emit, render_main, render_side
+from memdoc.core.emit import DEFAULT_FILENAMES
+from memdoc.core.emit.dispatch import EmitContext, emit, render_main, render_side
 from memdoc.core.model.gpu import GpuSpec, gpu_json
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan, flag_for

@@ -10,7 +10,7 @@ import yaml
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from memdoc.core.emit import EmitContext, emit
+from memdoc.core.emit.dispatch import EmitContext, emit
 from memdoc.core.model.plan import TrainingPlan
 from memdoc.core.user_config.reading import SourceDoc
 from memdoc.errors import PlanError
