@@ -7,7 +7,8 @@ torch_dtype=torch.bfloat16)`, a printed `TrainingArguments(… gradient_checkpoi
 engine always does it: vLLM runs every forward under `torch.inference_mode()` (vLLM
 `vllm/worker/model_runner.py` and `vllm/v1/worker/gpu_model_runner.py`: `execute_model` is
 decorated `@torch.inference_mode()`), and a traceback through DeepSpeed's
-`runtime/zero/stage3.py` is already ZeRO-3.
+`runtime/zero/stage3.py` is already ZeRO-3. A fix for one engine does not apply to a traceback through the
+other: the ZeRO-3 save setting under FSDP, FSDP's state-dict type under DeepSpeed (`_ENGINE_ONLY`).
 
 Pure: regular expressions over text.
 """
@@ -57,6 +58,16 @@ _SEEN: tuple[tuple[tuple[str, ...], re.Pattern[str], str], ...] = (
     ),
 )
 
+_DEEPSPEED = re.compile(r"/deepspeed/|\bdeepspeed\.runtime\b|DeepSpeedEngine")
+_FSDP = re.compile(
+    r"/torch/distributed/fsdp/|FullyShardedDataParallel|\bfully_shard\b|/accelerate/utils/fsdp_utils\.py"
+)
+_ENGINE_ONLY: tuple[tuple[str, re.Pattern[str], re.Pattern[str], str], ...] = (
+    ("save-zero3-sharded", _FSDP, _DEEPSPEED, "the traceback is FSDP's, not DeepSpeed's: a ZeRO-3 setting"),
+    ("save-fsdp-sharded", _DEEPSPEED, _FSDP, "the traceback is DeepSpeed's, not FSDP's: an FSDP setting"),
+)
+"""(prescription id, the engine the traceback shows, the engine the fix is for, why it does not apply)."""
+
 _VLLM = re.compile(r"/vllm/|\bvllm\.(?:engine|v1|worker|entrypoints)\b")
 
 
@@ -67,6 +78,9 @@ def already_done(log_text: str | None, event: OomEvent | None = None) -> dict[st
     for ids, pattern, evidence in _SEEN:
         if pattern.search(text):
             done |= dict.fromkeys(ids, evidence)
+    for pid, shown, needed, evidence in _ENGINE_ONLY:
+        if shown.search(text) and not needed.search(text):
+            done[pid] = f"does not apply: {evidence}"
     if (event is not None and event.format == "vllm-kv-cache") or _VLLM.search(text):
         done["infer-no-grad"] = (
             "vLLM always runs the model under torch.inference_mode() (vllm/v1/worker/gpu_model_runner.py "

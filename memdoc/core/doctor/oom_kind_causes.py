@@ -1,11 +1,15 @@
-"""The cause a host-RAM kill or an NCCL out-of-memory states by itself, before any figure is read.
+"""The cause a host-RAM kill, an NCCL out-of-memory or a failed CUDA context states by itself, before any
+figure is read.
 
-`kind_causes(event)` returns, for a `host-oom` or `nccl-oom` event (`memdoc.core.doctor.oom_kinds`), one
-`Cause` with the evidence the message gives; `()` for the CUDA and vLLM kinds, whose figures
+`kind_causes(event, log_text)` returns, for a `host-oom` or `nccl-oom` event (`memdoc.core.doctor.oom_kinds`),
+or a size-less `cuda-error` raised while the process creates its CUDA context (`torch.cuda.set_device`,
+`_lazy_init`), one `Cause` with the evidence the message gives; `()` for the other kinds, whose figures
 `oom_causes.read_causes` reads. `infer_symptom` puts these first. Pure logic: no torch.
 """
 
 from __future__ import annotations
+
+import re
 
 from memdoc.core.doctor.oom_causes import Cause
 from memdoc.core.doctor.oom_event import OomEvent
@@ -60,10 +64,34 @@ def _nccl(event: OomEvent) -> Cause:
     )
 
 
-def kind_causes(event: OomEvent | None) -> tuple[Cause, ...]:
-    """The cause `event`'s kind states (host RAM, NCCL buffers), or () for the other kinds."""
+_CONTEXT = re.compile(r"\bset_device\b|_cuda_setDevice|\b_lazy_init\b|cudaSetDevice")
+"""Frames of CUDA context creation (torch 2.13 `torch/cuda/__init__.py` `set_device`, `_lazy_init`)."""
+
+
+def _context(event: OomEvent) -> Cause:
+    return Cause(
+        id="card-full-at-start",
+        title="The card was already full when this process created its CUDA context",
+        evidence=(
+            "CUDA error: out of memory while creating the CUDA context (torch.cuda.set_device): the context alone "
+            "takes a few hundred MiB, so something else already holds the card"
+        ),
+        fix=(
+            "Check nvidia-smi for other processes on the card; give every rank its own GPU: "
+            "torch.cuda.set_device(local_rank) before any CUDA call (or CUDA_VISIBLE_DEVICES), so that no rank "
+            "creates a second context on GPU 0"
+        ),
+        prescriptions=("rank-set-device-first",),
+    )
+
+
+def kind_causes(event: OomEvent | None, log_text: str = "") -> tuple[Cause, ...]:
+    """The cause `event`'s kind states (host RAM, NCCL buffers, a CUDA context that could not be created), or ()
+    for the other kinds."""
     if event is None:
         return ()
+    if event.kind == "cuda-error" and not event.has_sizes and _CONTEXT.search(log_text):
+        return (_context(event),)
     if event.kind == "host-oom":
         return (_host(event),)
     if event.kind == "nccl-oom":

@@ -216,7 +216,7 @@ def infer_symptom(event: OomEvent | None, log_text: str = "") -> SymptomGuess:
     phase, decided_by = _phase(event, frames, log_text, reasons)
     reading = read_causes(event, log_text)
     unknowns.extend(reading.unknowns)
-    causes = kind_causes(event) + reading.causes
+    causes = kind_causes(event, log_text) + reading.causes
     fragmentation = any(c.id == "fragmentation" for c in reading.causes)
     _note_frames(event, frames, phase, decided_by, reasons, unknowns)
     step = _step(event, log_text, reasons)

@@ -196,3 +196,57 @@ def test_every_corpus_oom_leads_with_its_first_causes_fix():
             assert d.rows[0].source == f"cause:{d.causes[0].id}", entry["source"]
             led += 1
     assert led >= 5  # the corpus has caps, other processes, fragmentation, vLLM refusals, shape bugs
+
+
+# Every log in tests/fixtures/oom-logs (doc-kinds' and these): what an engineer reading it concludes.
+# (kind, phase, symptom, the top cause, the first prescription)
+EVERY_LOG = {
+    "cuda-error-set-device": ("cuda-error", "startup", "startup-oom", "card-full-at-start", "rank-set-device-first"),
+    "eval-prediction-step": ("cuda-oom", "eval", "eval-oom", "tensors-fill-the-card", "eval-argmax-logits"),
+    "first-step-backward": ("cuda-oom", "backward", "startup-oom", "tensors-fill-the-card", "startup-load-bf16"),
+    "fragmentation-mid-run": ("cuda-oom", "forward", "mid-run-oom", "fragmentation", "midrun-expandable-segments"),
+    "generate-sample": ("cuda-oom", "generate", "inference-oom", "tensors-fill-the-card", "infer-no-grad"),
+    "hf-deepspeed-zero3-step0": ("cuda-oom", "backward", "startup-oom", "fragmentation", "midrun-expandable-segments"),
+    "hf-eval-logits": ("cuda-oom", "eval", "eval-oom", "tensors-fill-the-card", "eval-argmax-logits"),
+    "host-dataloader-worker": ("host-oom", "training-step", "host-oom", "host-ram", "fix-host-ram"),
+    "host-elastic-sigkill": ("host-oom", "startup", "host-oom", "host-ram", "fix-host-ram"),
+    "host-kernel-oom-killer": ("host-oom", None, "host-oom", "host-ram", "fix-host-ram"),
+    "host-shell-killed": ("host-oom", None, "host-oom", "host-ram", "fix-host-ram"),
+    "load-from-pretrained": ("cuda-oom", "startup", "startup-oom", "tensors-fill-the-card", "startup-load-bf16"),
+    "nccl-cuda-failure": ("nccl-oom", None, "nccl-oom", "nccl-buffers", "fix-nccl-buffers"),
+    "other-process-load-bf16": ("cuda-oom", "startup", "startup-oom", "other-processes", "fix-other-processes"),
+    "rank0-heavier": ("cuda-oom", "training-step", "rank-imbalance", "tensors-fill-the-card", "rank-set-device-first"),
+    "save-fsdp-full-state-dict": ("cuda-oom", "save", "save-oom", "tensors-fill-the-card", "save-fsdp-sharded"),
+    "save-zero3-gather": ("cuda-oom", "save", "save-oom", "fragmentation", "midrun-expandable-segments"),
+    "step-n-logits": ("cuda-oom", "loss", "long-sample-oom", "tensors-fill-the-card", "long-cap-length"),
+    "vllm-kv-cache": ("vllm-kv", "generate", "inference-oom", "vllm-kv-cache", "infer-limit-context"),
+}
+
+
+def fixture_log(name: str) -> str:
+    """A log of tests/fixtures/oom-logs without its header: the `#` lines citing the sources, then `# ---` or a
+    blank line."""
+    lines = (LOGS / f"{name}.log").read_text(encoding="utf-8").splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if not line.startswith("#"))
+    return "".join(lines[start + (not lines[start].strip()) :])
+
+
+def test_every_fixture_log_is_in_the_table():
+    assert sorted(EVERY_LOG) == sorted(p.stem for p in LOGS.glob("*.log"))
+
+
+@pytest.mark.parametrize("name", sorted(EVERY_LOG))
+def test_every_kind_of_oom_gets_its_cause_and_first_fix(name, tmp_path):
+    kind, phase, symptom, cause, first = EVERY_LOG[name]
+    d = diagnose_oom(fixture_log(name))
+    assert (d.kind, d.phase, d.symptom.id) == (kind, phase, symptom)
+    assert d.causes[0].id == cause
+    assert d.rows[0].prescription.id == first
+    # prescribe --log gives the same answer as the library
+    path = tmp_path / "train.log"
+    path.write_text(fixture_log(name), encoding="utf-8")
+    res = invoke("prescribe", "--log", str(path), "--json")
+    assert res.exit_code == 0, res.output
+    cli = json.loads(res.stdout)
+    assert (cli["symptom"], cli["diagnosis"]["kind"], cli["diagnosis"]["phase"]) == (symptom, kind, phase)
+    assert cli["diagnosis"]["causes"][0]["id"] == cause and cli["prescriptions"][0]["id"] == first
