@@ -189,7 +189,7 @@ def _trace_once(config: dict, plan: TrainingPlan, layers: int | None) -> tuple[d
     from memdoc.probe.memtrack import masks_as_in_eager_execution, snapshot_items
 
     notes: list[str] = []
-    fsdp = plan.shard in (Shard.FSDP, Shard.ZERO3)
+    fsdp = plan.shard.shards_weights
     vocab = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size") or 32000
     pg = _fake_process_group(plan.world_size) if fsdp else contextlib.nullcontext()
     with pg:

@@ -49,7 +49,10 @@ def _round_trip(tmp_path: Path, model: str, plan: dict, fmt: str) -> tuple[dict,
         extra |= {k: plan[k] for k in HF_ONLY_FLAGS if k in plan}
     model_arg = [model] if fmt == "hf" else []  # the other formats name the model
     from_files = _json(invoke("bill", *model_arg, *configs, "--gpu", GPU, *_flags(extra), "--json", "--no-ladder"))
-    direct = _json(invoke("bill", model, "--gpu", GPU, *_flags(plan), "--json", "--no-ladder"))
+    # Axolotl refuses rank-0-only loading for 4-bit FSDP: its YAML says cpu_ram_efficient_loading false
+    fsdp = plan.get("shard") in ("fsdp", "fsdp2")
+    quirk = ["--no-low-mem-load"] if fmt == "axolotl" and plan.get("method") == "qlora" and fsdp else []
+    direct = _json(invoke("bill", model, "--gpu", GPU, *_flags(plan), *quirk, "--json", "--no-ladder"))
     return direct, from_files
 
 

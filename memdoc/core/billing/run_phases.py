@@ -185,7 +185,7 @@ def load_part(bill: Bill) -> RunPart:
             rank0_host_bytes=full,
             how="zero.Init: partitions built in place, one module gathered at a time; the checkpoint on rank 0's CPU",
         )
-    if plan.shard is Shard.FSDP:
+    if plan.shard.is_fsdp:
         unit = round(_largest_layer_params(model) * _bytes_per_param(bill))
         return RunPart(
             name="load",
@@ -310,7 +310,7 @@ def save_part(bill: Bill) -> RunPart:
         full = 2 * model.params.total if plan.method is not Method.QLORA else states.weights
         how = "ZeRO-3 gathers the 16-bit model module by module onto rank 0's CPU"
         return RunPart(name="save", gpu_bytes=resident + unit, host_bytes=opt_storage, rank0_host_bytes=full, how=how)
-    if plan.shard is Shard.FSDP and save_gathers(plan):
+    if plan.shard.is_fsdp and save_gathers(plan):
         unit = round(_largest_layer_params(model) * _bytes_per_param(bill))
         how = "FSDP FULL_STATE_DICT: the full model" + (" and optimizer states" if optimizer else "")
         return RunPart(
@@ -322,7 +322,7 @@ def save_part(bill: Bill) -> RunPart:
         )
     if plan.shard.shards_weights:
         shard = _sharded(states.weights + optimizer, world)
-        how = "each rank writes its own shard" + ("" if plan.shard is Shard.FSDP else " (no 16-bit gathering)")
+        how = "each rank writes its own shard" + ("" if plan.shard.is_fsdp else " (no 16-bit gathering)")
         return RunPart(name="save", gpu_bytes=resident, host_bytes=max(shard, opt_storage), how=how)
     return RunPart(
         name="save",

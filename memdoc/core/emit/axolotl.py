@@ -73,14 +73,19 @@ def _fsdp(plan, notes: list[str]) -> dict:
         )
     if offload and plan.offload_to is OffloadTarget.NVME:
         notes.append("FSDP offloads to CPU memory only: --offload-to nvme emitted as cpu")
+    if plan.method is Method.QLORA and plan.low_mem_load:
+        notes.append(
+            "cpu_ram_efficient_loading: false: Axolotl refuses rank-0-only loading with 4-bit FSDP, so every rank "
+            "reads the checkpoint (bill it with --no-low-mem-load)"
+        )
     return {
         "fsdp_version": 2,
         "fsdp_config": {
             "offload_params": offload,
             # FSDP2 + bitsandbytes 4-bit deadlocks with rank-0-only loading (Axolotl refuses it).
-            "cpu_ram_efficient_loading": plan.method is not Method.QLORA,
+            "cpu_ram_efficient_loading": plan.method is not Method.QLORA and plan.low_mem_load,
             "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-            "state_dict_type": "SHARDED_STATE_DICT",
+            "state_dict_type": "FULL_STATE_DICT" if plan.save_gather else "SHARDED_STATE_DICT",
             "reshard_after_forward": True,
             "activation_checkpointing": False,
         },

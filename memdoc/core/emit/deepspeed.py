@@ -85,7 +85,8 @@ def deepspeed_config(ctx: EmitContext, notes: list[str]) -> dict:
     stage = _zero_stage(plan, notes)
     zero: dict = {"stage": stage}
     if stage == 3:
-        zero["stage3_gather_16bit_weights_on_model_save"] = True
+        # the save gathers the 16-bit model on rank 0 unless the plan says not to (`run_phases.save_gathers`)
+        zero["stage3_gather_16bit_weights_on_model_save"] = plan.save_gather is not False
     if plan.offload is not Offload.NONE:
         zero.update(_offload_keys(plan, stage, notes))
     zero.update(bucket_keys(plan, stage))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from memdoc.core.model.stack import Stack
 from memdoc.core.user_config.deepspeed import SHARDS, reference
-from memdoc.core.user_config.fsdp import read_fsdp
+from memdoc.core.user_config.fsdp import fsdp_option, read_fsdp
 from memdoc.core.user_config.reading import ConfigReading, SourceDoc
 from memdoc.core.user_config.values import fail, get_choice, get_int, get_mapping, get_str
 
@@ -83,6 +83,9 @@ def _fsdp(doc: SourceDoc, reading: ConfigReading) -> None:
     read_fsdp(reading, doc, "distributed_type", [], config)
     if version not in (1, 2, "1", "2"):
         raise fail(doc, "fsdp_config.fsdp_version", f"must be 1 or 2, got {version!r}")
+    if str(version) == "1" and fsdp_option(config, "state_dict_type")[1] is None:
+        # accelerate/utils/dataclasses.py `set_state_dict_type`: FSDP1's default is FULL_STATE_DICT
+        reading.plan["save_gather"] = True
 
 
 def _deepspeed(doc: SourceDoc, reading: ConfigReading) -> None:

@@ -91,6 +91,7 @@ def read_deepspeed(doc: SourceDoc, stack: Stack) -> ConfigReading:
         )
     if "zero_optimization" in doc.data:
         _buckets(doc, zero, reading)
+    _save_gather(doc, zero, reading)
     for key, what in BUCKETS.items():
         if key in zero:
             reading.skip(doc, f"zero_optimization.{key}", f"sizes {what}: not billed")
@@ -119,6 +120,20 @@ def _buckets(doc: SourceDoc, zero: dict, reading: ConfigReading) -> None:
         where = f"zero_optimization.{key}"
         value = get_bool(doc, key, zero, where=where) if zero.get(key) is not None else default
         _knob(reading, doc, zero, key, value)
+
+
+def _save_gather(doc: SourceDoc, zero: dict, reading: ConfigReading) -> None:
+    """ZeRO-3's `stage3_gather_16bit_weights_on_model_save` (DeepSpeedZeroConfig's default False; the old
+    spelling `stage3_gather_fp16_weights_on_model_save`) -> `save_gather`: True is the plan's default for ZeRO-3
+    (None, what memdoc emits), False: each rank saves its own partition."""
+    if zero.get("stage") != 3:
+        return
+    for key in ("stage3_gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save"):
+        if key in zero:
+            where = f"zero_optimization.{key}"
+            reading.set(doc, where, "save_gather", None if get_bool(doc, key, zero, where=where) else False)
+            return
+    reading.plan["save_gather"] = False
 
 
 def _knob(reading: ConfigReading, doc: SourceDoc, zero: dict, key: str, value) -> None:

@@ -111,3 +111,24 @@ def read_fsdp(
     option, value = fsdp_option(config, "activation_checkpointing")
     if value is not None and get_bool(doc, option, config, where=f"{config_key}.{option}"):
         reading.set(doc, config_key, "checkpointing", "full")
+    _save_and_load(reading, doc, config, config_key)
+
+
+def _save_and_load(reading: ConfigReading, doc: SourceDoc, config: dict, config_key: str) -> None:
+    """`state_dict_type` -> whether the save gathers the full model on rank 0 (FULL_STATE_DICT: `save_gather`;
+    SHARDED/LOCAL: each rank its shard, the plan's default None), and `cpu_ram_efficient_loading` ->
+    `low_mem_load` (accelerate/utils/dataclasses.py `FullyShardedDataParallelPlugin`)."""
+    option, value = fsdp_option(config, "state_dict_type")
+    if value is not None:
+        kind = str(value).upper().rsplit(".", 1)[-1]
+        if kind not in ("FULL_STATE_DICT", "SHARDED_STATE_DICT", "LOCAL_STATE_DICT"):
+            raise fail(
+                doc,
+                f"{config_key}.{option}",
+                f"must be FULL_STATE_DICT, SHARDED_STATE_DICT or LOCAL_STATE_DICT, got {value!r}",
+            )
+        if kind == "FULL_STATE_DICT":  # sharded is the plan's default (None)
+            reading.set(doc, config_key, "save_gather", True)
+    option, value = fsdp_option(config, "cpu_ram_efficient_loading")
+    if value is not None and not get_bool(doc, option, config, where=f"{config_key}.{option}"):
+        reading.set(doc, config_key, "low_mem_load", False)  # True is the plan's default

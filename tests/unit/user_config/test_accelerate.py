@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 from conftest import FIXTURES
 
 from memdoc.core.model.stack import Stack
@@ -67,3 +68,37 @@ def test_bad_values_name_file_line_and_key(tmp_path, text, message):
     with pytest.raises(ConfigError) as err:
         read_accelerate(load_source(path), Stack())
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("state_dict_type", "gathers"), [("FULL_STATE_DICT", True), ("SHARDED_STATE_DICT", False), (None, False)]
+)
+def test_fsdp_state_dict_type_says_whether_the_save_gathers(tmp_path, state_dict_type, gathers):
+    """`fsdp_state_dict_type` FULL_STATE_DICT gathers the model on rank 0 at save; SHARDED does not (memdoc's
+    emitted default); `fsdp_cpu_ram_efficient_loading: false` loads on every rank."""
+    from memdoc.core.billing.run_phases import save_gathers
+    from memdoc.core.model.plan import parse_plan
+
+    fsdp = {"fsdp_version": 2, "fsdp_cpu_ram_efficient_loading": False}
+    if state_dict_type:
+        fsdp["fsdp_state_dict_type"] = state_dict_type
+    path = tmp_path / "accelerate.yaml"
+    path.write_text(yaml.safe_dump({"distributed_type": "FSDP", "num_processes": 2, "fsdp_config": fsdp}))
+    reading = read_accelerate(load_source(path), Stack())
+    assert reading.plan["low_mem_load"] is False
+    plan = parse_plan(shard=reading.plan["shard"], gpus=2, save_gather=reading.plan.get("save_gather"))
+    assert save_gathers(plan) is gathers
+
+
+def test_fsdp1_without_a_state_dict_type_saves_the_full_model(tmp_path):
+    """accelerate's FSDP1 default is FULL_STATE_DICT (`FullyShardedDataParallelPlugin.set_state_dict_type`)."""
+    from accelerate.utils import FullyShardedDataParallelPlugin
+
+    from memdoc.core.billing.run_phases import save_gathers
+    from memdoc.core.model.plan import parse_plan
+
+    assert FullyShardedDataParallelPlugin(fsdp_version=1).state_dict_type.name == "FULL_STATE_DICT"
+    path = tmp_path / "accelerate.yaml"
+    path.write_text(yaml.safe_dump({"distributed_type": "FSDP", "num_processes": 2, "fsdp_config": {}}))
+    reading = read_accelerate(load_source(path), Stack())
+    assert save_gathers(parse_plan(shard=reading.plan["shard"], gpus=2, save_gather=reading.plan["save_gather"]))

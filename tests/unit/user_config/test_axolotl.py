@@ -256,6 +256,8 @@ def expected_back(plan: TrainingPlan) -> dict:
         out["shard"] = "fsdp"
         if plan.offload.value != "none":  # FSDP offloads weights, gradients and states together
             out["offload"] = "optimizer+params"
+        if plan.method.value == "qlora":  # FSDP2 + 4-bit loads on every rank (Axolotl refuses rank-0-only)
+            out["low_mem_load"] = False
     return out
 
 

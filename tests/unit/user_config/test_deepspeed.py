@@ -108,3 +108,25 @@ def test_bad_values_name_file_line_and_key(tmp_path, text, message):
     with pytest.raises(ConfigError) as err:
         read_deepspeed(load_source(path), Stack())
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"stage3_gather_16bit_weights_on_model_save": True},
+        {"stage3_gather_16bit_weights_on_model_save": False},
+        {"stage3_gather_fp16_weights_on_model_save": True},
+    ],
+)
+def test_zero3_save_gathers_exactly_when_deepspeed_does(tmp_path, extra):
+    """The save gathers the 16-bit model on rank 0 when DeepSpeed's own parse says so (its default: not)."""
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"zero_optimization": {"stage": 3, **extra}}))
+    gathers = _zero(path).gather_16bit_weights_on_model_save
+    reading = read_deepspeed(load_source(path), Stack())
+    from memdoc.core.billing.run_phases import save_gathers
+    from memdoc.core.model.plan import parse_plan
+
+    plan = parse_plan(shard="zero3", gpus=2, save_gather=reading.plan.get("save_gather"))
+    assert save_gathers(plan) is gathers
