@@ -288,3 +288,15 @@ def test_plan_has_help_with_examples_and_imports_no_torch():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["plans"]
+
+
+def test_plan_never_offers_a_zero3_layout_the_engine_cannot_hold():
+    """Issue 28's case: Llama-3.1-70B full fine-tuning on 8 × H100. DeepSpeed's ZeRO-3 in bf16 holds 16 bytes per
+    parameter (bf16 weights and gradients, fp32 master, exp_avg and exp_avg_sq: measured on the CPU,
+    tests/fidelity/test_engines_bill.py), 70,553,706,496 × 16 / 8 GPUs = 141 GB per GPU, over an 80 GB card: every
+    plan that fits must offload (the old 8-bytes-per-parameter layout ranked an unoffloaded one first)."""
+    model, gpu = resolve_model("meta-llama/Llama-3.1-70B"), resolve_gpu("h100-sxm")
+    assert model.params.total == 70_553_706_496 and model.params.total * 16 / 8 > gpu.memory_bytes
+    base = parse_plan(method="full", gpus=8)
+    found = search(model, base, gpu, top=5, fixed=frozenset({"method"}), host_ram_bytes=2048 * 1024**3)
+    assert found and all(c.plan.offload is not Offload.NONE for c in found)
