@@ -1,12 +1,11 @@
 """`memdoc diagnose`: measure a training step — a dry run of a model, or the user's own script."""
 
 from enum import Enum
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from memdoc.commands.options import JsonOpt, PlanFlags, PrefillChunkOpt, plan_options, print_setup_notes
+from memdoc.commands.options import ForceOpt, JsonOpt, PlanFlags, PrefillChunkOpt, plan_options, print_setup_notes
 
 EXAMPLES = """
 Examples:
@@ -69,11 +68,12 @@ TimeoutOpt = Annotated[
     typer.Option("--timeout", min=0, help="Stop the script after this many seconds (0 = never).", rich_help_panel=RUN),
 ]
 SnapshotOpt = Annotated[
-    Optional[Path],
+    Optional[str],
     typer.Option(
         "--snapshot",
+        metavar="PATH",
         help="Write the CUDA memory snapshot pickle here (for pytorch.org/memory_viz) and an offline HTML timeline "
-        "next to it (FILE.html).",
+        "next to it (FILE.html; for FILE.html, the pickle is FILE.pickle). Existing files only with --force.",
         rich_help_panel=RUN,
     ),
 ]
@@ -108,6 +108,7 @@ def diagnose(
     steps: StepsOpt = 2,
     timeout: TimeoutOpt = 300.0,
     snapshot: SnapshotOpt = None,
+    force: ForceOpt = False,
     summary: SummaryOpt = False,
     device: DeviceOpt = Device.CPU,
     inference: InferenceOpt = False,
@@ -129,7 +130,7 @@ def diagnose(
     if not timeout <= MAX_TIMEOUT_S:  # also refuses inf and nan
         raise PlanError(f"--timeout {timeout:g} must be a number of seconds up to {MAX_TIMEOUT_S:,} (0 = never)")
     if is_script_target(target):
-        run = ScriptRun(target, json_out=json_out, snapshot=snapshot, summary=summary)
+        run = ScriptRun(target, json_out=json_out, snapshot=snapshot, summary=summary, force=force)
         return run.start(list(script_args or []), plan=plan, steps=steps, timeout=timeout)
     if script_args:
         raise PlanError(
@@ -229,13 +230,17 @@ def _diagnose_model(target: str, *, plan: PlanFlags, json_out: bool, device: str
 class ScriptRun:
     """`memdoc diagnose SCRIPT`: run the script, then report (also from the watchdog when it ignores --timeout)."""
 
-    def __init__(self, target: str, *, json_out: bool, snapshot: Optional[Path], summary: bool) -> None:
+    def __init__(self, target: str, *, json_out: bool, snapshot: Optional[str], summary: bool, force: bool) -> None:
         self.target, self.json_out, self.snapshot, self.summary = target, json_out, snapshot, summary
+        self.force = force
 
     def start(self, args: list[str], *, plan: PlanFlags, steps: int, timeout: float) -> None:
         from memdoc import render
+        from memdoc.output.snapshot import check_snapshot
         from memdoc.probe.script import run_script
 
+        if self.snapshot is not None:  # before the script runs: never after a long run
+            check_snapshot(self.snapshot, force=self.force)
         if plan.any_given:
             render.note("note: plan flags are ignored for scripts: the plan is detected from what the script runs")
         result = run_script(
@@ -252,7 +257,6 @@ class ScriptRun:
             raise typer.Exit(result.exit_code)
 
     def report(self, result) -> None:
-        import pickle
         import sys
 
         from memdoc import render
@@ -264,7 +268,7 @@ class ScriptRun:
             sys.stderr.write(result.traceback)
             sys.stderr.flush()
         bill = _bill_for(result, render) if result.hf else None
-        written = _write_snapshot(result, self.snapshot, pickle) if self.snapshot is not None else []
+        written = _write_snapshot(result, self.snapshot, force=self.force) if self.snapshot is not None else []
         if not self.json_out:
             return render.render_script_report(result, bill, summary=self.summary, written=written)
         data = result.to_json()
@@ -329,38 +333,33 @@ def _bill_for(result, render):
         return None
 
 
-def _write_snapshot(result, path: Path, pickle) -> list[str]:
-    from memdoc.errors import ScriptError
+def _write_snapshot(result, raw: str, *, force: bool) -> list[str]:
+    """Write --snapshot FILE's pickle (a CUDA script only) and HTML timeline, all or none
+    (`memdoc.output.snapshot.write_snapshot`); the page names the pickle only when one is written."""
+    import pickle
+
+    from memdoc.output.snapshot import snapshot_paths, write_snapshot
     from memdoc.probe.cuda_stats import snapshot_timeline
     from memdoc.render.timeline import timeline_html
 
-    written = []
-    html_path = path.with_name(path.name + ".html") if path.suffix != ".html" else path
-    try:
-        if result.snapshot is not None:
-            with open(path, "wb") as fh:
-                pickle.dump(result.snapshot, fh)
-            written.append(str(path))
-            points = snapshot_timeline(result.snapshot, result.categories)
-            source = "CUDA allocator trace"
-        else:
-            points = [{"t": p["op"], "activations+other": p["total"], "total": p["total"]} for p in result.cpu_timeline]
-            source = "tensor ops traced on CPU (no CUDA snapshot: the script did not use CUDA)"
-        marks = []
-        if result.snapshot is None:
-            last = None
-            for i, p in enumerate(result.cpu_timeline):
-                if p["phase"] != last and len(marks) < 16:
-                    marks.append((i, p["phase"]))
-                last = p["phase"]
-        html_text = timeline_html(
-            points,
-            title=f"memdoc diagnose {result.script}: allocated memory",
-            notes=[f"Source: {source}.", f"Peak phase: {result.peak_phase}."],
-            marks=marks,
-        )
-        html_path.write_text(html_text, encoding="utf-8")
-        written.append(str(html_path))
-    except OSError as exc:
-        raise ScriptError(f"cannot write {path}: {exc.strerror or exc}") from None
-    return written
+    marks = []
+    if result.snapshot is not None:
+        points = snapshot_timeline(result.snapshot, result.categories)
+        source = "CUDA allocator trace"
+    else:
+        points = [{"t": p["op"], "activations+other": p["total"], "total": p["total"]} for p in result.cpu_timeline]
+        source = "tensor ops traced on CPU (no CUDA snapshot: the script did not use CUDA)"
+        last = None
+        for i, p in enumerate(result.cpu_timeline):
+            if p["phase"] != last and len(marks) < 16:
+                marks.append((i, p["phase"]))
+            last = p["phase"]
+    pickled = pickle.dumps(result.snapshot) if result.snapshot is not None else None
+    html_text = timeline_html(
+        points,
+        title=f"memdoc diagnose {result.script}: allocated memory",
+        notes=[f"Source: {source}.", f"Peak phase: {result.peak_phase}."],
+        marks=marks,
+        pickle_name=snapshot_paths(raw)[0].name if pickled is not None else None,
+    )
+    return write_snapshot(raw, pickled, html_text, force=force)

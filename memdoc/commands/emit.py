@@ -2,12 +2,11 @@
 
 import sys
 from enum import Enum
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from memdoc.commands.options import JsonOpt, ModelArg, PlanFlags, plan_options, print_setup_notes
+from memdoc.commands.options import ForceOpt, JsonOpt, ModelArg, PlanFlags, plan_options, print_setup_notes
 from memdoc.core.emit import FORMATS
 
 EXAMPLES = """
@@ -34,8 +33,14 @@ Format = Enum("Format", {fmt: fmt for fmt in FORMATS}, type=str)
 
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Target trainer config.")]
 OutputOpt = Annotated[
-    Optional[Path],
-    typer.Option("--output", "-o", help="Write the config here (side files go next to it). Default: print it."),
+    Optional[str],
+    typer.Option(
+        "--output",
+        "-o",
+        metavar="PATH",
+        help="Write the config here (side files go next to it); a directory (or PATH/) gets the default name "
+        "inside it. Default: print it.",
+    ),
 ]
 FitOpt = Annotated[
     bool,
@@ -45,7 +50,6 @@ FitOpt = Annotated[
         "values you set while it can).",
     ),
 ]
-ForceOpt = Annotated[bool, typer.Option("--force", help="Replace existing files (all or none; mode from your umask).")]
 DatasetOpt = Annotated[
     Optional[str],
     typer.Option("--dataset", help="Dataset (Hub id, path or LLaMA-Factory name) instead of the placeholder."),

@@ -77,6 +77,9 @@ ModelArg = Annotated[
     typer.Argument(metavar="MODEL", help="HF model id, model directory or config.json (optional with --recipe)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON (bytes) instead of tables.")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Replace existing files (all or none; mode from your umask).")]
+"""Files memdoc writes (`emit -o`, `diagnose --snapshot`) never replace existing ones without it
+(`memdoc.output.files.write_all`)."""
 
 # ------------------------------------------------------------------------------------- inference
 KvCacheOpt = Annotated[

@@ -156,13 +156,12 @@ def plan_command(
 def _emit(setup, chosen, fmt: Format, output: Optional[str], force: bool):
     """Emit the chosen plan as `memdoc emit --gpu ID` would: (the EmitResult, the note a loose GPU id carries)."""
     import dataclasses
-    from pathlib import Path
 
     from memdoc.output.emit import emit_files
     from memdoc.resolve.setup import card_as_emit_sees_it
 
     emit_setup = card_as_emit_sees_it(dataclasses.replace(setup, plan=chosen))
-    return emit_files(emit_setup, fmt.value, output=Path(output) if output else None, force=force), emit_setup.gpu_note
+    return emit_files(emit_setup, fmt.value, output=output, force=force), emit_setup.gpu_note
 
 
 def _compare_hardware(model, plan: PlanFlags, gpus, tokens, prices, global_batch, emit_format, json_out, host) -> None:

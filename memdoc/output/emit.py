@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 from memdoc.core.emit import DEFAULT_FILENAMES
+from memdoc.core.emit.text import check_fill_in
 from memdoc.core.reports.emit import EmitResult, emit_result, plan_to_emit
-from memdoc.errors import PlanError
-from memdoc.output.files import write_all
+from memdoc.errors import OutputError
+from memdoc.output.files import check_length, write_all
 from memdoc.resolve.setup import Setup
 
 
@@ -16,18 +18,22 @@ def emit_files(
     setup: Setup,
     fmt: str,
     *,
-    output: Path | None = None,
+    output: str | None = None,
     force: bool = False,
     fit: bool = False,
     dataset: str | None = None,
     output_dir: str | None = None,
 ) -> EmitResult | None:
-    """The config of `setup`'s plan in format `fmt`, written to `output` with its side files when given.
+    """The config of `setup`'s plan in format `fmt`, written to `output` (-o as typed, `output_path`) with its side
+    files when given.
 
     With `fit`, a plan that is not a comfortable fit is replaced by the ladder's plan that is, keeping the values
     the user set while it can; None when no plan on the ladder fits (nothing is written). Existing files are
     replaced only with `force` (OutputExistsError otherwise).
     """
+    check_fill_in("--dataset", dataset)
+    check_fill_in("--output-dir", output_dir)
+    path = output_path(output, fmt)
     chosen = plan_to_emit(setup.model, setup.plan, setup.gpu, fit=fit, fixed=setup.explicit)
     if chosen is None:
         return None
@@ -38,15 +44,32 @@ def emit_files(
         setup.gpu,
         the_bill,
         fmt,
-        output=output,
+        output=path,
         dataset=dataset,
         output_dir=output_dir,
         asked_id=setup.model_arg if setup.model.source == "catalog" else None,
     )
     result = dataclasses.replace(result, fit_message=fit_message)
-    if output is None:
+    if path is None:
         return result
-    if output.is_dir():
-        raise PlanError(f"-o {output} is a directory; give a file name such as {output / DEFAULT_FILENAMES[fmt]}")
     write_all(result.files, force=force)
     return dataclasses.replace(result, written=True)
+
+
+def output_path(raw: str | None, fmt: str) -> Path | None:
+    """-o as typed → the main config's path: a directory (one that exists, or any path ending in a separator, made
+    when missing) gets the format's default file name inside it. Refused (one line): an empty value, control
+    characters (`check_fill_in`), a name or path longer than the kernel takes (`check_length`)."""
+    if raw is None:
+        return None
+    check_fill_in("-o", raw, if_left_out="the config on stdout")
+    path = Path(raw)
+    check_length(path)
+    try:
+        is_dir = path.is_dir()
+    except OSError as exc:
+        raise OutputError(f"cannot write {raw}: {exc.strerror or exc}") from None
+    if is_dir or raw.endswith(os.sep) or (os.altsep and raw.endswith(os.altsep)):
+        path = path / DEFAULT_FILENAMES[fmt]
+        check_length(path)
+    return path

@@ -31,25 +31,78 @@ def _why(exc: OSError, path: Path) -> str:
     return exc.strerror or str(exc)
 
 
+NAME_MAX = 255
+"""Bytes in one file name (Linux `NAME_MAX`, limits.h); `os.pathconf` gives the file system's own where it can."""
+PATH_MAX = 4096
+"""Bytes in a path given to the kernel, its NUL included (Linux `PATH_MAX`, limits.h)."""
+_TEMP_ROOM = 48
+"""Bytes a temporary or backup name next to a file may add to its path (`_temp_prefix` + mkstemp's 8 + suffix)."""
+
+
+def _short(path: Path | str, limit: int = 60) -> str:
+    text = str(path)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _limit(path: Path, name: str, default: int) -> int:
+    """The file system's `pathconf` limit `name` where the nearest existing parent of `path` lives."""
+    for parent in path.absolute().parents:
+        try:
+            if parent.is_dir():
+                return os.pathconf(parent, name)
+        except (OSError, ValueError):
+            break
+    return default
+
+
+def check_length(path: Path) -> None:
+    """Refuse a path the kernel would refuse as too long (ENAMETOOLONG), before anything touches it: a name over
+    NAME_MAX bytes, or a path (with the temporary name written next to it) over PATH_MAX (OutputError)."""
+    name_max = min(NAME_MAX, _limit(path, "PC_NAME_MAX", NAME_MAX))
+    for part in path.parts:
+        size = len(os.fsencode(part))
+        if size > name_max:
+            raise OutputError(
+                f"cannot write {_short(path)}: the name {_short(part, 40)} is {size:,} bytes, over the file "
+                f"system's limit of {name_max}",
+                hint="choose a shorter file or directory name",
+            )
+    size = len(os.fsencode(str(path))) + _TEMP_ROOM
+    if size >= PATH_MAX:
+        raise OutputError(
+            f"cannot write {_short(path)}: the path is {size - _TEMP_ROOM:,} bytes, over the limit of "
+            f"{PATH_MAX - _TEMP_ROOM - 1:,} (PATH_MAX, less room for the temporary file written first)",
+            hint="choose a shorter path, or write from a directory nearer to it",
+        )
+
+
 def check_targets(paths: list[Path], *, force: bool) -> None:
-    """Refuse directories, the same path twice, and existing files without --force (before anything is written)."""
+    """Refuse over-long paths, directories, the same path twice, and existing files without --force (before
+    anything is written)."""
     seen: set[str] = set()
     for path in paths:
+        check_length(path)
         key = os.path.realpath(path)
         if key in seen:
             raise OutputError(f"two emitted files would be written to {path}")
         seen.add(key)
-        if path.is_dir():
-            raise OutputError(f"{path} is a directory; give a file name")
-    existing = [str(p) for p in paths if p.exists() or p.is_symlink()]
+        try:
+            if path.is_dir():
+                raise OutputError(f"{path} is a directory; give a file name")
+        except OSError as exc:
+            raise OutputError(f"cannot write {_short(path)}: {_why(exc, path)}") from None
+    try:
+        existing = [str(p) for p in paths if p.exists() or p.is_symlink()]
+    except OSError as exc:
+        raise OutputError(f"cannot write {_short(paths[0])}: {_why(exc, paths[0])}") from None
     if existing and not force:
         raise OutputExistsError(
             f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''}", hint="pass --force to overwrite"
         )
 
 
-def write_all(files: list[tuple[Path, str]], *, force: bool) -> None:
-    """Write every (path, text) or none of them; raise OutputError (one line) when a place is unwritable."""
+def write_all(files: list[tuple[Path, str | bytes]], *, force: bool) -> None:
+    """Write every (path, text or bytes) or none of them; raise OutputError (one line) when a place is unwritable."""
     check_targets([path for path, _ in files], force=force)
     mode = _umask_mode()
     made_dirs: list[Path] = []
@@ -66,10 +119,10 @@ def write_all(files: list[tuple[Path, str]], *, force: bool) -> None:
                         raise OutputError(f"cannot write {path}: {_why(exc, path)}") from None
                     made_dirs.append(parent)
             try:
-                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temp_prefix(path), suffix=".tmp")
                 temps[path] = tmp
-                with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                    handle.write(text)
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(text if isinstance(text, bytes) else text.encode("utf-8"))
                 os.chmod(tmp, mode)
             except OSError as exc:
                 raise OutputError(f"cannot write {path}: {_why(exc, path)}") from None
@@ -103,9 +156,14 @@ def write_all(files: list[tuple[Path, str]], *, force: bool) -> None:
         _unlink(backup)
 
 
+def _temp_prefix(path: Path) -> str:
+    """`.NAME.` for the temporary and backup files next to `path`, the name cut so that they fit NAME_MAX."""
+    return f".{path.name[:32]}."
+
+
 def _backup(path: Path) -> str:
     """A second name for the old file (a hard link; a copy where links are not supported)."""
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".old")
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=_temp_prefix(path), suffix=".old")
     os.close(fd)
     os.unlink(name)
     try:

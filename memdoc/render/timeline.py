@@ -57,9 +57,15 @@ def _svg(points: list[dict], width: int = 900, height: int = 300, marks: list[tu
 
 
 def timeline_html(
-    points: list[dict], *, title: str, notes: list[str] | None = None, marks: list[tuple[int, str]] | None = None
+    points: list[dict],
+    *,
+    title: str,
+    notes: list[str] | None = None,
+    marks: list[tuple[int, str]] | None = None,
+    pickle_name: str | None = None,
 ) -> str:
-    """A self-contained HTML page (inline SVG, no scripts, no network) of allocated memory by category."""
+    """A self-contained HTML page (inline SVG, no scripts, no network) of allocated memory by category; with
+    `pickle_name` (the snapshot pickle written next to the page), how to open it in PyTorch's memory viewer."""
     legend = " ".join(
         f'<span style="display:inline-block;width:12px;height:12px;background:{_COLORS[c]}"></span> {c}&nbsp;&nbsp;'
         for c in TIMELINE_CATEGORIES
@@ -76,7 +82,11 @@ def timeline_html(
     ]
     for note in notes or []:
         body.append(f"<p>{html.escape(note)}</p>")
-    body.append("<p>Drop the snapshot pickle on https://pytorch.org/memory_viz for the interactive view.</p>")
+    if pickle_name:
+        body.append(
+            f"<p>Drop the snapshot pickle {html.escape(pickle_name)} (next to this page) on "
+            "https://pytorch.org/memory_viz for the interactive view.</p>"
+        )
     body.append("</body></html>")
     return "\n".join(body)
 

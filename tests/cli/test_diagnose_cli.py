@@ -163,10 +163,11 @@ def test_snapshot_written_with_offline_html(tmp_path):
         snapshot=fixture("snapshot.json"),
         categories={139880000000000: "weights"},
     )
-    written = _write_snapshot(result, tmp_path / "mem.pickle", pickle)
+    written = _write_snapshot(result, str(tmp_path / "mem.pickle"), force=False)  # raw --snapshot text (issue 27)
     assert written == [str(tmp_path / "mem.pickle"), str(tmp_path / "mem.pickle.html")]
     assert pickle.loads((tmp_path / "mem.pickle").read_bytes())["device_traces"][0][0]["action"] == "segment_alloc"
-    assert "CUDA allocator trace" in (tmp_path / "mem.pickle.html").read_text()
+    page = (tmp_path / "mem.pickle.html").read_text()
+    assert "CUDA allocator trace" in page and "mem.pickle (next to this page)" in page
 
 
 def test_cpu_snapshot_html_from_a_script(tmp_path):

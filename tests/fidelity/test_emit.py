@@ -322,7 +322,7 @@ def test_notes_printed_on_stderr():
 
 
 def test_floats_written_as_yaml_floats():
-    from memdoc.core.emit.base import dump_yaml
+    from memdoc.core.emit.text import dump_yaml  # the serializer of emitted files (moved from base.py, issue 27)
 
     text = dump_yaml({"learning_rate": 1e-5, "x": 1e-4})
     assert "e-" in text and isinstance(yaml.safe_load(text)["learning_rate"], float)
@@ -431,8 +431,11 @@ def test_bad_input_exits_2(args):
 
 
 def test_output_is_a_directory(tmp_path):
+    """Issue 27 changed this answer: `-o DIR` (an existing directory) writes the format's default file inside it,
+    where it used to be refused."""
     result = run("emit", "--recipe", RECIPES[0], "-o", tmp_path)
-    assert result.exit_code == 2 and "directory" in result.output
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in tmp_path.iterdir()] == ["sft.yaml"] and f"Wrote {tmp_path / 'sft.yaml'}" in result.stdout
 
 
 def test_lora_under_amp_loads_the_frozen_base_in_the_compute_dtype():

@@ -201,7 +201,7 @@ def emit_axolotl(ctx: EmitContext) -> Emitted:
     config["logging_steps"] = 10
     notes.extend(kbit_notes("axolotl", plan))
     multinode_note(ctx, notes)
-    launch = f"axolotl train {ctx.config_path}"
+    launch = f"axolotl train {ctx.config_arg}"
     if ctx.multi_gpu:
         notes.append(
             f"axolotl train launches on all local GPUs through accelerate ({plan.gpus_per_node} per node billed)"

@@ -7,12 +7,11 @@ format cannot express (written as YAML comments at the top and printed on stderr
 
 from __future__ import annotations
 
-import json
 import os
+import shlex
 from dataclasses import dataclass, field
 
-import yaml
-
+from memdoc.core.emit.text import dump_json, yaml_document
 from memdoc.core.model.plan import (
     ALL_LINEAR,
     Checkpointing,
@@ -92,6 +91,15 @@ class EmitContext:
         if name == os.path.basename(self.config_path):
             name = SIDE_NAME_IF_TAKEN[name]
         return os.path.join(self.side_dir, name) if self.side_dir else name
+
+    @property
+    def config_arg(self) -> str:
+        """The main config's path as one shell word of the launch command (`shlex.quote`)."""
+        return shlex.quote(self.config_path)
+
+    def side_arg(self, name: str) -> str:
+        """Side file `name`'s path as one shell word of the launch command (`shlex.quote`)."""
+        return shlex.quote(self.side_path(name))
 
 
 @dataclass(frozen=True)
@@ -312,43 +320,24 @@ def header_text(ctx: EmitContext, *, one_line: bool = False) -> str | list[str]:
     return f"{made} | {peak}" if one_line else [made, peak]
 
 
-def _represent_str(dumper, data):
-    style = '"' if data == "" else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
-
-
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-_Dumper.add_representer(str, _represent_str)
-
-
-def dump_yaml(data: dict) -> str:
-    """YAML that round-trips: floats keep a dot and an exponent sign (`1.0e-04`), key order kept."""
-    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True)
-
-
 def render_main(ctx: EmitContext, emitted: Emitted) -> str:
-    """The main config file text: header and notes as comments, then the YAML with placeholder comments."""
-    lines = [f"# {line}" for line in header_text(ctx)]
-    lines.append(f"# Launch: {emitted.launch}")
+    """The main config file text: header, launch command and notes as comment lines, then the YAML, each
+    placeholder's and each key's comment on the lines before its key (`text.yaml_document`)."""
+    head = [*header_text(ctx), f"Launch: {emitted.launch}"]
     if emitted.notes:
-        lines.append("# Notes (how the plan maps here; knobs without an exact equivalent):")
-        lines += [f"#   - {note}" for note in emitted.notes]
-    body = []
-    for line in dump_yaml(emitted.config).splitlines():
-        key = line.split(":", 1)[0] if line and not line.startswith((" ", "-")) else None
+        head.append("Notes (how the plan maps here; knobs without an exact equivalent):")
+        head += [f"  - {note}" for note in emitted.notes]
+    key_comments: dict[str, list[str]] = {}
+    for key in emitted.config:
         if key in emitted.placeholders:
-            line = f"{line}  # PLACEHOLDER: {emitted.placeholders[key]}"
+            key_comments[key] = [f"PLACEHOLDER: {emitted.placeholders[key]}"]
         elif key in emitted.comments:
-            line = f"{line}  # {emitted.comments[key]}"
-        body.append(line)
-    return "\n".join(lines + body) + "\n"
+            key_comments[key] = [emitted.comments[key]]
+    return yaml_document(head, emitted.config, key_comments)
 
 
 def render_side(ctx: EmitContext, side: SideFile) -> str:
+    """A side file's text: JSON as is (DeepSpeed reads no comments), YAML after the header comment lines."""
     if side.kind == "json":
-        return json.dumps(side.data, indent=2) + "\n"
-    head = "\n".join(f"# {line}" for line in header_text(ctx))
-    return head + "\n" + dump_yaml(side.data)
+        return dump_json(side.data)
+    return yaml_document(list(header_text(ctx)), side.data)

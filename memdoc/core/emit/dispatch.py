@@ -4,6 +4,7 @@ loss path, a borrowed config, a mirrored model id, the allocator setting)."""
 from __future__ import annotations
 
 import dataclasses
+import shlex
 
 from memdoc.core.emit import FORMATS
 from memdoc.core.emit.axolotl import emit_axolotl
@@ -56,7 +57,7 @@ def emit(fmt: str, ctx: EmitContext) -> Emitted:
     if conf:  # --allocator expandable: the allocator reads it from the environment at start-up
         emitted = dataclasses.replace(
             emitted,
-            launch=f"PYTORCH_CUDA_ALLOC_CONF={conf} {emitted.launch}",
+            launch=f"PYTORCH_CUDA_ALLOC_CONF={shlex.quote(conf)} {emitted.launch}",
             notes=[*emitted.notes, f"PYTORCH_CUDA_ALLOC_CONF={conf}: export it wherever the trainer starts"],
         )
     return emitted

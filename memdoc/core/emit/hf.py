@@ -65,11 +65,11 @@ def emit_hf(ctx: EmitContext) -> Emitted:
         notes.append(LIGER_NOTE)
     multinode_note(ctx, notes)
     side = distributed_side_files(ctx, notes)
-    script = f"{TRAIN_SCRIPT_PLACEHOLDER} {ctx.config_path}"
+    script = f"{TRAIN_SCRIPT_PLACEHOLDER} {ctx.config_arg}"
     if uses_deepspeed(plan):
         launch = f"deepspeed --num_gpus {plan.gpus_per_node} {script}"
     elif uses_fsdp(plan):
-        launch = f"accelerate launch --config_file {ctx.side_path(FSDP_CONFIG_NAME)} {script}"
+        launch = f"accelerate launch --config_file {ctx.side_arg(FSDP_CONFIG_NAME)} {script}"
     elif ctx.multi_gpu:
         launch = f"accelerate launch --num_processes {plan.world_size} {script}"
     else:

@@ -120,12 +120,12 @@ def _launch(ctx: EmitContext) -> str:
     plan = ctx.plan
     if uses_fsdp(plan):
         return (
-            f"accelerate launch --config_file {ctx.side_path(FSDP_CONFIG_NAME)} -m "
-            f"llamafactory.launcher {ctx.config_path}"
+            f"accelerate launch --config_file {ctx.side_arg(FSDP_CONFIG_NAME)} -m "
+            f"llamafactory.launcher {ctx.config_arg}"
         )
     if uses_deepspeed(plan) or ctx.multi_gpu:
         return (
             f"FORCE_TORCHRUN=1 NNODES={plan.nodes} NPROC_PER_NODE={plan.gpus_per_node} "
-            f"llamafactory-cli train {ctx.config_path}"
+            f"llamafactory-cli train {ctx.config_arg}"
         )
-    return f"llamafactory-cli train {ctx.config_path}"
+    return f"llamafactory-cli train {ctx.config_arg}"

@@ -63,11 +63,11 @@ def emit_trl(ctx: EmitContext) -> Emitted:
     side = distributed_side_files(ctx, notes)
     if uses_fsdp(plan):
         launch = (
-            f"accelerate launch --config_file {ctx.side_path(FSDP_CONFIG_NAME)} -m trl.scripts.sft "
-            f"--config {ctx.config_path}"
+            f"accelerate launch --config_file {ctx.side_arg(FSDP_CONFIG_NAME)} -m trl.scripts.sft "
+            f"--config {ctx.config_arg}"
         )
     elif uses_deepspeed(plan) or ctx.multi_gpu:
-        launch = f"accelerate launch --num_processes {plan.world_size} -m trl.scripts.sft --config {ctx.config_path}"
+        launch = f"accelerate launch --num_processes {plan.world_size} -m trl.scripts.sft --config {ctx.config_arg}"
     else:
-        launch = f"trl sft --config {ctx.config_path}"
+        launch = f"trl sft --config {ctx.config_arg}"
     return Emitted("trl", config, launch, notes, side, placeholders, comments)

@@ -12,6 +12,7 @@ from pathlib import Path
 from memdoc.core.billing.bill import Bill, compute_bill
 from memdoc.core.emit import DEFAULT_FILENAMES
 from memdoc.core.emit.dispatch import EmitContext, emit, render_main, render_side
+from memdoc.core.emit.text import shell_join
 from memdoc.core.model.gpu import GpuSpec, gpu_json
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan, flag_for
@@ -82,7 +83,7 @@ def plan_to_emit(
 
 
 def command_line(model_id: str, gpu: GpuSpec | None, plan: TrainingPlan, fmt: str, *, output: str | None) -> str:
-    """The explicit memdoc command that reproduces this plan (non-default flags only)."""
+    """The explicit memdoc command that reproduces this plan (non-default flags only), shell-quoted."""
     parts = ["memdoc", "emit", model_id]
     if gpu is not None:
         parts += ["--gpu", gpu.id]
@@ -100,7 +101,7 @@ def command_line(model_id: str, gpu: GpuSpec | None, plan: TrainingPlan, fmt: st
     parts += ["--format", fmt]
     if output:
         parts += ["-o", output]
-    return " ".join(parts)
+    return shell_join(parts)
 
 
 def emit_result(
