@@ -157,3 +157,52 @@ def test_permission_denied_is_one_line(tmp_path, monkeypatch):
         and result.output.strip().splitlines()[-1] == f"Error: cannot write {tmp_path / 'sft.yaml'}: Permission denied"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------ issue 27: -o as a directory, long paths
+@pytest.mark.parametrize("fmt,name", [("trl", "sft.yaml"), ("axolotl", "axolotl.yaml")])
+def test_output_ending_in_a_separator_is_a_directory(tmp_path, fmt, name):
+    """`-o newdir/` writes newdir/<the format's default name> (before the fix: a file named newdir), side files
+    next to it, and the launch line names that path."""
+    result = run("emit", *GPT2, "--gpus", 2, "--shard", "zero2", "--format", fmt, "-o", f"{tmp_path}/newdir/")
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "newdir").iterdir()) == sorted([name, "ds_config.json"])
+    assert f"Wrote {tmp_path / 'newdir' / name}" in result.stdout
+    assert str(tmp_path / "newdir" / name) in result.stdout.splitlines()[-1]
+
+
+def test_existing_directory_gets_the_default_name(tmp_path):
+    result = run("emit", *GPT2, "-o", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in tmp_path.iterdir()] == ["sft.yaml"]
+    assert yaml.safe_load((tmp_path / "sft.yaml").read_text())["max_length"] == 512
+
+
+NAME_MAX = os.pathconf("/", "PC_NAME_MAX")
+"""The kernel's limit on one name (255 bytes on Linux, limits.h NAME_MAX), read from the file system."""
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda tmp: f"{tmp}/{'a' * (NAME_MAX + 1)}.yaml",  # one name over NAME_MAX
+        lambda tmp: f"{tmp}/{'é' * 130}/sft.yaml",  # 260 bytes in UTF-8, 130 characters
+        lambda tmp: f"{tmp}/" + "/".join(["d" * 200] * 21) + "/sft.yaml",  # the path over PATH_MAX (4096)
+    ],
+)
+def test_over_long_paths_are_one_line_errors(tmp_path, make):
+    """Before the fix: `Error: internal error OSError: [Errno 36] File name too long`."""
+    result = run("emit", *GPT2, "-o", make(tmp_path))
+    assert result.exit_code == 2, result.output
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert line.startswith("Error: cannot write ") and "internal error" not in line and len(line) < 300
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_name_of_exactly_name_max_bytes_is_written(tmp_path):
+    """The temporary file written first fits next to a NAME_MAX-byte name (before the fix its name was the target's
+    plus 14 bytes, and the write failed with 'File name too long')."""
+    target = tmp_path / ("a" * (NAME_MAX - 5) + ".yaml")
+    result = run("emit", *GPT2, "-o", target)
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]
