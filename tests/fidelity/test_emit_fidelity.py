@@ -194,8 +194,10 @@ def test_emitted_template_reaches_the_trainers(tmp_path, monkeypatch, model, lf,
 def test_unknown_family_template_is_a_placeholder(tmp_path):
     path = tmp_path / "lf.yaml"
     assert run("emit", "EleutherAI/pythia-1b", "--format", "llamafactory", "-o", path).exit_code == 0
-    line = next(line for line in path.read_text().splitlines() if line.startswith("template:"))
-    assert line.startswith("template: default  # PLACEHOLDER")
+    lines = path.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("template:"))
+    # issue 27: comments are lines of their own, before their key (never after a value that could be folded)
+    assert lines[at] == "template: default" and lines[at - 1].startswith("# PLACEHOLDER")
 
 
 # --------------------------------------------------------------------------------------------
@@ -384,8 +386,10 @@ def test_given_dataset_keeps_its_format_comment(tmp_path):
         assert (
             run("emit", "meta-llama/Llama-3.2-1B", "--format", fmt, "--dataset", "me/data", "-o", path).exit_code == 0
         )
-        line = next(line for line in path.read_text().splitlines() if line.startswith(f"{key}:"))
-        assert "#" in line and "PLACEHOLDER" not in line
+        lines = path.read_text().splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"{key}:"))
+        line = lines[at - 1]  # issue 27: the comment is the line before its key, never after the value
+        assert line.startswith("# ") and "PLACEHOLDER" not in line and "#" not in lines[at]
         assert ("messages" in line) or ("alpaca" in line and "sharegpt" in line), line
 
 
