@@ -6,7 +6,16 @@ from typing import Annotated, Optional
 
 import typer
 
-from memdoc.commands.options import JsonOpt, PlanFlags, PrefillChunkOpt, plan_options, print_setup_notes
+from memdoc.commands.html_page import check_html, script_timeline, write_html
+from memdoc.commands.options import (
+    HtmlForceOpt,
+    HtmlOpt,
+    JsonOpt,
+    PlanFlags,
+    PrefillChunkOpt,
+    plan_options,
+    print_setup_notes,
+)
 
 EXAMPLES = """
 Examples:
@@ -105,6 +114,8 @@ def diagnose(
     *,
     plan: PlanFlags,
     json_out: JsonOpt = False,
+    html: HtmlOpt = None,
+    force: HtmlForceOpt = False,
     steps: StepsOpt = 2,
     timeout: TimeoutOpt = 300.0,
     snapshot: SnapshotOpt = None,
@@ -128,8 +139,9 @@ def diagnose(
 
     if not timeout <= MAX_TIMEOUT_S:  # also refuses inf and nan
         raise PlanError(f"--timeout {timeout:g} must be a number of seconds up to {MAX_TIMEOUT_S:,} (0 = never)")
+    check_html(html, force)
     if is_script_target(target):
-        run = ScriptRun(target, json_out=json_out, snapshot=snapshot, summary=summary)
+        run = ScriptRun(target, json_out=json_out, snapshot=snapshot, summary=summary, page=(html, force))
         return run.start(list(script_args or []), plan=plan, steps=steps, timeout=timeout)
     if script_args:
         raise PlanError(
@@ -138,11 +150,13 @@ def diagnose(
         )
     if inference and device is not Device.CPU:
         raise PlanError("--inference traces on fake tensors only (--device cpu)")
+    if inference and html is not None:
+        raise PlanError("--html draws a training step; a traced prefill has no page yet (use --json)")
     if inference:
         return _diagnose_inference(target, plan=plan, json_out=json_out, prefill_chunk=prefill_chunk)
     if prefill_chunk is not None:
         raise PlanError("--prefill-chunk goes with --inference")
-    _diagnose_model(target, plan=plan, json_out=json_out, device=device.value)
+    _diagnose_model(target, plan=plan, json_out=json_out, device=device.value, page=(html, force))
 
 
 def _diagnose_inference(target: str, *, plan: PlanFlags, json_out: bool, prefill_chunk: int | None) -> None:
@@ -180,7 +194,9 @@ def _diagnose_inference(target: str, *, plan: PlanFlags, json_out: bool, prefill
         render_inference_trace(traced, billed)
 
 
-def _diagnose_model(target: str, *, plan: PlanFlags, json_out: bool, device: str) -> None:
+def _diagnose_model(target: str, *, plan: PlanFlags, json_out: bool, device: str, page: tuple) -> None:
+    """Trace one training step of MODEL on fake tensors (and on the GPU with --device cuda) and report it
+    next to the bill; `page` is (--html FILE or None, --force)."""
     from memdoc import render
     from memdoc.core.billing.bill import bill_json, compute_bill
     from memdoc.resolve.models import load_config
@@ -209,7 +225,7 @@ def _diagnose_model(target: str, *, plan: PlanFlags, json_out: bool, device: str
 
         with quiet_libraries():
             cuda = run_cuda_step(config, setup.plan)
-    if json_out:
+    if json_out or page[0] is not None:
         data = measurement.to_json()
         data["billed"] = bill_json(the_bill)["per_gpu"]
         data["bill_peak_phase"] = the_bill.peak_phase
@@ -221,6 +237,8 @@ def _diagnose_model(target: str, *, plan: PlanFlags, json_out: bool, device: str
         data["plan"] = setup.plan.to_dict()
         if cuda is not None:
             data["cuda"] = cuda
+        write_html(page[0], data, title=f"memdoc diagnose: {setup.model.id}", force=page[1])
+    if json_out:
         render.print_json(data)
     else:
         render.render_traced(measurement, the_bill, cuda)
@@ -229,8 +247,12 @@ def _diagnose_model(target: str, *, plan: PlanFlags, json_out: bool, device: str
 class ScriptRun:
     """`memdoc diagnose SCRIPT`: run the script, then report (also from the watchdog when it ignores --timeout)."""
 
-    def __init__(self, target: str, *, json_out: bool, snapshot: Optional[Path], summary: bool) -> None:
+    def __init__(
+        self, target: str, *, json_out: bool, snapshot: Optional[Path], summary: bool, page: tuple = (None, False)
+    ) -> None:
         self.target, self.json_out, self.snapshot, self.summary = target, json_out, snapshot, summary
+        self.page = page
+        """(--html FILE or None, --force)."""
 
     def start(self, args: list[str], *, plan: PlanFlags, steps: int, timeout: float) -> None:
         from memdoc import render
@@ -265,8 +287,17 @@ class ScriptRun:
             sys.stderr.flush()
         bill = _bill_for(result, render) if result.hf else None
         written = _write_snapshot(result, self.snapshot, pickle) if self.snapshot is not None else []
+        if self.page[0] is not None:
+            data = self.data(result, bill, written) | {"timeline": script_timeline(result)}
+            write_html(self.page[0], data, title=f"memdoc diagnose {result.script}", force=self.page[1])
+            written.append(str(self.page[0]))
         if not self.json_out:
             return render.render_script_report(result, bill, summary=self.summary, written=written)
+        render.print_json(self.data(result, bill, written))
+
+    @staticmethod
+    def data(result, bill, written: list[str]) -> dict:
+        """The script's report as JSON: the run, the bill of a detected HF model, the files written."""
         data = result.to_json()
         if bill is not None:
             from memdoc.core.billing.bill import bill_json
@@ -278,7 +309,7 @@ class ScriptRun:
                 "bill_peak_phase": bill.peak_phase,
             }
         data["written"] = written
-        render.print_json(data)
+        return data
 
     def on_stuck(self, result) -> None:
         """From the watchdog thread: report, then end the process."""
@@ -331,7 +362,6 @@ def _bill_for(result, render):
 
 def _write_snapshot(result, path: Path, pickle) -> list[str]:
     from memdoc.errors import ScriptError
-    from memdoc.probe.cuda_stats import snapshot_timeline
     from memdoc.render.timeline import timeline_html
 
     written = []
@@ -341,23 +371,13 @@ def _write_snapshot(result, path: Path, pickle) -> list[str]:
             with open(path, "wb") as fh:
                 pickle.dump(result.snapshot, fh)
             written.append(str(path))
-            points = snapshot_timeline(result.snapshot, result.categories)
-            source = "CUDA allocator trace"
-        else:
-            points = [{"t": p["op"], "activations+other": p["total"], "total": p["total"]} for p in result.cpu_timeline]
-            source = "tensor ops traced on CPU (no CUDA snapshot: the script did not use CUDA)"
-        marks = []
-        if result.snapshot is None:
-            last = None
-            for i, p in enumerate(result.cpu_timeline):
-                if p["phase"] != last and len(marks) < 16:
-                    marks.append((i, p["phase"]))
-                last = p["phase"]
+        timeline = script_timeline(result)
         html_text = timeline_html(
-            points,
+            timeline["points"],
             title=f"memdoc diagnose {result.script}: allocated memory",
-            notes=[f"Source: {source}.", f"Peak phase: {result.peak_phase}."],
-            marks=marks,
+            notes=[f"Source: {timeline['source']}.", f"Peak phase: {result.peak_phase}."],
+            marks=timeline["marks"],
+            pickle_name=path.name if result.snapshot is not None else None,
         )
         html_path.write_text(html_text, encoding="utf-8")
         written.append(str(html_path))

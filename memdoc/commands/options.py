@@ -77,6 +77,16 @@ ModelArg = Annotated[
     typer.Argument(metavar="MODEL", help="HF model id, model directory or config.json (optional with --recipe)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON (bytes) instead of tables.")]
+HtmlOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--html",
+        metavar="FILE",
+        help="Also write the report as one self-contained HTML page (charts, no network) to FILE.",
+        show_default=False,
+    ),
+]
+HtmlForceOpt = Annotated[bool, typer.Option("--force", help="Replace an existing --html FILE.")]
 
 # ------------------------------------------------------------------------------------- inference
 KvCacheOpt = Annotated[

@@ -17,16 +17,17 @@ WIDTH = 900
 
 
 def nice_ticks(top: float, most: int = 6) -> list[float]:
-    """Axis ticks from 0 at a round step (1, 2 or 5 × 10^k GiB) covering `top` bytes, at most `most` + 1."""
-    gib = 2**30
-    top_gib = max(top / gib, 1e-6)
-    step = 10 ** math.floor(math.log10(top_gib / most))
+    """Axis ticks from 0 at a round step (1, 2 or 5 × 10^k of the unit `top` is shown in: GiB, MiB or
+    KiB) covering `top` bytes, at most `most` + 1 of them."""
+    unit = next((u for u in (2**30, 2**20, 2**10) if top >= u), 1)
+    top_u = max(top / unit, 1e-6)
+    step = 10 ** math.floor(math.log10(top_u / most))
     for mult in (1, 2, 5, 10):
-        if top_gib / (step * mult) <= most:
+        if top_u / (step * mult) <= most:
             step *= mult
             break
-    count = math.ceil(top_gib / step - 1e-9)
-    return [i * step * gib for i in range(count + 1)]
+    count = math.ceil(top_u / step - 1e-9)
+    return [i * step * unit for i in range(count + 1)]
 
 
 def _spread(ys: list[float], gap: float) -> list[float]:
