@@ -102,11 +102,7 @@ def bill(
     from memdoc.errors import PlanError
     from memdoc.resolve.host import host_ram
 
-    check_html(html, force)
-    if dataset is None and (tokenizer or text_field):
-        raise PlanError("--tokenizer and --text-field go with --dataset FILE")
-    if dataset is not None and inference:
-        raise PlanError("--dataset fits training samples; it does not apply to --inference")
+    _check_flags(dataset, tokenizer or text_field, inference, html, force)
     setup = plan.resolve(model)
     knob = max_of.value if max_of else None
     section = (
@@ -134,6 +130,17 @@ def bill(
             render.render_dataset(section)
     if check and report.fits is False:
         raise typer.Exit(3)
+
+
+def _check_flags(dataset, tokenizer_given, inference: bool, html, force: bool) -> None:
+    """Refuse flags that do not go together, before any work (and an existing --html FILE without --force)."""
+    from memdoc.errors import PlanError
+
+    check_html(html, force)
+    if dataset is None and tokenizer_given:
+        raise PlanError("--tokenizer and --text-field go with --dataset FILE")
+    if dataset is not None and inference:
+        raise PlanError("--dataset fits training samples; it does not apply to --inference")
 
 
 def _setup_json(setup) -> dict:
