@@ -7,6 +7,7 @@ import functools
 import inspect
 import os
 import re
+import shlex
 import sys
 import traceback
 
@@ -19,6 +20,15 @@ from memdoc.errors import MemdocError, did_you_mean
 _click_exceptions = sys.modules[typer.BadParameter.__module__]
 
 
+INVOCATION: list[str] = []
+"""The arguments of the running command (what `--html` pages print as the command that made them)."""
+
+
+def invocation() -> str:
+    """The running command as a shell line: `memdoc` and its arguments, each quoted where needed."""
+    return shlex.join(["memdoc", *INVOCATION])
+
+
 class MemdocGroup(TyperGroup):
     """Typer's group with usage errors as one line, `Error: … (did you mean lora?)`, exit 2.
 
@@ -27,6 +37,7 @@ class MemdocGroup(TyperGroup):
     """
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        INVOCATION[:] = [str(a) for a in (sys.argv[1:] if args is None else args)]
         try:
             code = super().main(
                 args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False, **extra

@@ -6,9 +6,12 @@ from typing import Annotated, Optional
 
 import typer
 
+from memdoc.commands.html_page import check_html, write_html
 from memdoc.commands.options import (
     DatasetOpt,
+    ForceOpt,
     HostRamOpt,
+    HtmlOpt,
     JsonOpt,
     KvCacheOpt,
     ModelArg,
@@ -73,6 +76,8 @@ def bill(
     *,
     plan: PlanFlags,
     json_out: JsonOpt = False,
+    html: HtmlOpt = None,
+    force: ForceOpt = False,
     check: CheckOpt = False,
     no_ladder: NoLadderOpt = False,
     max_of: MaxOpt = None,
@@ -97,10 +102,7 @@ def bill(
     from memdoc.errors import PlanError
     from memdoc.resolve.host import host_ram
 
-    if dataset is None and (tokenizer or text_field):
-        raise PlanError("--tokenizer and --text-field go with --dataset FILE")
-    if dataset is not None and inference:
-        raise PlanError("--dataset fits training samples; it does not apply to --inference")
+    _check_flags(dataset, tokenizer or text_field, inference, html, force)
     setup = plan.resolve(model)
     knob = max_of.value if max_of else None
     section = (
@@ -111,10 +113,12 @@ def bill(
     if not inference and (kv_cache is not KvCache.AUTO or weights is not Weights.AUTO or prefill_chunk is not None):
         raise PlanError("--kv-cache, --weights and --prefill-chunk describe inference: add --inference")
     if inference:
-        return _bill_inference(setup, kv_cache, weights, prefill_chunk, knob, json_out, check, no_ladder)
+        page = (html, force)
+        return _bill_inference(setup, kv_cache, weights, prefill_chunk, knob, json_out, check, no_ladder, page)
     report = bill_report(
         setup.model, setup.plan, setup.gpu, ladder=not no_ladder, max_of=knob, dataset=section, fixed=setup.explicit
     )
+    write_html(html, report.to_json() | _setup_json(setup), title=f"memdoc bill: {setup.model.id}", force=force)
     if json_out:
         render.print_json(report.to_json() | _setup_json(setup))
     else:
@@ -126,6 +130,17 @@ def bill(
             render.render_dataset(section)
     if check and report.fits is False:
         raise typer.Exit(3)
+
+
+def _check_flags(dataset, tokenizer_given, inference: bool, html, force: bool) -> None:
+    """Refuse flags that do not go together, before any work (and an existing --html FILE without --force)."""
+    from memdoc.errors import PlanError
+
+    check_html(html, force)
+    if dataset is None and tokenizer_given:
+        raise PlanError("--tokenizer and --text-field go with --dataset FILE")
+    if dataset is not None and inference:
+        raise PlanError("--dataset fits training samples; it does not apply to --inference")
 
 
 def _setup_json(setup) -> dict:
@@ -151,7 +166,7 @@ def _dataset_section(path: Path, tokenizer: str | None, text_field, setup, plan:
         )
 
 
-def _bill_inference(setup, kv_cache, weights, prefill_chunk, knob, json_out: bool, check: bool, no_ladder: bool):
+def _bill_inference(setup, kv_cache, weights, prefill_chunk, knob, json_out: bool, check: bool, no_ladder: bool, page):
     """`bill --inference`: the inference bill, its ladder, --max, and vLLM's budget on the card."""
     from memdoc import render
     from memdoc.core.billing.inference import InferencePlan
@@ -160,6 +175,8 @@ def _bill_inference(setup, kv_cache, weights, prefill_chunk, knob, json_out: boo
 
     plan = InferencePlan(plan=setup.plan, kv_cache=kv_cache, weights=weights, prefill_chunk=prefill_chunk)
     report = inference_report(setup.model, plan, setup.gpu, ladder=not no_ladder, max_of=knob)
+    data = report.to_json() | _setup_json(setup)
+    write_html(page[0], data, title=f"memdoc bill --inference: {setup.model.id}", force=page[1])
     if json_out:
         render.print_json(report.to_json() | _setup_json(setup))
     else:

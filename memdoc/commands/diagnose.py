@@ -5,7 +5,16 @@ from typing import Annotated, Optional
 
 import typer
 
-from memdoc.commands.options import ForceOpt, JsonOpt, PlanFlags, PrefillChunkOpt, plan_options, print_setup_notes
+from memdoc.commands.html_page import check_html, script_timeline, write_html
+from memdoc.commands.options import (
+    ForceOpt,
+    HtmlOpt,
+    JsonOpt,
+    PlanFlags,
+    PrefillChunkOpt,
+    plan_options,
+    print_setup_notes,
+)
 
 EXAMPLES = """
 Examples:
@@ -105,6 +114,7 @@ def diagnose(
     *,
     plan: PlanFlags,
     json_out: JsonOpt = False,
+    html: HtmlOpt = None,
     steps: StepsOpt = 2,
     timeout: TimeoutOpt = 300.0,
     snapshot: SnapshotOpt = None,
@@ -129,8 +139,9 @@ def diagnose(
 
     if not timeout <= MAX_TIMEOUT_S:  # also refuses inf and nan
         raise PlanError(f"--timeout {timeout:g} must be a number of seconds up to {MAX_TIMEOUT_S:,} (0 = never)")
+    check_html(html, force)
     if is_script_target(target):
-        run = ScriptRun(target, json_out=json_out, snapshot=snapshot, summary=summary, force=force)
+        run = ScriptRun(target, json_out=json_out, snapshot=snapshot, summary=summary, force=force, html=html)
         return run.start(list(script_args or []), plan=plan, steps=steps, timeout=timeout)
     if script_args:
         raise PlanError(
@@ -139,11 +150,13 @@ def diagnose(
         )
     if inference and device is not Device.CPU:
         raise PlanError("--inference traces on fake tensors only (--device cpu)")
+    if inference and html is not None:
+        raise PlanError("--html draws a training step; a traced prefill has no page yet (use --json)")
     if inference:
         return _diagnose_inference(target, plan=plan, json_out=json_out, prefill_chunk=prefill_chunk)
     if prefill_chunk is not None:
         raise PlanError("--prefill-chunk goes with --inference")
-    _diagnose_model(target, plan=plan, json_out=json_out, device=device.value)
+    _diagnose_model(target, plan=plan, json_out=json_out, device=device.value, page=(html, force))
 
 
 def _diagnose_inference(target: str, *, plan: PlanFlags, json_out: bool, prefill_chunk: int | None) -> None:
@@ -181,7 +194,9 @@ def _diagnose_inference(target: str, *, plan: PlanFlags, json_out: bool, prefill
         render_inference_trace(traced, billed)
 
 
-def _diagnose_model(target: str, *, plan: PlanFlags, json_out: bool, device: str) -> None:
+def _diagnose_model(target: str, *, plan: PlanFlags, json_out: bool, device: str, page: tuple) -> None:
+    """Trace one training step of MODEL on fake tensors (and on the GPU with --device cuda) and report it
+    next to the bill; `page` is (--html FILE or None, --force)."""
     from memdoc import render
     from memdoc.core.billing.bill import bill_json, compute_bill
     from memdoc.resolve.models import load_config
@@ -210,7 +225,7 @@ def _diagnose_model(target: str, *, plan: PlanFlags, json_out: bool, device: str
 
         with quiet_libraries():
             cuda = run_cuda_step(config, setup.plan)
-    if json_out:
+    if json_out or page[0] is not None:
         data = measurement.to_json()
         data["billed"] = bill_json(the_bill)["per_gpu"]
         data["bill_peak_phase"] = the_bill.peak_phase
@@ -222,6 +237,8 @@ def _diagnose_model(target: str, *, plan: PlanFlags, json_out: bool, device: str
         data["plan"] = setup.plan.to_dict()
         if cuda is not None:
             data["cuda"] = cuda
+        write_html(page[0], data, title=f"memdoc diagnose: {setup.model.id}", force=page[1])
+    if json_out:
         render.print_json(data)
     else:
         render.render_traced(measurement, the_bill, cuda)
@@ -230,9 +247,12 @@ def _diagnose_model(target: str, *, plan: PlanFlags, json_out: bool, device: str
 class ScriptRun:
     """`memdoc diagnose SCRIPT`: run the script, then report (also from the watchdog when it ignores --timeout)."""
 
-    def __init__(self, target: str, *, json_out: bool, snapshot: Optional[str], summary: bool, force: bool) -> None:
+    def __init__(
+        self, target: str, *, json_out: bool, snapshot: Optional[str], summary: bool, force: bool, html=None
+    ) -> None:
         self.target, self.json_out, self.snapshot, self.summary = target, json_out, snapshot, summary
-        self.force = force
+        self.force, self.html = force, html
+        """--force (the snapshot's and the page's files), --html FILE or None."""
 
     def start(self, args: list[str], *, plan: PlanFlags, steps: int, timeout: float) -> None:
         from memdoc import render
@@ -269,8 +289,17 @@ class ScriptRun:
             sys.stderr.flush()
         bill = _bill_for(result, render) if result.hf else None
         written = _write_snapshot(result, self.snapshot, force=self.force) if self.snapshot is not None else []
+        if self.html is not None:
+            data = self.data(result, bill, written) | {"timeline": script_timeline(result)}
+            write_html(self.html, data, title=f"memdoc diagnose {result.script}", force=self.force)
+            written.append(str(self.html))
         if not self.json_out:
             return render.render_script_report(result, bill, summary=self.summary, written=written)
+        render.print_json(self.data(result, bill, written))
+
+    @staticmethod
+    def data(result, bill, written: list[str]) -> dict:
+        """The script's report as JSON: the run, the bill of a detected HF model, the files written."""
         data = result.to_json()
         if bill is not None:
             from memdoc.core.billing.bill import bill_json
@@ -282,7 +311,7 @@ class ScriptRun:
                 "bill_peak_phase": bill.peak_phase,
             }
         data["written"] = written
-        render.print_json(data)
+        return data
 
     def on_stuck(self, result) -> None:
         """From the watchdog thread: report, then end the process."""
@@ -335,31 +364,20 @@ def _bill_for(result, render):
 
 def _write_snapshot(result, raw: str, *, force: bool) -> list[str]:
     """Write --snapshot FILE's pickle (a CUDA script only) and HTML timeline, all or none
-    (`memdoc.output.snapshot.write_snapshot`); the page names the pickle only when one is written."""
+    (`memdoc.output.snapshot.write_snapshot`), the timeline coloured by line item (`html_page.script_timeline`);
+    the page names the pickle only when one is written."""
     import pickle
 
     from memdoc.output.snapshot import snapshot_paths, write_snapshot
-    from memdoc.probe.cuda_stats import snapshot_timeline
     from memdoc.render.timeline import timeline_html
 
-    marks = []
-    if result.snapshot is not None:
-        points = snapshot_timeline(result.snapshot, result.categories)
-        source = "CUDA allocator trace"
-    else:
-        points = [{"t": p["op"], "activations+other": p["total"], "total": p["total"]} for p in result.cpu_timeline]
-        source = "tensor ops traced on CPU (no CUDA snapshot: the script did not use CUDA)"
-        last = None
-        for i, p in enumerate(result.cpu_timeline):
-            if p["phase"] != last and len(marks) < 16:
-                marks.append((i, p["phase"]))
-            last = p["phase"]
+    timeline = script_timeline(result)
     pickled = pickle.dumps(result.snapshot) if result.snapshot is not None else None
     html_text = timeline_html(
-        points,
+        timeline["points"],
         title=f"memdoc diagnose {result.script}: allocated memory",
-        notes=[f"Source: {source}.", f"Peak phase: {result.peak_phase}."],
-        marks=marks,
+        notes=[f"Source: {timeline['source']}.", f"Peak phase: {result.peak_phase}."],
+        marks=timeline["marks"],
         pickle_name=snapshot_paths(raw)[0].name if pickled is not None else None,
     )
     return write_snapshot(raw, pickled, html_text, force=force)

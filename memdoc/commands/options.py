@@ -78,8 +78,17 @@ ModelArg = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON (bytes) instead of tables.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Replace existing files (all or none; mode from your umask).")]
-"""Files memdoc writes (`emit -o`, `diagnose --snapshot`) never replace existing ones without it
+"""Files memdoc writes (`emit -o`, `diagnose --snapshot`, `--html`) never replace existing ones without it
 (`memdoc.output.files.write_all`)."""
+HtmlOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--html",
+        metavar="FILE",
+        help="Also write the report as one self-contained HTML page (charts, no network) to FILE.",
+        show_default=False,
+    ),
+]
 
 # ------------------------------------------------------------------------------------- inference
 KvCacheOpt = Annotated[

@@ -6,7 +6,17 @@ from typing import Annotated, Optional
 import typer
 
 from memdoc.commands.emit import Format, print_emitted
-from memdoc.commands.options import PLAN, HostRamOpt, JsonOpt, ModelArg, PlanFlags, plan_options, print_setup_notes
+from memdoc.commands.html_page import check_html, write_html
+from memdoc.commands.options import (
+    PLAN,
+    HostRamOpt,
+    HtmlOpt,
+    JsonOpt,
+    ModelArg,
+    PlanFlags,
+    plan_options,
+    print_setup_notes,
+)
 
 EXAMPLES = """
 Examples:
@@ -55,7 +65,7 @@ EmitOpt = Annotated[
 OutputOpt = Annotated[
     Optional[str], typer.Option("--output", "-o", help="With --emit: write the config here. Default: print it.")
 ]
-ForceOpt = Annotated[bool, typer.Option("--force", help="With --emit: overwrite existing files.")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="With --emit or --html: overwrite existing files.")]
 # ------------------------------------------------------------------------------ the hardware choice
 GpuListOpt = Annotated[
     Optional[list[str]],
@@ -110,6 +120,7 @@ def plan_command(
     prices: PriceOpt = None,
     host_ram_gib: HostRamOpt = None,
     json_out: JsonOpt = False,
+    html: HtmlOpt = None,
 ) -> None:
     """Search the fastest training plans that fit the GPU comfortably (and the host RAM when offloading).
 
@@ -123,9 +134,12 @@ def plan_command(
     from memdoc.errors import PlanError
     from memdoc.resolve.host import host_ram
 
-    if (output or force) and not emit_format:
+    if (output or (force and html is None)) and not emit_format:
         raise PlanError("-o/--force write the config of --emit FORMAT; pass --emit too")
+    check_html(html, force and html is not None)
     gpus, host = list(plan.values["gpu"] or []), host_ram(host_ram_gib)
+    if (len(gpus) > 1 or tokens is not None or prices) and html is not None:
+        raise PlanError("--html draws the plans of one card: give one --gpu, without --tokens or --price")
     if len(gpus) > 1 or tokens is not None or prices:
         return _compare_hardware(model, plan, gpus, tokens, prices, global_batch, emit_format, json_out, host)
     setup = plan.resolve_per_gpu(model, gpus or [None])[0]
@@ -140,6 +154,7 @@ def plan_command(
         host_ram_source=host.source,
     )
     chosen = report.candidates[0].plan if emit_format and report.candidates else None
+    write_html(html, report.to_json(), title=f"memdoc plan: {setup.model.id}", force=force)
     if json_out:
         emitted = _emit(setup, chosen, emit_format, output, force)[0] if chosen else None
         render.print_json(report.to_json(emitted=None if emitted is None else emitted.to_json()))

@@ -4,8 +4,11 @@ from typing import Annotated, Optional
 
 import typer
 
+from memdoc.commands.html_page import check_html, write_html
 from memdoc.commands.options import (
     DatasetOpt,
+    ForceOpt,
+    HtmlOpt,
     JsonOpt,
     KvCacheOpt,
     PlanFlags,
@@ -53,6 +56,8 @@ def prescribe(
     log: LogOpt = None,
     list_all: ListOpt = False,
     json_out: JsonOpt = False,
+    html: HtmlOpt = None,
+    force: ForceOpt = False,
     kv_cache: KvCacheOpt = KvCache.AUTO,
     weights: WeightsOpt = Weights.AUTO,
     prefill_chunk: PrefillChunkOpt = None,
@@ -78,6 +83,7 @@ def prescribe(
     from memdoc.errors import PlanError
     from memdoc.resolve.logs import read_log
 
+    check_html(html, force)
     if list_all:
         return _list_symptoms(json_out)
     if symptom is None and log is None:
@@ -95,6 +101,7 @@ def prescribe(
     result = prescribe_for(
         reading, *on_plan, kv_cache=kv_cache, weights=weights, prefill_chunk=prefill_chunk, max_length=max_length
     )
+    write_html(html, result.to_json(), title="memdoc prescribe: OOM diagnosis", force=force)
     if json_out:
         render.print_json(result.to_json())
     else:

@@ -275,8 +275,10 @@ class Session:
         if self.total > self.phase_peak_total.get(bucket, -1):
             self.phase_peak_total[bucket] = self.total
             self.phase_peak[bucket] = {**self.breakdown(), "step": self.step_index + 1}
-        if self._ops % 8 == 0 and len(self.timeline) < 20000:
-            self.timeline.append({"op": self._ops, "phase": bucket, "total": self.total})
+        if self._ops % 8 == 0 and len(self.timeline) < 20000:  # the line items now, as the bill names them
+            items = self.breakdown()
+            total = items.pop("peak_allocated")
+            self.timeline.append({"op": self._ops, "phase": bucket, **items, "total": total})
 
     # ---- hooks
     def current_phase_from_autograd(self) -> None:
