@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import errno
 import functools
 import json
 import os
@@ -29,6 +30,7 @@ from pathlib import Path
 from memdoc.core.model.model_spec import ModelSpec, spec_from_config
 from memdoc.core.model.params import UnsupportedArchitecture
 from memdoc.errors import ConfigError, UnknownModelError, quoted
+from memdoc.resolve.inputs import MiB, read_text, shown
 
 _CATALOG_PACKAGE = "memdoc.data.catalog"
 
@@ -91,12 +93,15 @@ def _variant_config(model: str, base: str) -> dict:
     return {**catalog_config(base), **overrides.get(model.lower(), {})}
 
 
+MAX_MODEL_CONFIG_BYTES = 16 * MiB
+"""A model's config.json is a few KiB; anything over 16 MiB is not one (and is not parsed)."""
+
+
 def _read_config_file(path: Path, model: str) -> dict:
+    text = read_text(path, what="model config", limit=MAX_MODEL_CONFIG_BYTES, error=ConfigError)
     try:
-        return json.loads(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
         raise ConfigError(f"{path} is not valid JSON ({exc})") from None
     except RecursionError:
         raise ConfigError(f"{path} is nested too deeply to be a model config") from None
@@ -127,7 +132,7 @@ def _hub_config(model: str) -> dict | None:
         path = hf_hub_download(model, "config.json")
     except Exception:  # any network, auth or not-found failure means: not on the Hub for us
         return None
-    return json.loads(Path(path).read_text())
+    return _read_config_file(Path(path), model)
 
 
 def suggest(model: str, n: int = 3) -> list[str]:
@@ -153,6 +158,18 @@ def _safe(check) -> bool:
         return False
 
 
+def _absent(path: Path) -> bool:
+    """Nothing is at `path` (a name the OS refuses counts as absent; a directory that may not be searched, as
+    present: reading it then says "Permission denied")."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError, ValueError):
+        return True
+    except OSError as exc:
+        return exc.errno == errno.ENAMETOOLONG
+    return False
+
+
 def load_config(model: str) -> tuple[str, dict, str]:
     """(canonical id, config dict, source) for MODEL, in the documented resolution order."""
     if not model or len(model) > MAX_MODEL_ARG or "\0" in model:
@@ -165,12 +182,10 @@ def load_config(model: str) -> tuple[str, dict, str]:
     path = Path(model).expanduser()
     if _safe(path.is_dir):
         config_file = path / "config.json"
-        if not config_file.is_file():
-            raise ConfigError(f"{path} is a directory without config.json")
+        if _absent(config_file):
+            raise ConfigError(f"{shown(path)} is a directory without config.json")
         return str(path), _read_config_file(config_file, model), "local"
-    if path.suffix == ".json" or _safe(path.is_file):
-        if not _safe(path.is_file):
-            raise ConfigError(f"{path} does not exist")
+    if path.suffix == ".json" or not _absent(path):  # an existing path is what the user meant, whatever it is
         return str(path), _read_config_file(path, model), "local"
     cached = _hf_cache_config(model)
     if cached is not None:
