@@ -24,6 +24,7 @@ import functools
 import json
 import os
 import re
+import threading
 from importlib import resources
 from pathlib import Path
 
@@ -120,19 +121,32 @@ def _hf_cache_config(model: str) -> Path | None:
     return candidates[0] if candidates else None
 
 
+HUB_TIMEOUT_S = 3.0
+"""How long MODEL's config.json may take from the Hub: one try, then MODEL is unknown."""
+
+
 def _hub_config(model: str) -> dict | None:
-    """config.json from the Hub, or None when offline/unreachable/absent."""
+    """config.json from the Hub, or None when offline, unreachable, absent or slower than HUB_TIMEOUT_S (one try,
+    quietly: huggingface_hub's own retries and their log lines are cut off by the deadline and its logger)."""
     if os.environ.get("HF_HUB_OFFLINE") or os.environ.get("MEMDOC_OFFLINE") or model.count("/") != 1:
         return None
-    try:
-        from huggingface_hub import hf_hub_download
+    found: list[str] = []
 
-        os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "3")
-        os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "5")
-        path = hf_hub_download(model, "config.json")
-    except Exception:  # any network, auth or not-found failure means: not on the Hub for us
-        return None
-    return _read_config_file(Path(path), model)
+    def download() -> None:
+        try:
+            import logging
+
+            from huggingface_hub import hf_hub_download
+
+            logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # no "Retrying in 1s" lines
+            found.append(hf_hub_download(model, "config.json", etag_timeout=HUB_TIMEOUT_S))
+        except Exception:  # any network, auth or not-found failure means: not on the Hub for us
+            pass
+
+    worker = threading.Thread(target=download, daemon=True, name="memdoc-hub")
+    worker.start()
+    worker.join(HUB_TIMEOUT_S)  # a resolver or a retry loop that outlasts it is left behind (a daemon thread)
+    return _read_config_file(Path(found[0]), model) if found else None
 
 
 def suggest(model: str, n: int = 3) -> list[str]:

@@ -154,3 +154,47 @@ def test_config_size_bound(tmp_path):
     path = tmp_path / "sft.yaml"
     path.write_bytes(b"#" * (4 * 1024 * 1024 + 1))
     assert "is larger than 4 MiB" in one_error_line(invoke("bill", LLAMA, "--config", path, "--gpu", "24"))
+
+
+# ------------------------------------------------------------------------------------ contract
+def test_a_one_count_prefix_conflicts_with_gpus():
+    """`--gpu 1xNAME` states one GPU; `--gpus 2` beside it is a conflict, as `--gpu 8xh100 --gpus 4` is."""
+    line = one_error_line(invoke("bill", LLAMA, "--gpu", "1x24", "--gpus", "2"))
+    assert "says 1 GPUs but --gpus says 2" in line
+
+
+def test_an_empty_gpu_is_an_error_not_the_local_gpu():
+    assert "--gpu is empty" in one_error_line(invoke("bill", LLAMA, "--gpu", ""))
+
+
+def test_an_empty_symptom_lists_the_symptoms():
+    line = one_error_line(invoke("prescribe", "--symptom", ""))
+    assert "known symptoms: startup-oom" in line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["bill", LLAMA, "--gpu", "24", "--accum", "9" * 5000],  # over Python's 4,300-digit int limit
+        ["bill", LLAMA, "--gpu", "x" * 10_000],
+        ["bill", "--recipe", "/" + "a" * 10_000, "--gpu", "24"],
+    ],
+)
+def test_error_lines_echo_at_most_200_characters_of_an_input(args):
+    line = one_error_line(invoke(*args))
+    assert max(len(word) for word in line.split()) <= 200 and len(line) < 600
+
+
+def test_an_unknown_model_tries_an_unreachable_hub_once_quietly(monkeypatch):
+    """No HF_HUB_OFFLINE and a Hub that never answers (a non-routable address): one try of at most
+    HUB_TIMEOUT_S, then the one-line unknown-model error."""
+    import time
+
+    from memdoc.resolve.models import HUB_TIMEOUT_S
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("MEMDOC_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://10.255.255.1")
+    start = time.monotonic()
+    line = one_error_line(invoke("bill", "nosuchorg/nosuchmodel-7b", "--gpu", "24"))
+    assert time.monotonic() - start < HUB_TIMEOUT_S + 2 and "unknown model" in line
