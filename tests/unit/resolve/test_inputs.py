@@ -116,8 +116,8 @@ def test_a_utf16_mark_before_junk_stays_utf8():
 def small_windows(monkeypatch):
     """The reader's bounds scaled down (the same code; the whole-text diagnosis to compare with stays fast)."""
     monkeypatch.setattr(logs, "WHOLE_LOG_BYTES", 48 * 1024)
-    monkeypatch.setattr(logs, "CHUNK", 1024)
-    monkeypatch.setattr(logs, "KEPT_BYTES", 16 * 1024)
+    monkeypatch.setattr(logs, "CHUNK", 4 * 1024)
+    monkeypatch.setattr(logs, "KEPT_BYTES", 32 * 1024)
 
 
 def summary(d) -> tuple:
