@@ -72,3 +72,15 @@ def did_you_mean(value: str, choices, *, cutoff: float = 0.6) -> str:
 
     close = difflib.get_close_matches(value, list(choices), n=1, cutoff=cutoff)
     return f" (did you mean {close[0]}?)" if close else ""
+
+
+ECHO_LIMIT = 200
+"""The most characters of one input an error line echoes (issue 27: a 10,000-character value stays one line)."""
+
+
+def clip_inputs(line: str, limit: int = ECHO_LIMIT) -> str:
+    """`line` with every run of over `limit` non-space characters (an echoed input: a path, a number of
+    thousands of digits) cut to its first `limit - 1` characters and '…'."""
+    import re
+
+    return re.sub(r"\S{" + str(limit + 1) + ",}", lambda m: m.group(0)[: limit - 1] + "…", line)

@@ -14,7 +14,7 @@ import traceback
 import typer
 from typer.core import TyperGroup
 
-from memdoc.errors import MemdocError, did_you_mean
+from memdoc.errors import MemdocError, clip_inputs, did_you_mean
 
 # Typer ≥ 0.23 vendors Click (typer._click); take its exception classes from the public BadParameter.
 _click_exceptions = sys.modules[typer.BadParameter.__module__]
@@ -68,7 +68,7 @@ def usage_error_line(exc) -> str:
     ctx = getattr(exc, "ctx", None)
     if not hint and ctx is not None and ctx.command_path:
         hint = f" (see {ctx.command_path} --help)"
-    return f"Error: {message.rstrip('.')}{hint}"
+    return clip_inputs(f"Error: {message.rstrip('.')}{hint}")
 
 
 app = typer.Typer(
@@ -107,7 +107,7 @@ def report_errors(command):
             if debug_enabled():
                 traceback.print_exc()
             hint = f" ({exc.hint})" if exc.hint else ""
-            print(f"Error: {exc}{hint}", file=sys.stderr)
+            print(clip_inputs(f"Error: {exc}{hint}"), file=sys.stderr)
             raise typer.Exit(exc.exit_code) from None
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise

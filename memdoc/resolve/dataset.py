@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan
 from memdoc.core.remedies.dataset_fit import dataset_fit
 from memdoc.errors import DatasetError
+from memdoc.resolve.inputs import MiB, open_regular, read_text, shown, size_text
 
 FORMATS = (".jsonl", ".json", ".parquet", ".csv")
 CHAT_FIELDS = ("messages", "conversations")
@@ -51,6 +53,11 @@ class TokenCounts:
 
 
 # ------------------------------------------------------------------ reading
+MAX_DATASET_BYTES = 1024 * MiB
+"""The largest dataset file read (1 GiB): each record is tokenized, in memory; the lengths of a sample of a larger
+dataset fit the plan as well."""
+
+
 def read_records(path: Path) -> list[dict]:
     """The records of a dataset file, as dicts."""
     suffix = path.suffix.lower()
@@ -58,14 +65,9 @@ def read_records(path: Path) -> list[dict]:
         raise DatasetError(
             f"--dataset {path}: unknown format {suffix or '(no extension)'!r}; use one of {', '.join(FORMATS)}"
         )
-    if not path.is_file():
-        raise DatasetError(f"--dataset {path} does not exist")
-    try:
-        if suffix == ".parquet":
-            return _read_parquet(path)
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DatasetError(f"cannot read --dataset {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if suffix == ".parquet":
+        return _read_parquet(path)
+    text = read_text(path, what="--dataset", limit=MAX_DATASET_BYTES, error=DatasetError)
     if suffix == ".csv":
         csv.field_size_limit(sys.maxsize)
         return list(csv.DictReader(text.splitlines()))
@@ -112,10 +114,13 @@ def _read_parquet(path: Path) -> list[dict]:
             "reading Parquet needs the pyarrow package, which is not installed",
             hint="pip install pyarrow (or memdoc[dataset]), or convert the file to JSONL",
         ) from None
-    try:
-        return pq.read_table(path).to_pylist()
-    except (OSError, ValueError) as exc:  # pyarrow.ArrowInvalid is a ValueError
-        raise DatasetError(f"cannot read Parquet file {path}: {exc}") from None
+    with open_regular(path, what="--dataset", error=DatasetError) as fh:
+        if os.fstat(fh.fileno()).st_size > MAX_DATASET_BYTES:
+            raise DatasetError(f"--dataset {shown(path)} is larger than {size_text(MAX_DATASET_BYTES)}")
+        try:
+            return pq.read_table(fh).to_pylist()
+        except (OSError, ValueError) as exc:  # pyarrow.ArrowInvalid is a ValueError
+            raise DatasetError(f"cannot read Parquet file {shown(path)}: {exc}") from None
 
 
 # ------------------------------------------------------------------ the text of a sample

@@ -19,16 +19,19 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import errno
 import functools
 import json
 import os
 import re
+import threading
 from importlib import resources
 from pathlib import Path
 
 from memdoc.core.model.model_spec import ModelSpec, spec_from_config
 from memdoc.core.model.params import UnsupportedArchitecture
 from memdoc.errors import ConfigError, UnknownModelError, quoted
+from memdoc.resolve.inputs import MiB, read_text, shown
 
 _CATALOG_PACKAGE = "memdoc.data.catalog"
 
@@ -91,12 +94,15 @@ def _variant_config(model: str, base: str) -> dict:
     return {**catalog_config(base), **overrides.get(model.lower(), {})}
 
 
+MAX_MODEL_CONFIG_BYTES = 16 * MiB
+"""A model's config.json is a few KiB; anything over 16 MiB is not one (and is not parsed)."""
+
+
 def _read_config_file(path: Path, model: str) -> dict:
+    text = read_text(path, what="model config", limit=MAX_MODEL_CONFIG_BYTES, error=ConfigError)
     try:
-        return json.loads(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
         raise ConfigError(f"{path} is not valid JSON ({exc})") from None
     except RecursionError:
         raise ConfigError(f"{path} is nested too deeply to be a model config") from None
@@ -115,19 +121,32 @@ def _hf_cache_config(model: str) -> Path | None:
     return candidates[0] if candidates else None
 
 
+HUB_TIMEOUT_S = 3.0
+"""How long MODEL's config.json may take from the Hub: one try, then MODEL is unknown."""
+
+
 def _hub_config(model: str) -> dict | None:
-    """config.json from the Hub, or None when offline/unreachable/absent."""
+    """config.json from the Hub, or None when offline, unreachable, absent or slower than HUB_TIMEOUT_S (one try,
+    quietly: huggingface_hub's own retries and their log lines are cut off by the deadline and its logger)."""
     if os.environ.get("HF_HUB_OFFLINE") or os.environ.get("MEMDOC_OFFLINE") or model.count("/") != 1:
         return None
-    try:
-        from huggingface_hub import hf_hub_download
+    found: list[str] = []
 
-        os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "3")
-        os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "5")
-        path = hf_hub_download(model, "config.json")
-    except Exception:  # any network, auth or not-found failure means: not on the Hub for us
-        return None
-    return json.loads(Path(path).read_text())
+    def download() -> None:
+        try:
+            import logging
+
+            from huggingface_hub import hf_hub_download
+
+            logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # no "Retrying in 1s" lines
+            found.append(hf_hub_download(model, "config.json", etag_timeout=HUB_TIMEOUT_S))
+        except Exception:  # any network, auth or not-found failure means: not on the Hub for us
+            pass
+
+    worker = threading.Thread(target=download, daemon=True, name="memdoc-hub")
+    worker.start()
+    worker.join(HUB_TIMEOUT_S)  # a resolver or a retry loop that outlasts it is left behind (a daemon thread)
+    return _read_config_file(Path(found[0]), model) if found else None
 
 
 def suggest(model: str, n: int = 3) -> list[str]:
@@ -153,6 +172,18 @@ def _safe(check) -> bool:
         return False
 
 
+def _absent(path: Path) -> bool:
+    """Nothing is at `path` (a name the OS refuses counts as absent; a directory that may not be searched, as
+    present: reading it then says "Permission denied")."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError, ValueError):
+        return True
+    except OSError as exc:
+        return exc.errno == errno.ENAMETOOLONG
+    return False
+
+
 def load_config(model: str) -> tuple[str, dict, str]:
     """(canonical id, config dict, source) for MODEL, in the documented resolution order."""
     if not model or len(model) > MAX_MODEL_ARG or "\0" in model:
@@ -165,12 +196,10 @@ def load_config(model: str) -> tuple[str, dict, str]:
     path = Path(model).expanduser()
     if _safe(path.is_dir):
         config_file = path / "config.json"
-        if not config_file.is_file():
-            raise ConfigError(f"{path} is a directory without config.json")
+        if _absent(config_file):
+            raise ConfigError(f"{shown(path)} is a directory without config.json")
         return str(path), _read_config_file(config_file, model), "local"
-    if path.suffix == ".json" or _safe(path.is_file):
-        if not _safe(path.is_file):
-            raise ConfigError(f"{path} does not exist")
+    if path.suffix == ".json" or not _absent(path):  # an existing path is what the user meant, whatever it is
         return str(path), _read_config_file(path, model), "local"
     cached = _hf_cache_config(model)
     if cached is not None:

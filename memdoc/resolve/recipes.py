@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from memdoc.errors import ConfigError, quoted
+from memdoc.resolve.inputs import read_text
 
 _TOP_KEYS = {"model", "gpu", "plan", "description", "name"}
 
@@ -36,24 +37,13 @@ MAX_RECIPE_BYTES = 1024 * 1024
 
 
 def _parse(path: Path) -> object:
-    """The YAML document of a recipe: UTF-8, at most MAX_RECIPE_BYTES, no aliases (ConfigError otherwise).
+    """The YAML document of a recipe: a regular text file (`inputs.read_text`) of at most MAX_RECIPE_BYTES,
+    without aliases (ConfigError otherwise).
 
     Aliases are refused rather than expanded: a few lines of nested aliases (a "billion laughs"
     document) expand to gigabytes, and no recipe needs them.
     """
-    try:
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_RECIPE_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"cannot read recipe {path}: {exc.strerror or exc}") from None
-    if len(raw) > MAX_RECIPE_BYTES:
-        raise ConfigError(f"recipe {path} is larger than {MAX_RECIPE_BYTES // 1024} KiB; a recipe is a short YAML file")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"recipe {path} is not UTF-8 text (byte {exc.start}: {raw[exc.start : exc.start + 1]!r})"
-        ) from None
+    text = read_text(path, what="recipe", limit=MAX_RECIPE_BYTES, error=ConfigError)
     try:
         for event in yaml.parse(text, Loader=_LOADER):
             if isinstance(event, yaml.AliasEvent):

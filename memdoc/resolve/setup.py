@@ -11,6 +11,7 @@ card), and validates the plan as given and against the model:
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from memdoc.core.model.plan import (
 from memdoc.core.model.plan_checks import check_plan_against_model, check_requested_plan
 from memdoc.core.model.stack import Stack, moe_experts_layout, qlora_zero3_blockers
 from memdoc.core.user_config.reading import ConfigReading
-from memdoc.errors import NoGpuDetectedError, PlanError
+from memdoc.errors import NoGpuDetectedError, PlanError, UnknownGpuError
 from memdoc.resolve.gpus import detect_local_gpu
 from memdoc.resolve.models import mirror_note, resolve_model
 from memdoc.resolve.recipes import load_recipe
@@ -100,7 +101,7 @@ def resolve_setups(
     reading = read_configs(config, used_stack)
     model_name, recipe_gpu, values = _merge_over_recipe(model, recipe, plan_values, reading)
     inputs = _Inputs(model_name, values, reading, used_stack, str(recipe) if recipe else None)
-    return [_setup_on(inputs, gpu or recipe_gpu, need_gpu=need_gpu) for gpu in cards]
+    return [_setup_on(inputs, recipe_gpu if gpu is None else gpu, need_gpu=need_gpu) for gpu in cards]
 
 
 @dataclass(frozen=True)
@@ -118,8 +119,13 @@ class _Inputs:
 def _setup_on(inputs: _Inputs, gpu: str | None, *, need_gpu: bool) -> Setup:
     """The setup of `inputs` on the card `gpu` (the local one when None and `need_gpu`)."""
     values, reading, used_stack = dict(inputs.values), inputs.reading, inputs.stack
+    if gpu is not None and not str(gpu).strip():
+        raise UnknownGpuError(
+            "--gpu is empty",
+            hint="name a GPU (rtx-4090, h100), a size in GiB (24), or leave --gpu out for the local GPU",
+        )
     card = resolve_gpu(gpu) if gpu else None
-    if card is not None and card.count > 1:
+    if card is not None and (card.count > 1 or _COUNT_PREFIX.match(str(gpu))):
         values["gpus_per_node"] = gpus_from_count(card, values.get("gpus_per_node"), gpu)
         card = dataclasses.replace(card, count=1)
     plan = _plan_from(values, reading)
@@ -248,6 +254,10 @@ def precision_for_card(plan: TrainingPlan, gpu: GpuSpec, *, explicit: bool) -> T
             f"{plan.precision.value} cannot run there; use --precision {fallback.value}"
         )
     return plan.replace(precision=fallback)
+
+
+_COUNT_PREFIX = re.compile(r"\s*\d+\s*[x×*]", re.IGNORECASE)
+"""`--gpu N×NAME`: the count prefix, 1× included (it still states the count, and a --gpus 2 beside it conflicts)."""
 
 
 def gpus_from_count(gpu: GpuSpec, gpus_flag, gpu_text: str) -> int:

@@ -17,6 +17,7 @@ from memdoc.core.model.stack import Stack
 from memdoc.core.user_config.detect import read_document
 from memdoc.core.user_config.reading import ConfigReading, SourceDoc
 from memdoc.errors import ConfigError
+from memdoc.resolve.inputs import read_text
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 """A training config is a few KiB; anything over 4 MiB is not one (and is not parsed)."""
@@ -26,18 +27,9 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 def load_source(path: Path | str) -> SourceDoc:
     """Parse one config file into a `SourceDoc` (top-level key -> line); a one-line ConfigError naming the
-    file when it is missing, unreadable, malformed, or not a mapping."""
+    file when it is missing, not a regular file, unreadable, over MAX_CONFIG_BYTES, malformed, or not a mapping."""
     path = Path(path)
-    try:
-        raw = path.read_bytes() if path.stat().st_size <= MAX_CONFIG_BYTES else None
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
-    if raw is None:
-        raise ConfigError(f"config {path} is larger than {MAX_CONFIG_BYTES // 1024**2} MiB; not a training config")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"config {path} is not UTF-8 text (byte {exc.start})") from None
+    text = read_text(path, what="config", limit=MAX_CONFIG_BYTES, error=ConfigError)
     data, lines = _parse(path, text)
     if not isinstance(data, dict):
         raise ConfigError(f"config {path} must be a mapping of keys to values, got {type(data).__name__}")

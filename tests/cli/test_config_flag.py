@@ -234,7 +234,8 @@ def test_errors_are_one_line_exit_2(tmp_path, text, name, expected):
 
 def test_missing_config_file_is_one_line(tmp_path):
     result = invoke("bill", "--config", tmp_path / "nope.yaml", "--gpu", GPU)
-    assert result.exit_code == 2 and f"cannot read config {tmp_path / 'nope.yaml'}" in result.stderr
+    # issue 27: every missing input file says so in the same words (memdoc.resolve.inputs.open_regular)
+    assert result.exit_code == 2 and f"config {tmp_path / 'nope.yaml'} does not exist" in result.stderr
 
 
 def test_reference_cycle_names_both_files(tmp_path):

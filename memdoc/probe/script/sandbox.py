@@ -11,6 +11,7 @@ import traceback
 from pathlib import Path
 
 from memdoc.errors import ScriptError
+from memdoc.resolve.inputs import MiB, read_text
 
 
 class Stop(BaseException):
@@ -21,14 +22,15 @@ class Stop(BaseException):
         self.reason = reason
 
 
+MAX_SCRIPT_BYTES = 16 * MiB
+"""A training script is a few hundred KiB at most; a larger file is not one (and is not compiled)."""
+
+
 def check_script(path: Path) -> str:
-    """The script's source, or ScriptError (exit 2) when it cannot be read or compiled."""
-    try:
-        source = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScriptError(f"script {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScriptError(f"cannot read script {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    """The script's source, or ScriptError (exit 2) when it is not a regular file (a FIFO would block the run
+    forever: `resolve.inputs.open_regular`), cannot be read or compiled. A UTF-8 byte-order mark is dropped, as
+    Python drops it when it runs the file (`tokenize.detect_encoding`, PEP 263)."""
+    source = read_text(path, what="script", limit=MAX_SCRIPT_BYTES, error=ScriptError)
     try:
         compile(source, str(path), "exec")
     except SyntaxError as exc:
