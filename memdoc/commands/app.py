@@ -14,6 +14,7 @@ import typer
 from typer.core import TyperGroup
 
 from memdoc.errors import MemdocError, did_you_mean
+from memdoc.render.streams import StdoutError, error_line, guarded_streams, silence_stdout
 
 # Typer ≥ 0.23 vendors Click (typer._click); take its exception classes from the public BadParameter.
 _click_exceptions = sys.modules[typer.BadParameter.__module__]
@@ -23,27 +24,43 @@ class MemdocGroup(TyperGroup):
     """Typer's group with usage errors as one line, `Error: … (did you mean lora?)`, exit 2.
 
     Typer draws usage errors as a multi-line box; memdoc's errors are one line everywhere, and a
-    bad choice names the closest valid one.
+    bad choice names the closest valid one. The run is inside `guarded_streams`: any output encoding,
+    and a refused stdout is one line and exit 2 (`memdoc.render.streams`).
     """
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
-        try:
-            code = super().main(
-                args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False, **extra
-            )
-        except _click_exceptions.NoArgsIsHelpError as exc:
-            typer.echo(exc.ctx.get_help() if exc.ctx else "", nl=False)
-            code = 2
-        except _click_exceptions.ClickException as exc:
-            print(usage_error_line(exc), file=sys.stderr)
-            code = exc.exit_code
-        except typer.Abort:
-            print("Error: aborted", file=sys.stderr)
-            code = 130
+        with guarded_streams():
+            code = self._run(args=args, prog_name=prog_name, complete_var=complete_var, **extra)
         code = code if isinstance(code, int) else 0
         if standalone_mode:
             sys.exit(code)
         return code
+
+    def _run(self, **kwargs):
+        try:
+            try:
+                code = super().main(standalone_mode=False, **kwargs)
+            except _click_exceptions.NoArgsIsHelpError as exc:
+                typer.echo(exc.ctx.get_help() if exc.ctx else "", nl=False)
+                code = 2
+            sys.stdout.flush()  # what is still buffered is refused here, not in the interpreter's last flush
+        except _click_exceptions.ClickException as exc:
+            error_line(usage_error_line(exc))
+            code = exc.exit_code
+        except typer.Abort:
+            error_line("Error: aborted")
+            code = 130
+        except StdoutError as exc:
+            code = stdout_failed(exc)
+        return code
+
+
+def stdout_failed(exc: StdoutError) -> int:
+    """Say once that stdout refused the output (not when the reader of a pipe left), and stop writing to it."""
+    if not exc.quiet:
+        error_line(f"Error: {exc} ({exc.hint})")
+    silence_stdout()
+    return exc.exit_code
 
 
 def usage_error_line(exc) -> str:
@@ -92,11 +109,13 @@ def report_errors(command):
     def wrapper(*args, **kwargs):
         try:
             return command(*args, **kwargs)
+        except StdoutError as exc:
+            raise typer.Exit(stdout_failed(exc)) from None
         except MemdocError as exc:
             if debug_enabled():
                 traceback.print_exc()
             hint = f" ({exc.hint})" if exc.hint else ""
-            print(f"Error: {exc}{hint}", file=sys.stderr)
+            error_line(f"Error: {exc}{hint}")
             raise typer.Exit(exc.exit_code) from None
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise
@@ -105,9 +124,8 @@ def report_errors(command):
                 raise
             text = " ".join(str(exc).split())
             text = text if len(text) <= 300 else text[:299] + "…"
-            print(
-                f"Error: internal error {type(exc).__name__}: {text} (rerun with MEMDOC_DEBUG=1 for the traceback)",
-                file=sys.stderr,
+            error_line(
+                f"Error: internal error {type(exc).__name__}: {text} (rerun with MEMDOC_DEBUG=1 for the traceback)"
             )
             raise typer.Exit(1) from None
 

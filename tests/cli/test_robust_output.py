@@ -273,3 +273,90 @@ def test_a_closed_pipe_ends_quietly(args):
     stderr = proc.stderr.read().decode()
     proc.wait(timeout=60)
     assert "Traceback" not in stderr and "Exception ignored" not in stderr and "internal error" not in stderr, stderr
+
+
+# ------------------------------------------------- issue 27: any encoding, any stdout, any width
+def test_any_output_encoding_is_written_without_a_traceback():
+    """`PYTHONIOENCODING=ascii memdoc gpus` (what Windows does with redirected output): characters the
+    encoding lacks become ASCII look-alikes, the boxes ASCII, and the command succeeds."""
+    result = CliRunner(charset="ascii").invoke(app, ["bill", "meta-llama/Llama-3.1-8B", "--gpu", "24"])
+    assert result.exit_code == 0, result.output
+    assert "internal error" not in result.stderr and "UnicodeEncodeError" not in result.output
+    assert "meta-llama/Llama-3.1-8B . 8.03B params" in result.stdout  # '·' -> '.'
+    assert result.stdout.isascii() and "?" not in result.stdout.replace("?)", "")
+
+
+@pytest.mark.parametrize("charset", ["cp1252", "latin-1"])
+def test_windows_code_pages_are_written(charset):
+    result = CliRunner(charset=charset).invoke(app, ["gpus"])
+    assert result.exit_code == 0 and "internal error" not in result.stderr, result.output
+    assert "rtx-4090" in result.stdout
+
+
+# Every command's human output: the README's and docs' examples (the inference example included) and more.
+WIDTH_REPORTS = [
+    *REPORTS,
+    ["bill", "meta-llama/Llama-3.1-8B", "--gpu", "rtx-4090", "--inference", "--batch", "8", "--seq", "8192"],
+    ["bill", "meta-llama/Llama-3.1-8B", "--gpu", "24", "--max", "batch"],
+    ["plan", "meta-llama/Llama-3.1-8B", "--gpu", "rtx-4090", "--gpu", "a100-80", "--tokens", "1e8", "--host-ram", "64"],
+    ["prescribe", "--log", "tests/fixtures/oom-logs/first-step-backward.log"],
+]
+
+
+@pytest.mark.parametrize("columns", [60, 80, 100])
+@pytest.mark.parametrize("args", WIDTH_REPORTS, ids=lambda a: " ".join(a[:3]))
+def test_every_report_fits_columns(args, columns, monkeypatch):
+    """stdout and stderr notes within COLUMNS; long unbreakable values (a plugin path) are folded."""
+    monkeypatch.chdir(ROOT)
+    result = run(*args, columns=columns)
+    assert result.exit_code in (0, 3), result.output
+    for line in result.output.splitlines():
+        assert len(line) <= columns, (columns, line)
+
+
+@pytest.mark.parametrize("columns", ["1", "0", "59"])
+def test_columns_below_60_are_laid_out_at_60(columns):
+    result = runner.invoke(app, ["bill", "meta-llama/Llama-3.1-8B", "--gpu", "24"], env={"COLUMNS": columns})
+    assert result.exit_code == 0, result.output
+    widths = [len(line) for line in result.stdout.splitlines()]
+    assert max(widths) <= 60 and max(widths) > 50, widths
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "args",
+    [["gpus"], ["bill", "meta-llama/Llama-3.1-8B", "--gpu", "24", "--json"], ["bill", "--help"]],
+    ids=["table", "json", "help"],
+)
+@pytest.mark.parametrize("stdout", ["/dev/full", "closed"])
+def test_an_unwritable_stdout_is_one_line_and_exit_2(args, stdout):
+    """`> /dev/full` (ENOSPC) and a closed fd 1 (EBADF): one `Error:` line on stderr, exit 2 (docs/output.md)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*sys.path[:1], str(ROOT)]), "HF_HUB_OFFLINE": "1"}
+    target = open(os.devnull if stdout == "closed" else stdout, "w")  # noqa: SIM115
+    with target:
+        kwargs = {"stdout": target} if stdout != "closed" else {"stdout": subprocess.DEVNULL, "pass_fds": ()}
+        command = [sys.executable, "-m", "memdoc", *args]
+        if stdout == "closed":  # the shell's `>&-`
+            command = ["sh", "-c", 'exec "$@" >&-', "sh", *command]
+        proc = subprocess.run(command, stderr=subprocess.PIPE, text=True, env=env, timeout=60, **kwargs)
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert [line for line in lines if line.startswith("Error:")] == lines[-1:], proc.stderr
+    assert "cannot write the output to stdout" in lines[-1] and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_stdout_and_stderr_both_closed_is_silent_and_exit_2():
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*sys.path[:1], str(ROOT)])}
+    proc = subprocess.run(
+        ["sh", "-c", 'exec "$@" >&- 2>&-', "sh", sys.executable, "-m", "memdoc", "gpus"], env=env, timeout=60
+    )
+    assert proc.returncode == 2
