@@ -9,7 +9,7 @@ import os
 import sys
 import threading
 
-from memdoc.commands import bill, catalog, diagnose, emit, plan, prescribe
+from memdoc.commands import bill, catalog, diagnose, emit, help, plan, prescribe
 from memdoc.commands.app import add_command, app
 from memdoc.render.streams import silence_stdout
 
@@ -20,6 +20,7 @@ add_command(diagnose.diagnose, "diagnose", epilog=diagnose.EXAMPLES)
 add_command(emit.emit, "emit", epilog=emit.EXAMPLES)
 add_command(plan.plan_command, "plan", epilog=plan.EXAMPLES)
 add_command(prescribe.prescribe, "prescribe", epilog=prescribe.EXAMPLES)
+add_command(help.help_topic, "help", epilog=help.EXAMPLES)
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ import sys
 import traceback
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from memdoc.errors import MemdocError, did_you_mean
 from memdoc.render.streams import StdoutError, error_line, guarded_streams, silence_stdout
@@ -138,7 +138,47 @@ def reflow(doc: str) -> str:
     return "\n\n".join(" ".join(paragraph.split()) for paragraph in doc.split("\n\n") if paragraph.strip())
 
 
+SUMMARY_MAX = 6
+"""A help panel with more options than this is summarised in a command's --help (one line of names)."""
+TOPIC = "plan-flags"
+"""The `memdoc help` topic that shows the summarised panels in full."""
+
+
+def summarised_panels(command) -> dict[str, list]:
+    """{panel: its options} for each of `command`'s help panels (`rich_help_panel`) of more than SUMMARY_MAX options."""
+    panels: dict[str, list] = {}
+    for param in command.params:
+        panel = getattr(param, "rich_help_panel", None)
+        if panel and not getattr(param, "hidden", False):
+            panels.setdefault(panel, []).append(param)
+    return {panel: params for panel, params in panels.items() if len(params) > SUMMARY_MAX}
+
+
+class MemdocCommand(TyperCommand):
+    """A command whose --help shows each long panel as one line of option names, pointing to
+    `memdoc help plan-flags` (`memdoc.commands.help`), instead of repeating ~100 lines under every command."""
+
+    def format_help(self, ctx, formatter) -> None:
+        panels = summarised_panels(self)
+        epilog = self.epilog
+        lines = [
+            f"{panel}: {' '.join(p.opts[0] for p in params)} (in full: memdoc help {TOPIC})"
+            for panel, params in panels.items()
+        ]
+        hidden = [p for params in panels.values() for p in params]
+        try:
+            for param in hidden:
+                param.hidden = True
+            self.epilog = "\n\n".join([*lines, *([epilog] if epilog else [])]) or None
+            return super().format_help(ctx, formatter)
+        finally:
+            for param in hidden:
+                param.hidden = False
+            self.epilog = epilog
+
+
 def add_command(fn, name: str, **kwargs) -> None:
     """Register `fn` as command `name` with error reporting; its docstring is the help, reflowed to the terminal."""
     kwargs.setdefault("help", reflow(inspect.getdoc(fn) or ""))
+    kwargs.setdefault("cls", MemdocCommand)
     app.command(name, **kwargs)(report_errors(fn))

@@ -49,10 +49,12 @@ def test_bare_memdoc_still_prints_help():
 
 
 def test_help_shows_plan_defaults():
-    out = run("bill", "--help", columns=200).output
+    # issue 27: the plan flags are shown in full once, by `memdoc help plan-flags` (a command's --help names them)
+    out = run("help", "plan-flags", columns=200).output
+    lines = out.splitlines()
     for flag, default in (("--batch", "1"), ("--seq", "2048"), ("--method", "full"), ("--lora-alpha", "2 × rank")):
-        line = next(l for l in out.splitlines() if flag in l)
-        assert f"[default: {default}]" in line, line
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"  {flag} "))
+        assert f"[default: {default}]" in lines[at + 1], lines[at : at + 2]  # the option's help, under its name
 
 
 # ------------------------------------------------------------------------------ layout widths
@@ -360,3 +362,65 @@ def test_stdout_and_stderr_both_closed_is_silent_and_exit_2():
         ["sh", "-c", 'exec "$@" >&- 2>&-', "sh", sys.executable, "-m", "memdoc", "gpus"], env=env, timeout=60
     )
     assert proc.returncode == 2
+
+
+# ---------------------------------------------------------------- issue 27: --help at 80 columns
+def _commands():
+    from typer.main import get_command
+
+    group = get_command(app)
+    return group, sorted(group.commands)
+
+
+def _plan_flag_names() -> list[str]:
+    """The long name of every plan flag, read from the option declarations themselves (options.py)."""
+    from typing import get_args
+
+    from memdoc.commands.options import PLAN_OPTIONS
+
+    # Annotated: the first name is `default`; a boolean pair is declared "--on/--off"
+    return [get_args(alias)[1].default.split("/")[0] for alias in PLAN_OPTIONS.values()]
+
+
+@pytest.mark.parametrize("name", _commands()[1])
+def test_help_reads_at_80_columns(name):
+    """Every option named whole; every panel's description column at least 30 wide (it was 17 in the plan
+    panel); the panels' plan flags one summary line that points to `memdoc help plan-flags`."""
+    group, _ = _commands()
+    result = run(name, "--help", columns=80)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert max(map(len, out.splitlines())) <= 80
+    words = set(re.findall(r"--[a-z0-9-]+", out))
+    for param in group.commands[name].params:
+        long = [o for o in param.opts if o.startswith("--")]
+        assert not long or long[0] in words, (name, long[0])
+    for panel in re.findall(r"╭─.*?╰", out, flags=re.S):
+        rows = panel.splitlines()[1:-1]
+        starts = [line.rfind(re.split(r"\s{2,}", line.strip("│ "))[-1]) for line in rows]
+        assert 79 - min(starts) >= 25, panel  # the description column's width
+    takes_plan = "--checkpoint-every" in words
+    assert takes_plan == (name in ("bill", "diagnose", "emit", "plan", "prescribe")), name
+    if takes_plan:
+        assert "memdoc help plan-flags" in " ".join(out.split())
+        assert "Nth decoder layer" not in out  # the flag's description lives in `memdoc help plan-flags`
+        assert len(out.splitlines()) < 130  # was 379 lines for bill
+
+
+@pytest.mark.parametrize("columns", [60, 80])
+def test_help_plan_flags_shows_every_plan_flag_once_in_full(columns):
+    result = run("help", "plan-flags", columns=columns)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert max(map(len, out.splitlines())) <= columns
+    listed = re.findall(r"^  (--[a-z0-9-]+)", out, flags=re.M)
+    assert sorted(listed) == sorted(_plan_flag_names())  # each once, none missing
+    assert "checkpoint every Nth decoder layer only" in " ".join(out.split())
+    assert "[default: 2048]" in out and "\\[" not in out
+
+
+def test_help_without_topic_lists_topics_and_a_bad_topic_is_one_line():
+    assert "plan-flags" in run("help").stdout
+    result = run("help", "plan-flag")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert "did you mean plan-flags?" in result.stderr
