@@ -9,8 +9,9 @@ import os
 import sys
 import threading
 
-from memdoc.commands import bill, catalog, diagnose, emit, plan, prescribe
+from memdoc.commands import bill, catalog, diagnose, emit, help, plan, prescribe
 from memdoc.commands.app import add_command, app
+from memdoc.render.streams import silence_stdout
 
 add_command(bill.bill, "bill", epilog=bill.EXAMPLES)
 add_command(catalog.models, "models")
@@ -19,6 +20,7 @@ add_command(diagnose.diagnose, "diagnose", epilog=diagnose.EXAMPLES)
 add_command(emit.emit, "emit", epilog=emit.EXAMPLES)
 add_command(plan.plan_command, "plan", epilog=plan.EXAMPLES)
 add_command(prescribe.prescribe, "prescribe", epilog=prescribe.EXAMPLES)
+add_command(help.help_topic, "help", epilog=help.EXAMPLES)
 
 
 def main() -> None:
@@ -29,21 +31,19 @@ def main() -> None:
         _quiet_if_pipe_closed()
         _exit_past_leftover_threads(code)
         raise
-    except BrokenPipeError:  # `memdoc … | head`: the reader left; nothing more to say
+    except BrokenPipeError:  # `memdoc … | head`: the reader left; nothing more to say (as StdoutError: exit 2)
         _quiet_if_pipe_closed()
-        sys.exit(1)
+        sys.exit(2)
 
 
 def _quiet_if_pipe_closed() -> None:
-    """After the reader of stdout went away (`| head`), point stdout at /dev/null so the interpreter's
-    final flush does not print 'Exception ignored … BrokenPipeError'."""
+    """After stdout refused output (the reader of `| head` left, a full disk, a closed fd 1), point fd 1
+    at /dev/null so the interpreter's final flush does not print 'Exception ignored … BrokenPipeError'."""
     try:
-        sys.stdout.flush()
-    except (BrokenPipeError, ValueError):
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except (OSError, ValueError):
+        silence_stdout()
 
 
 def _exit_past_leftover_threads(code: int) -> None:

@@ -12,9 +12,10 @@ import sys
 import traceback
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from memdoc.errors import MemdocError, clip_inputs, did_you_mean
+from memdoc.render.streams import StdoutError, error_line, guarded_streams, silence_stdout
 
 # Typer ≥ 0.23 vendors Click (typer._click); take its exception classes from the public BadParameter.
 _click_exceptions = sys.modules[typer.BadParameter.__module__]
@@ -33,28 +34,44 @@ class MemdocGroup(TyperGroup):
     """Typer's group with usage errors as one line, `Error: … (did you mean lora?)`, exit 2.
 
     Typer draws usage errors as a multi-line box; memdoc's errors are one line everywhere, and a
-    bad choice names the closest valid one.
+    bad choice names the closest valid one. The run is inside `guarded_streams`: any output encoding,
+    and a refused stdout is one line and exit 2 (`memdoc.render.streams`).
     """
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         INVOCATION[:] = [str(a) for a in (sys.argv[1:] if args is None else args)]
-        try:
-            code = super().main(
-                args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False, **extra
-            )
-        except _click_exceptions.NoArgsIsHelpError as exc:
-            typer.echo(exc.ctx.get_help() if exc.ctx else "", nl=False)
-            code = 2
-        except _click_exceptions.ClickException as exc:
-            print(usage_error_line(exc), file=sys.stderr)
-            code = exc.exit_code
-        except typer.Abort:
-            print("Error: aborted", file=sys.stderr)
-            code = 130
+        with guarded_streams():
+            code = self._run(args=args, prog_name=prog_name, complete_var=complete_var, **extra)
         code = code if isinstance(code, int) else 0
         if standalone_mode:
             sys.exit(code)
         return code
+
+    def _run(self, **kwargs):
+        try:
+            try:
+                code = super().main(standalone_mode=False, **kwargs)
+            except _click_exceptions.NoArgsIsHelpError as exc:
+                typer.echo(exc.ctx.get_help() if exc.ctx else "", nl=False)
+                code = 2
+            sys.stdout.flush()  # what is still buffered is refused here, not in the interpreter's last flush
+        except _click_exceptions.ClickException as exc:
+            error_line(usage_error_line(exc))
+            code = exc.exit_code
+        except typer.Abort:
+            error_line("Error: aborted")
+            code = 130
+        except StdoutError as exc:
+            code = stdout_failed(exc)
+        return code
+
+
+def stdout_failed(exc: StdoutError) -> int:
+    """Say once that stdout refused the output (not when the reader of a pipe left), and stop writing to it."""
+    if not exc.quiet:
+        error_line(f"Error: {exc} ({exc.hint})")
+    silence_stdout()
+    return exc.exit_code
 
 
 def usage_error_line(exc) -> str:
@@ -103,11 +120,13 @@ def report_errors(command):
     def wrapper(*args, **kwargs):
         try:
             return command(*args, **kwargs)
+        except StdoutError as exc:
+            raise typer.Exit(stdout_failed(exc)) from None
         except MemdocError as exc:
             if debug_enabled():
                 traceback.print_exc()
             hint = f" ({exc.hint})" if exc.hint else ""
-            print(clip_inputs(f"Error: {exc}{hint}"), file=sys.stderr)
+            error_line(clip_inputs(f"Error: {exc}{hint}"))
             raise typer.Exit(exc.exit_code) from None
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise
@@ -116,9 +135,8 @@ def report_errors(command):
                 raise
             text = " ".join(str(exc).split())
             text = text if len(text) <= 300 else text[:299] + "…"
-            print(
-                f"Error: internal error {type(exc).__name__}: {text} (rerun with MEMDOC_DEBUG=1 for the traceback)",
-                file=sys.stderr,
+            error_line(
+                f"Error: internal error {type(exc).__name__}: {text} (rerun with MEMDOC_DEBUG=1 for the traceback)"
             )
             raise typer.Exit(1) from None
 
@@ -131,7 +149,47 @@ def reflow(doc: str) -> str:
     return "\n\n".join(" ".join(paragraph.split()) for paragraph in doc.split("\n\n") if paragraph.strip())
 
 
+SUMMARY_MAX = 6
+"""A help panel with more options than this is summarised in a command's --help (one line of names)."""
+TOPIC = "plan-flags"
+"""The `memdoc help` topic that shows the summarised panels in full."""
+
+
+def summarised_panels(command) -> dict[str, list]:
+    """{panel: its options} for each of `command`'s help panels (`rich_help_panel`) of more than SUMMARY_MAX options."""
+    panels: dict[str, list] = {}
+    for param in command.params:
+        panel = getattr(param, "rich_help_panel", None)
+        if panel and not getattr(param, "hidden", False):
+            panels.setdefault(panel, []).append(param)
+    return {panel: params for panel, params in panels.items() if len(params) > SUMMARY_MAX}
+
+
+class MemdocCommand(TyperCommand):
+    """A command whose --help shows each long panel as one line of option names, pointing to
+    `memdoc help plan-flags` (`memdoc.commands.help`), instead of repeating ~100 lines under every command."""
+
+    def format_help(self, ctx, formatter) -> None:
+        panels = summarised_panels(self)
+        epilog = self.epilog
+        lines = [
+            f"{panel}: {' '.join(p.opts[0] for p in params)} (in full: memdoc help {TOPIC})"
+            for panel, params in panels.items()
+        ]
+        hidden = [p for params in panels.values() for p in params]
+        try:
+            for param in hidden:
+                param.hidden = True
+            self.epilog = "\n\n".join([*lines, *([epilog] if epilog else [])]) or None
+            return super().format_help(ctx, formatter)
+        finally:
+            for param in hidden:
+                param.hidden = False
+            self.epilog = epilog
+
+
 def add_command(fn, name: str, **kwargs) -> None:
     """Register `fn` as command `name` with error reporting; its docstring is the help, reflowed to the terminal."""
     kwargs.setdefault("help", reflow(inspect.getdoc(fn) or ""))
+    kwargs.setdefault("cls", MemdocCommand)
     app.command(name, **kwargs)(report_errors(fn))

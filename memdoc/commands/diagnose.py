@@ -31,7 +31,8 @@ Examples:
 
 Exit status: 0 measured (also when stopped by --steps or --timeout), 1 the script raised an
 exception (its traceback is shown), 2 bad input (unknown model, unreadable script, syntax
-error), 3 the script ran out of memory, 130 interrupted (Ctrl-C / KeyboardInterrupt). A script's
+error), 3 the script ran out of memory, 130 interrupted (Ctrl-C / KeyboardInterrupt), 143 stopped by
+SIGTERM (a scheduler, timeout, docker stop). A script's
 own non-zero sys.exit() or os._exit() status is passed through. The report is always printed
 first, whatever the script does (exits, forks, closes stdout, ignores the timeout).
 """

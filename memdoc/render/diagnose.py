@@ -119,6 +119,7 @@ def _outcome(result) -> str:
         "exit": f"the script exited with status {result.script_exit_code or 0} ({result.steps} optimizer step(s))",
         "timeout": f"[yellow]stopped by --timeout[/] after {result.steps} optimizer step(s)",
         "interrupted": f"[yellow]interrupted (KeyboardInterrupt)[/] after {result.steps} optimizer step(s)",
+        "terminated": f"[yellow]terminated (SIGTERM)[/] after {result.steps} optimizer step(s)",
         "oom": f"[bold red]OUT OF MEMORY[/] in {oom.get('phase')} of step {oom.get('step')}",
         "error": f"[red]the script raised an exception[/] after {result.steps} optimizer step(s) (traceback above)",
     }[result.stop_reason]

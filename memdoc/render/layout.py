@@ -11,12 +11,15 @@ from rich.text import Text
 
 PIPED_COLUMNS = 120
 """Width of piped output (files, CI logs) when COLUMNS is not set; a terminal uses its own width."""
+MIN_COLUMNS = 60
+"""The narrowest layout: a console or COLUMNS below it (`COLUMNS=1`) is laid out at this width."""
 NARROW_COLUMNS = 100
 """Below this width, wide tables are laid out as blocks (prescriptions) or compact columns (ladder)."""
 
 
 class _Console(Console):
-    """A console whose width follows the terminal, else COLUMNS, else PIPED_COLUMNS, at every print."""
+    """A console whose width follows the terminal, else COLUMNS, else PIPED_COLUMNS, at every print;
+    never below MIN_COLUMNS."""
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -25,9 +28,12 @@ class _Console(Console):
     @property
     def size(self) -> ConsoleDimensions:
         dims = Console.size.fget(self)
-        if self._width is None and not self.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
+        columns = os.environ.get("COLUMNS", "")
+        if self._width is None and columns.isdigit():  # COLUMNS=0 too (Rich would take 80)
+            return ConsoleDimensions(max(MIN_COLUMNS, int(columns)), dims.height)
+        if self._width is None and not self.is_terminal:
             return ConsoleDimensions(PIPED_COLUMNS, dims.height)
-        return dims
+        return ConsoleDimensions(max(MIN_COLUMNS, dims.width), dims.height)
 
     @size.setter
     def size(self, new_size) -> None:
@@ -54,7 +60,7 @@ def paragraph(text: str, indent: str = "  ", hang: str = "    ") -> None:
     """Plain text wrapped at the console width between words, continuation lines indented by `hang`."""
     width = max(40, stdout.width)
     for line in textwrap.wrap(
-        text, width=width, initial_indent=indent, subsequent_indent=hang, break_long_words=False, break_on_hyphens=False
+        text, width=width, initial_indent=indent, subsequent_indent=hang, break_long_words=True, break_on_hyphens=False
     ):
         stdout.print(line, markup=False, soft_wrap=True)
 
@@ -69,9 +75,14 @@ def markup_paragraph(text: str, indent: int = 2) -> None:
 def _joined(parts, *, width: int, cont: str = "") -> list[str]:
     lines, line = [], ""
     pieces = []
-    for part in (p for p in parts if p):  # a plain part longer than the line is wrapped between its words
-        if "[" not in part and len(part) > width - len(cont):
-            pieces += textwrap.wrap(part, width=width - len(cont), break_long_words=False, break_on_hyphens=False)
+    room = width - len(cont)
+    for part in (p for p in parts if p):  # a part longer than the line is wrapped between its words
+        if "[" not in part and len(part) > room:
+            pieces += textwrap.wrap(part, width=room, break_long_words=True, break_on_hyphens=False)
+        elif "[" in part and Text.from_markup(part).cell_len > room:  # Rich markup: wrapped as styled text
+            for piece in Text.from_markup(part).wrap(stdout, room):
+                piece.rstrip()
+                pieces.append(piece.markup)
         else:
             pieces.append(part)
     for part in pieces:

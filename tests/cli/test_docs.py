@@ -24,6 +24,7 @@ COMMAND_PAGES = {
     "emit": "emit.md",
     "models": "catalog.md",
     "gpus": "catalog.md",
+    "help": "cli.md",
 }
 """The page of each command; a new command needs a page here (and in the README's command table)."""
 

@@ -49,10 +49,12 @@ def test_bare_memdoc_still_prints_help():
 
 
 def test_help_shows_plan_defaults():
-    out = run("bill", "--help", columns=200).output
+    # issue 27: the plan flags are shown in full once, by `memdoc help plan-flags` (a command's --help names them)
+    out = run("help", "plan-flags", columns=200).output
+    lines = out.splitlines()
     for flag, default in (("--batch", "1"), ("--seq", "2048"), ("--method", "full"), ("--lora-alpha", "2 × rank")):
-        line = next(l for l in out.splitlines() if flag in l)
-        assert f"[default: {default}]" in line, line
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"  {flag} "))
+        assert f"[default: {default}]" in lines[at + 1], lines[at : at + 2]  # the option's help, under its name
 
 
 # ------------------------------------------------------------------------------ layout widths
@@ -273,3 +275,152 @@ def test_a_closed_pipe_ends_quietly(args):
     stderr = proc.stderr.read().decode()
     proc.wait(timeout=60)
     assert "Traceback" not in stderr and "Exception ignored" not in stderr and "internal error" not in stderr, stderr
+
+
+# ------------------------------------------------- issue 27: any encoding, any stdout, any width
+def test_any_output_encoding_is_written_without_a_traceback():
+    """`PYTHONIOENCODING=ascii memdoc gpus` (what Windows does with redirected output): characters the
+    encoding lacks become ASCII look-alikes, the boxes ASCII, and the command succeeds."""
+    result = CliRunner(charset="ascii").invoke(app, ["bill", "meta-llama/Llama-3.1-8B", "--gpu", "24"])
+    assert result.exit_code == 0, result.output
+    assert "internal error" not in result.stderr and "UnicodeEncodeError" not in result.output
+    assert "meta-llama/Llama-3.1-8B . 8.03B params" in result.stdout  # '·' -> '.'
+    assert result.stdout.isascii() and "?" not in result.stdout.replace("?)", "")
+
+
+@pytest.mark.parametrize("charset", ["cp1252", "latin-1"])
+def test_windows_code_pages_are_written(charset):
+    result = CliRunner(charset=charset).invoke(app, ["gpus"])
+    assert result.exit_code == 0 and "internal error" not in result.stderr, result.output
+    assert "rtx-4090" in result.stdout
+
+
+# Every command's human output: the README's and docs' examples (the inference example included) and more.
+WIDTH_REPORTS = [
+    *REPORTS,
+    ["bill", "meta-llama/Llama-3.1-8B", "--gpu", "rtx-4090", "--inference", "--batch", "8", "--seq", "8192"],
+    ["bill", "meta-llama/Llama-3.1-8B", "--gpu", "24", "--max", "batch"],
+    ["plan", "meta-llama/Llama-3.1-8B", "--gpu", "rtx-4090", "--gpu", "a100-80", "--tokens", "1e8", "--host-ram", "64"],
+    ["prescribe", "--log", "tests/fixtures/oom-logs/first-step-backward.log"],
+]
+
+
+@pytest.mark.parametrize("columns", [60, 80, 100])
+@pytest.mark.parametrize("args", WIDTH_REPORTS, ids=lambda a: " ".join(a[:3]))
+def test_every_report_fits_columns(args, columns, monkeypatch):
+    """stdout and stderr notes within COLUMNS; long unbreakable values (a plugin path) are folded."""
+    monkeypatch.chdir(ROOT)
+    result = run(*args, columns=columns)
+    assert result.exit_code in (0, 3), result.output
+    for line in result.output.splitlines():
+        assert len(line) <= columns, (columns, line)
+
+
+@pytest.mark.parametrize("columns", ["1", "0", "59"])
+def test_columns_below_60_are_laid_out_at_60(columns):
+    result = runner.invoke(app, ["bill", "meta-llama/Llama-3.1-8B", "--gpu", "24"], env={"COLUMNS": columns})
+    assert result.exit_code == 0, result.output
+    widths = [len(line) for line in result.stdout.splitlines()]
+    assert max(widths) <= 60 and max(widths) > 50, widths
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "args",
+    [["gpus"], ["bill", "meta-llama/Llama-3.1-8B", "--gpu", "24", "--json"], ["bill", "--help"]],
+    ids=["table", "json", "help"],
+)
+@pytest.mark.parametrize("stdout", ["/dev/full", "closed"])
+def test_an_unwritable_stdout_is_one_line_and_exit_2(args, stdout):
+    """`> /dev/full` (ENOSPC) and a closed fd 1 (EBADF): one `Error:` line on stderr, exit 2 (docs/output.md)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*sys.path[:1], str(ROOT)]), "HF_HUB_OFFLINE": "1"}
+    target = open(os.devnull if stdout == "closed" else stdout, "w")  # noqa: SIM115
+    with target:
+        kwargs = {"stdout": target} if stdout != "closed" else {"stdout": subprocess.DEVNULL, "pass_fds": ()}
+        command = [sys.executable, "-m", "memdoc", *args]
+        if stdout == "closed":  # the shell's `>&-`
+            command = ["sh", "-c", 'exec "$@" >&-', "sh", *command]
+        proc = subprocess.run(command, stderr=subprocess.PIPE, text=True, env=env, timeout=60, **kwargs)
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert [line for line in lines if line.startswith("Error:")] == lines[-1:], proc.stderr
+    assert "cannot write the output to stdout" in lines[-1] and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_stdout_and_stderr_both_closed_is_silent_and_exit_2():
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*sys.path[:1], str(ROOT)])}
+    proc = subprocess.run(
+        ["sh", "-c", 'exec "$@" >&- 2>&-', "sh", sys.executable, "-m", "memdoc", "gpus"], env=env, timeout=60
+    )
+    assert proc.returncode == 2
+
+
+# ---------------------------------------------------------------- issue 27: --help at 80 columns
+def _commands():
+    from typer.main import get_command
+
+    group = get_command(app)
+    return group, sorted(group.commands)
+
+
+def _plan_flag_names() -> list[str]:
+    """The long name of every plan flag, read from the option declarations themselves (options.py)."""
+    from typing import get_args
+
+    from memdoc.commands.options import PLAN_OPTIONS
+
+    # Annotated: the first name is `default`; a boolean pair is declared "--on/--off"
+    return [get_args(alias)[1].default.split("/")[0] for alias in PLAN_OPTIONS.values()]
+
+
+@pytest.mark.parametrize("name", _commands()[1])
+def test_help_reads_at_80_columns(name):
+    """Every option named whole; every panel's description column at least 30 wide (it was 17 in the plan
+    panel); the panels' plan flags one summary line that points to `memdoc help plan-flags`."""
+    group, _ = _commands()
+    result = run(name, "--help", columns=80)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert max(map(len, out.splitlines())) <= 80
+    words = set(re.findall(r"--[a-z0-9-]+", out))
+    for param in group.commands[name].params:
+        long = [o for o in param.opts if o.startswith("--")]
+        assert not long or long[0] in words, (name, long[0])
+    for panel in re.findall(r"╭─.*?╰", out, flags=re.S):
+        rows = panel.splitlines()[1:-1]
+        starts = [line.rfind(re.split(r"\s{2,}", line.strip("│ "))[-1]) for line in rows]
+        assert 79 - min(starts) >= 25, panel  # the description column's width
+    takes_plan = "--checkpoint-every" in words
+    assert takes_plan == (name in ("bill", "diagnose", "emit", "plan", "prescribe")), name
+    if takes_plan:
+        assert "memdoc help plan-flags" in " ".join(out.split())
+        assert "Nth decoder layer" not in out  # the flag's description lives in `memdoc help plan-flags`
+        assert len(out.splitlines()) < 130  # was 379 lines for bill
+
+
+@pytest.mark.parametrize("columns", [60, 80])
+def test_help_plan_flags_shows_every_plan_flag_once_in_full(columns):
+    result = run("help", "plan-flags", columns=columns)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert max(map(len, out.splitlines())) <= columns
+    listed = re.findall(r"^  (--[a-z0-9-]+)", out, flags=re.M)
+    assert sorted(listed) == sorted(_plan_flag_names())  # each once, none missing
+    assert "checkpoint every Nth decoder layer only" in " ".join(out.split())
+    assert "[default: 2048]" in out and "\\[" not in out
+
+
+def test_help_without_topic_lists_topics_and_a_bad_topic_is_one_line():
+    assert "plan-flags" in run("help").stdout
+    result = run("help", "plan-flag")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert "did you mean plan-flags?" in result.stderr

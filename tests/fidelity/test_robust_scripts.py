@@ -88,6 +88,11 @@ def reports(stdout: str) -> list[dict]:
             0,
             "timeout",
         ),
+        # issue 27: the script closes the descriptor itself, or raises what `except Exception` does not catch
+        ("closes fd 1", "import os\nstep()\nos.close(1)\nstep()\n", (), 0, "steps"),
+        ("custom BaseException", "class Boom(BaseException):\n    pass\nstep()\nraise Boom('x')\n", (), 1, "error"),
+        # Python's own status for it: the text is printed and the status is 1
+        ("SystemExit text", "step()\nraise SystemExit('bye')\n", (), 1, "exit"),
         (
             "ignores SIGALRM",
             "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True:\n    time.sleep(0.05)\n",
@@ -123,3 +128,50 @@ def test_script_report_reads_at_80_columns(tmp_path):
     assert "Findings" in proc.stdout and "amp-off" in proc.stdout
     for line in proc.stdout.splitlines():
         assert len(line) <= 80 and line == line.rstrip() or set(line) <= {" "}, repr(line)
+
+
+STEPPED = """
+step()
+open("stepped", "w").close()
+import time
+"""
+
+
+@pytest.mark.parametrize(
+    "name,loop,note",
+    [
+        ("waits", "while True:\n    time.sleep(0.05)\n", None),
+        (
+            "swallows the stop",
+            "while True:\n    try:\n        time.sleep(0.05)\n    except BaseException:\n        pass\n",
+            "ignored",
+        ),
+    ],
+)
+def test_sigterm_from_outside_still_reports(tmp_path, name, loop, note):
+    """`timeout`, a scheduler or `docker stop` sends SIGTERM: the report of what ran, then exit 143 (128 + 15)."""
+    import signal
+
+    script = tmp_path / "train.py"
+    script.write_text(STEP + STEPPED + loop)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memdoc", "diagnose", str(script), "--json", "--steps", "5"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "stepped").exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=60)
+    found = reports(stdout)
+    assert len(found) == 1, (stdout, stderr)
+    assert found[0]["stop_reason"] == "terminated" and found[0]["stopped_after_steps"] == 1, found[0]
+    assert proc.returncode == 143, stderr
+    assert "Traceback" not in stderr
+    if note:
+        assert any(note in n for n in found[0]["notes"]), found[0]["notes"]

@@ -11,8 +11,13 @@ exception handler never sees. Each is turned into a report:
 * a script that swallows memdoc's stop (`except BaseException`) or ignores SIGALRM would defeat
   `--timeout`: a watchdog thread, armed for the timeout plus a grace (`GRACE_S`, or 10% of the
   timeout), writes the report from what was measured and ends the process (`watchdog`);
-* a script that closes or replaces `sys.stdout` / `sys.stderr` gets them back for the report
-  (`restore_stdio`).
+* a script that closes or replaces `sys.stdout` / `sys.stderr`, or closes or redirects the file
+  descriptors 1 and 2 themselves (`os.close(1)`, `os.dup2(…, 1)`), gets them back for the report
+  (`restore_stdio`);
+* a SIGTERM from outside (a scheduler, `timeout`, `docker stop`) stops the script like `--timeout`
+  does, with `stop_reason` "terminated", and memdoc exits `TERMINATED_EXIT` (128 + 15, the shell's
+  status for a process SIGTERM ended) after the report (`terminate_as_stop`); a script that swallows
+  that stop is reported by the same watchdog, `GRACE_S` later.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import signal
 import sys
 import threading
 
@@ -29,6 +35,9 @@ GRACE_S = 2.0
 """Seconds past --timeout the watchdog waits at least for the ordinary stop (SIGALRM, the op-level
 deadline check) before it reports and ends the process itself; longer timeouts wait 10% of the
 timeout, so one long tensor op that delays the ordinary stop is not mistaken for a stuck script."""
+
+TERMINATED_EXIT = 128 + signal.SIGTERM
+"""memdoc's status after a SIGTERM stopped the script (143: what a shell reports for a process SIGTERM ended)."""
 
 _real_exit = os._exit
 
@@ -69,12 +78,27 @@ def leave_if_child(parent: int, code: int | None) -> None:
 
 @contextlib.contextmanager
 def restore_stdio():
-    """Give memdoc back the stdout/stderr it had, reopened from the file descriptor if the script closed them."""
+    """Give memdoc back the stdout/stderr it had: the file descriptors 1 and 2 as they were (copies are kept
+    during the run), and the Python streams, reopened from the descriptor if the script closed them."""
     saved = sys.stdout, sys.stderr
+    fds = {fd: _dup(fd) for fd in (1, 2)}
     try:
         yield
     finally:
+        for fd, copy in fds.items():
+            if copy is not None:
+                with contextlib.suppress(OSError):
+                    os.dup2(copy, fd)
+                os.close(copy)
         sys.stdout, sys.stderr = (_reopened(stream, fd) for stream, fd in zip(saved, (1, 2)))
+
+
+def _dup(fd: int) -> int | None:
+    """A copy of descriptor `fd`, or None when it is already closed."""
+    try:
+        return os.dup(fd)
+    except OSError:
+        return None
 
 
 def _reopened(stream, fd: int):
@@ -84,6 +108,28 @@ def _reopened(stream, fd: int):
         return io.TextIOWrapper(io.FileIO(os.dup(fd), "w"), encoding="utf-8", errors="replace", line_buffering=True)
     except OSError:  # the descriptor itself is gone: write nowhere rather than fail
         return io.TextIOWrapper(io.FileIO(os.devnull, "w"), encoding="utf-8")
+
+
+@contextlib.contextmanager
+def terminate_as_stop(stop, on_stuck):
+    """During the block, SIGTERM raises `stop()` in the main thread (the script stops, memdoc reports); should the
+    script swallow it, `on_stuck()` runs from a thread `GRACE_S` later. Outside the main thread: nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stopped = threading.Event()
+
+    def handler(signum, frame):
+        if on_stuck is not None and not stopped.is_set():
+            threading.Thread(target=lambda: stopped.wait(GRACE_S) or on_stuck(), daemon=True).start()
+        raise stop()
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        stopped.set()
+        signal.signal(signal.SIGTERM, old)
 
 
 @contextlib.contextmanager

@@ -15,7 +15,8 @@ class ScriptResult:
     script: str
     stop_reason: str
     """'steps' (stopped after N steps), 'finished' (ran to its end), 'exit' (sys.exit or os._exit),
-    'timeout', 'interrupted' (KeyboardInterrupt), 'oom' (torch.OutOfMemoryError) or 'error' (another exception)."""
+    'timeout', 'interrupted' (KeyboardInterrupt), 'terminated' (SIGTERM), 'oom' (torch.OutOfMemoryError) or
+    'error' (another exception)."""
     steps: int
     measured: dict
     """weights, gradients, optimizer, activations, other, peak_allocated (+ peak_reserved on CUDA)."""

@@ -14,7 +14,15 @@ from memdoc.core.billing.measurement import Measurement
 from memdoc.core.doctor.findings import RunFacts, lint
 from memdoc.probe.script.cuda import cuda_collect, cuda_start
 from memdoc.probe.script.detect import detect_hf
-from memdoc.probe.script.guard import ScriptExit, exit_as_stop, leave_if_child, restore_stdio, watchdog
+from memdoc.probe.script.guard import (
+    TERMINATED_EXIT,
+    ScriptExit,
+    exit_as_stop,
+    leave_if_child,
+    restore_stdio,
+    terminate_as_stop,
+    watchdog,
+)
 from memdoc.probe.script.result import ScriptResult
 from memdoc.probe.script.sandbox import Stop, alarm, check_script, filtered_traceback, script_env
 from memdoc.probe.script.session import Session, instrument, make_tracker, storage_key
@@ -62,7 +70,11 @@ def run_script(
     start = time.monotonic()
     tracker = make_tracker(session)
     parent = os.getpid()
-    stuck = _stuck_reporter(session, path, cuda, want_snapshot, start, on_stuck) if on_stuck else None
+    stuck, terminated = (
+        (_stuck_reporter(session, path, cuda, want_snapshot, start, on_stuck, reason) for reason in STUCK_NOTES)
+        if on_stuck
+        else (None, None)
+    )
     try:
         with (
             restore_stdio(),
@@ -70,6 +82,7 @@ def run_script(
             instrument(session),
             exit_as_stop(),
             watchdog(timeout, stuck),
+            terminate_as_stop(lambda: Stop("terminated"), terminated),
             alarm(timeout),
             tracker,
         ):
@@ -90,19 +103,25 @@ def run_script(
     return result
 
 
-def _stuck_reporter(session, path: Path, cuda, want_snapshot: bool, start: float, on_stuck):
+STUCK_NOTES = {
+    "timeout": "the script ignored memdoc's stop at --timeout (it catches BaseException or SIGALRM): "
+    "memdoc reported what it measured and ended the process",
+    "terminated": "the script ignored memdoc's stop at SIGTERM (it catches BaseException): "
+    "memdoc reported what it measured and ended the process",
+}
+"""The note of a report made from a watchdog thread, by the stop the script swallowed."""
+
+
+def _stuck_reporter(session, path: Path, cuda, want_snapshot: bool, start: float, on_stuck, reason: str):
     """The watchdog's callback: report what was measured when the script ignores the stop, then `on_stuck(result)`."""
 
     def stuck():
         session.in_report = True
         session.deadline = None
         try:
-            result = build_result(session, path, Outcome("timeout"), cuda, want_snapshot)
+            result = build_result(session, path, Outcome(reason), cuda, want_snapshot)
             result.elapsed_s = time.monotonic() - start
-            result.notes.append(
-                "the script ignored memdoc's stop at --timeout (it catches BaseException or "
-                "SIGALRM): memdoc reported what it measured and ended the process"
-            )
+            result.notes.append(STUCK_NOTES[reason])
         except Exception:  # the script is still running and may have changed what the report reads
             result = None
         on_stuck(result)
@@ -124,7 +143,7 @@ def _execute(session, path: Path, torch) -> Outcome:
         return Outcome("oom", oom=_oom_report(session, exc), traceback=filtered_traceback(exc, path))
     except KeyboardInterrupt:
         return Outcome("interrupted", 130)
-    except Exception as exc:
+    except BaseException as exc:  # noqa: BLE001 (Exception, and the script's own BaseException subclasses)
         return Outcome("error", traceback=filtered_traceback(exc, path))
     return Outcome()
 
@@ -222,6 +241,9 @@ def _apply_stop_reason(result: ScriptResult, session, outcome: Outcome) -> None:
         result.exit_code = int(outcome.script_exit)
     elif stop_reason == "interrupted":
         result.exit_code = 130
+    elif stop_reason == "terminated":
+        result.exit_code = TERMINATED_EXIT
+        result.notes.append("stopped by SIGTERM (a scheduler, timeout, docker stop) before the requested steps")
     if stop_reason == "timeout":
         result.notes.append("stopped by --timeout before the requested optimizer steps")
     if stop_reason in ("finished", "exit") and session.steps == 0:
