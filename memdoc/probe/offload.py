@@ -20,7 +20,7 @@ class HostOffload:
 
     packed: list[int] = field(default_factory=list)
     layers: int = 0
-    """Checkpointed modules whose calls are wrapped (`offload_checkpoints`)."""
+    """Checkpointed decoder layers whose calls are wrapped (`offload_checkpoints`)."""
 
     def hooks(self):
         """The `saved_tensors_hooks` that move one checkpoint's saved inputs to the (counted) host."""
@@ -47,6 +47,8 @@ class HostOffload:
 def offload_checkpoints(model, host: HostOffload) -> None:
     """Wrap every checkpointed module's checkpoint call in `host`'s hooks, as transformers wraps it in
     `save_on_cpu` (only modules whose `gradient_checkpointing` is on: `--checkpoint-every N` leaves the others)."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
     for module in model.modules():
         inner = getattr(module, "_gradient_checkpointing_func", None)
         if inner is None or not getattr(module, "gradient_checkpointing", False):
@@ -56,8 +58,8 @@ def offload_checkpoints(model, host: HostOffload) -> None:
             with host.hooks():
                 return _inner(function, *args, **kwargs)
 
-        module._gradient_checkpointing_func = offloading
-        host.layers += 1
+        module._gradient_checkpointing_func = offloading  # every module transformers gives the function to
+        host.layers += isinstance(module, GradientCheckpointingLayer)
 
 
 __all__ = ["HostOffload", "offload_checkpoints"]
