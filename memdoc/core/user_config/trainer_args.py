@@ -258,7 +258,8 @@ def _length(doc: SourceDoc, reading: ConfigReading, trl: bool) -> None:
 
 def _checkpointing(doc: SourceDoc, reading: ConfigReading, trl: bool) -> None:
     """`activation_checkpointing` (transformers ≥ 5.x) or its alias `gradient_checkpointing`; TRL's default
-    is on (trl/trainer/base_config.py). Kwargs: `every_n_layers` -> checkpoint_every, `offload` -> activation_offload."""
+    is on (trl/trainer/base_config.py). Kwargs: `every_n_layers` -> checkpoint_every, `offload` ->
+    activation_offload."""
     key = next((k for k in ("activation_checkpointing", "gradient_checkpointing") if k in doc.data), None)
     on = get_bool(doc, key) if key else None
     if on is None:
