@@ -175,6 +175,16 @@ CheckpointEveryOpt = Annotated[
         rich_help_panel=PLAN,
     ),
 ]
+ActivationOffloadOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--activation-offload/--no-activation-offload",
+        help="With --checkpointing full: keep the checkpointed layers' inputs in pinned host memory "
+        "(transformers' activation_checkpointing_kwargs offload, Axolotl's activation_offloading: hidden_states); "
+        "costs a copy each way over the host link. \\[default: no]",
+        rich_help_panel=PLAN,
+    ),
+]
 AttentionOpt = Annotated[
     Optional[Attention], typer.Option("--attention", help="Attention kernel. \\[default: sdpa]", rich_help_panel=PLAN)
 ]
@@ -380,6 +390,7 @@ PLAN_OPTIONS = {
     "accum": AccumOpt,
     "checkpointing": CheckpointingOpt,
     "checkpoint_every": CheckpointEveryOpt,
+    "activation_offload": ActivationOffloadOpt,
     "attention": AttentionOpt,
     "loss": LossOpt,
     "lora_rank": LoraRankOpt,

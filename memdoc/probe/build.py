@@ -136,6 +136,11 @@ def _enable_checkpointing(model, plan: TrainingPlan) -> None:
         decoder = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
         for i, layer in enumerate(decoder):
             layer.gradient_checkpointing = i % plan.checkpoint_every == 0
+    if plan.activation_offload and plan.checkpointing is Checkpointing.FULL:
+        from memdoc.probe.offload import HostOffload, offload_checkpoints
+
+        model.memdoc_host_offload = HostOffload()  # read by the tracer for its note
+        offload_checkpoints(model, model.memdoc_host_offload)
 
 
 def _apply_lora(model, plan: TrainingPlan):

@@ -200,6 +200,7 @@ def _trace_once(config: dict, plan: TrainingPlan, layers: int | None) -> tuple[d
             mesh = init_device_mesh("cpu", (plan.world_size,))
         with FakeTensorMode(), masks_as_in_eager_execution():
             model = build_model(config, plan, layers, notes)
+            host = getattr(model, "memdoc_host_offload", None)  # --activation-offload (`probe/offload.py`)
             if fsdp:
                 model = _shard_fsdp(model, plan, mesh)
             opt = build_optimizer(model, plan)
@@ -208,6 +209,8 @@ def _trace_once(config: dict, plan: TrainingPlan, layers: int | None) -> tuple[d
             state_bytes = optimizer_state_bytes(opt)
             phases = {ph: snapshot_items(snap, state_bytes) for ph, snap in tracker.phase_peaks.items()}
             modules = tracker.module_activation_bytes()
+            if host is not None:
+                notes.append(host.note())
             del model, opt, ids, tracker
     gc.collect()
     return phases, modules, notes

@@ -464,3 +464,50 @@ def test_every_format_has_one_emitter_and_bill_starts_without_them():
     code = "import sys, memdoc.cli; print(sorted(m for m in sys.modules if m.startswith('memdoc.core.emit.')))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"
+
+
+# --------------------------------------------------------------------------------------------
+# issue 29: --checkpoint-every and --activation-offload as trainers' keys
+
+LONG = ("emit", "meta-llama/Llama-3.1-8B", "--gpu", "h100", "--method", "lora", "--seq", "32768")
+LONG_FLAGS = ("--checkpointing", "full", "--checkpoint-every", "2", "--activation-offload")
+
+
+def _emit_long(tmp_path, fmt: str) -> dict:
+    path = tmp_path / fmt / "config.yaml"
+    result = run(*LONG, *LONG_FLAGS, "--format", fmt, "-o", path)
+    assert result.exit_code == 0, result.output
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["hf", "trl"])
+def test_every_n_layers_and_offload_reach_transformers(tmp_path, fmt):
+    """transformers 5.24 reads both from `activation_checkpointing_kwargs` (the emitted `gradient_checkpointing_
+    kwargs` is its alias) and `Trainer.__init__` pops them before `checkpoint` sees the rest."""
+    copy, _ = _cpu_copy(_emit_long(tmp_path, fmt))
+    if fmt == "hf":
+        from transformers import HfArgumentParser, TrainingArguments
+
+        (args,) = HfArgumentParser(TrainingArguments).parse_yaml_file(str(copy))
+    else:
+        make_parser = pytest.importorskip("trl.scripts.sft").make_parser
+        _, args, _, _ = make_parser().parse_args_and_config(["--config", str(copy)])
+    assert args.activation_checkpointing is True
+    assert args.activation_checkpointing_kwargs == {"use_reentrant": False, "every_n_layers": 2, "offload": True}
+
+
+def test_axolotl_writes_its_own_offload_key(tmp_path):
+    config_mod = pytest.importorskip("axolotl.utils.config")
+    from axolotl.utils.dict import DictDefault
+
+    cfg = yaml.safe_load(_emit_long(tmp_path, "axolotl").read_text())
+    validated = config_mod.validate_config(DictDefault(cfg))
+    assert validated.activation_offloading == "hidden_states"  # checkpoint-input offload (schemas/config.py)
+    assert validated.gradient_checkpointing_kwargs == {"use_reentrant": False, "every_n_layers": 2}
+
+
+def test_llamafactory_refuses_activation_offload_naming_the_formats_that_have_it(tmp_path):
+    result = run(*LONG, *LONG_FLAGS, "--format", "llamafactory", "-o", tmp_path / "c.yaml")
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert "LLaMA-Factory has no key" in result.output and "--format trl or hf" in result.output
+    assert not (tmp_path / "c.yaml").exists()

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from memdoc.core.billing.activations import Activations, estimate_activations
+from memdoc.core.billing.activations.offload import OFFLOAD_NOTE
 from memdoc.core.billing.memo import memoized_bill
 from memdoc.core.billing.reserved import MAX_SIMULATED_LAYERS, ReservedVerdict, reserved_verdict, unsimulated
 from memdoc.core.billing.states import ModelStates, model_states
@@ -429,6 +430,9 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
     layout = engine_layout(plan)
     if layout.risk:
         notes.append(layout.risk)
+    if acts.offloaded:  # --activation-offload (`activations/offload.py`)
+        places["host"]["activations"] = acts.offloaded
+        notes.append(OFFLOAD_NOTE)
     # ZeRO-3 allocates its bucket in __init__ (resident); ZeRO-1/2 in each backward (`setup_buckets`)
     resident_buckets = t.buckets if layout.engine is Engine.ZERO3 else 0
     forward = t.phase(

@@ -199,7 +199,10 @@ class _TrainingRun:
             else 0
         )
         self.head_rest = max(acts.head_saved - self.logsoftmax - self.softcap, 0)
-        self.grad_buffer = (acts.layer_backward_peak - (acts.layer_saved if self.checkpointing else 0)) // 3
+        # --activation-offload: one layer's input comes back from the host for its recompute (`offload.py`)
+        self.offload_copy = acts.offload_copy
+        recomputed = acts.layer_saved + acts.offload_copy if self.checkpointing else 0
+        self.grad_buffer = (acts.layer_backward_peak - recomputed) // 3
         self.dx_bytes = (FP32 if plan.precision.is_amp and self.full else compute_bytes) * T * model.hidden_size
 
     # -- build ---------------------------------------------------------------------------------
@@ -324,7 +327,8 @@ class _TrainingRun:
         for i in reversed(range(self.model.num_layers)):
             recompute = []
             if self.checkpointing:
-                recompute = s.alloc_all(self.layer_items[i])
+                copy = [s.alloc(self.offload_copy)] if self.offload_copy else []
+                recompute = copy + s.alloc_all(self.layer_items[i])
             buffers = s.alloc_all([_nbytes(self.grad_buffer)] * 3) if self.grad_buffer > 0 else []
             self.grads += s.alloc_all(self.layer_grads[i])
             new_dx = s.alloc(self.dx_bytes)

@@ -87,6 +87,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from memdoc.core.billing.activations.offload import offloads
+from memdoc.core.billing.activations.step import estimate_activations
 from memdoc.core.billing.comm import communication
 from memdoc.core.billing.states import model_states
 from memdoc.core.model.families import Layout, Mlp, Norm
@@ -350,6 +352,8 @@ def step_time(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> Step
         host += 2 * states.optimizer / shard / (HOST_MEMORY_GBPS * 1e9)
     if plan.offload is Offload.OPTIMIZER_PARAMS:
         host += 2 * states.weights / world / link * plan.grad_accum
+    if offloads(plan):  # layer inputs down in forward, back in backward, on the compute stream (`offload.py`)
+        host += 2 * estimate_activations(model, plan).offloaded / link * plan.grad_accum
     tokens = plan.micro_batch * plan.seq_len * plan.grad_accum
     link = collectives.link if collectives else None
     return StepTime(compute=compute, optimizer=optimizer, communication=comm, host=host, tokens=tokens, link=link)

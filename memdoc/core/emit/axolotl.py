@@ -184,6 +184,15 @@ def _sharding(ctx: EmitContext, config: dict, notes: list[str]) -> list[SideFile
     return []
 
 
+def _activation_offload(config: dict) -> None:
+    """`--activation-offload` as Axolotl's own key: `activation_offloading: hidden_states` offloads the checkpointed
+    layers' inputs, non-reentrant, through transformers' switch (`axolotl/core/builders/base.py`
+    `_configure_gradient_checkpointing`, 0.19), instead of the `offload` kwarg."""
+    kwargs = config.get("gradient_checkpointing_kwargs") or {}
+    if kwargs.pop("offload", False):
+        config["activation_offloading"] = "hidden_states"
+
+
 def emit_axolotl(ctx: EmitContext) -> Emitted:
     plan = ctx.plan
     notes: list[str] = []
@@ -197,6 +206,7 @@ def emit_axolotl(ctx: EmitContext) -> Emitted:
     config["attn_implementation"] = plan.attention.value
     config.update(_liger_keys(plan, notes))
     config.update(checkpointing_keys(plan, notes))
+    _activation_offload(config)
     side = _sharding(ctx, config, notes)
     config["logging_steps"] = 10
     notes.extend(kbit_notes("axolotl", plan))

@@ -55,6 +55,9 @@ SGD_OPTIM_ARGS = "momentum=0.9"
 """memdoc bills SGD with momentum (1 state); HF's `sgd` has no momentum unless optim_args sets it."""
 
 GRADIENT_CHECKPOINTING_KWARGS = {"use_reentrant": False}
+CHECKPOINTING_KWARGS_SINCE = "5.24"
+"""The first transformers with `activation_checkpointing_kwargs` `every_n_layers` and `offload` (the installed
+5.24.0's `modeling_utils.py` `PreTrainedModel.activation_checkpointing_enable`; `Stack` `LATEST_KNOWN`)."""
 
 
 @dataclass(frozen=True)
@@ -195,7 +198,13 @@ def precision_note(plan: TrainingPlan) -> str:
 
 
 def checkpointing_keys(plan: TrainingPlan, notes: list[str]) -> dict:
-    """`gradient_checkpointing` (+ non-reentrant kwargs); selective has no HF key, emitted as full."""
+    """`gradient_checkpointing` (+ non-reentrant kwargs); selective has no HF key, emitted as full.
+
+    `--checkpoint-every N` and `--activation-offload` are transformers 5.24's `every_n_layers` and `offload`
+    in the kwargs (`trainer.py` `Trainer.__init__` pops both before the rest reaches `checkpoint`; the
+    deprecated `gradient_checkpointing_kwargs` is an alias of `activation_checkpointing_kwargs`,
+    `training_args.py` `TrainingArguments.__post_init__`); older transformers pass them on to
+    `torch.utils.checkpoint.checkpoint`, which refuses them: a note says so."""
     if plan.checkpointing is Checkpointing.NONE:
         return {"gradient_checkpointing": False}
     if plan.checkpointing is Checkpointing.SELECTIVE:
@@ -203,15 +212,20 @@ def checkpointing_keys(plan: TrainingPlan, notes: list[str]) -> dict:
             "checkpointing selective has no equivalent here (HF-based trainers checkpoint whole decoder layers): "
             "emitted as full checkpointing — at most the billed memory, ~+1 forward of compute"
         )
+    kwargs = dict(GRADIENT_CHECKPOINTING_KWARGS)
     if plan.checkpointing is Checkpointing.FULL and plan.checkpoint_every > 1:
-        notes.append(
-            f"checkpoint every {plan.checkpoint_every} layers: no trainer key for it; "
-            "gradient_checkpointing checkpoints "
-            f"every layer (less memory, more compute than billed) — for the billed plan, after enabling it set "
-            "layer.gradient_checkpointing = False on every decoder layer whose index is not a "
-            f"multiple of {plan.checkpoint_every}"
-        )
-    return {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": dict(GRADIENT_CHECKPOINTING_KWARGS)}
+        kwargs["every_n_layers"] = plan.checkpoint_every
+    if plan.checkpointing is Checkpointing.FULL and plan.activation_offload:
+        kwargs["offload"] = True
+    if len(kwargs) > len(GRADIENT_CHECKPOINTING_KWARGS):
+        notes.append(CHECKPOINTING_KWARGS_NOTE)
+    return {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": kwargs}
+
+
+CHECKPOINTING_KWARGS_NOTE = (
+    "gradient_checkpointing_kwargs every_n_layers / offload need transformers >= "
+    f"{CHECKPOINTING_KWARGS_SINCE} (older versions pass them to torch.utils.checkpoint, which refuses them)"
+)
 
 
 def optimizer_keys(plan: TrainingPlan, notes: list[str]) -> dict:

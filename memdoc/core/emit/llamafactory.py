@@ -4,6 +4,7 @@ TrainingArguments keys in one file. FSDP runs through `accelerate launch` with t
 from __future__ import annotations
 
 from memdoc.core.emit.base import (
+    CHECKPOINTING_KWARGS_NOTE,
     DATASET_PLACEHOLDER,
     FSDP_CONFIG_NAME,
     LIGER_NOTE,
@@ -20,6 +21,7 @@ from memdoc.core.emit.kbit import kbit_notes
 from memdoc.core.emit.templates import chat_template
 from memdoc.core.model.lora import lora_alpha
 from memdoc.core.model.plan import Loss, Method, Precision, Shard
+from memdoc.errors import PlanError
 
 LF_DATASET_FORMAT = (
     "declared in data/dataset_info.json: alpaca format (instruction/input/output columns) or "
@@ -94,7 +96,7 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
     config["cutoff_len"] = plan.seq_len
     args = training_arguments(ctx, notes, placeholders)
     checkpointing = args.pop("gradient_checkpointing")
-    args.pop("gradient_checkpointing_kwargs", None)
+    _checkpointing_kwargs(args.pop("gradient_checkpointing_kwargs", None) or {}, notes)
     # LLaMA-Factory checkpoints by default (non-reentrant unless use_reentrant_gc); switch it off explicitly.
     config["disable_gradient_checkpointing"] = not checkpointing
     if checkpointing:
@@ -113,6 +115,25 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
     multinode_note(ctx, notes)
     side = distributed_side_files(ctx, notes)
     return Emitted("llamafactory", config, _launch(ctx), notes, side, placeholders, comments)
+
+
+def _checkpointing_kwargs(kwargs: dict, notes: list[str]) -> None:
+    """LLaMA-Factory enables checkpointing itself with `use_reentrant` only (`llamafactory/model/model_utils/
+    checkpointing.py` `prepare_model_for_training`, 0.9.5): no key reaches transformers' `every_n_layers` (a
+    note) or `offload` (refused, naming the formats that have it)."""
+    if CHECKPOINTING_KWARGS_NOTE in notes:
+        notes.remove(CHECKPOINTING_KWARGS_NOTE)
+    if kwargs.get("every_n_layers"):
+        notes.append(
+            f"checkpoint every {kwargs['every_n_layers']} layers: LLaMA-Factory has no key for it and checkpoints "
+            "every layer (less memory, more compute than billed); --format trl or hf write every_n_layers"
+        )
+    if kwargs.get("offload"):
+        raise PlanError(
+            "--activation-offload: LLaMA-Factory has no key for it (it enables checkpointing itself); "
+            "nearest formats: --format trl or hf (activation_checkpointing_kwargs offload), axolotl "
+            "(activation_offloading: hidden_states)"
+        )
 
 
 def _launch(ctx: EmitContext) -> str:

@@ -157,6 +157,12 @@ class TrainingPlan:
     low_mem_load: bool = True
     """ZeRO-3: the model is built under `deepspeed.zero.Init` (transformers does, when the TrainingArguments
     naming the ZeRO-3 config exist before `from_pretrained`); FSDP: `cpu_ram_efficient_loading`."""
+    activation_offload: bool = False
+    """With full checkpointing, the checkpointed layers' inputs live in pinned host memory, not on the GPU:
+    transformers 5.24 `activation_checkpointing_kwargs: {offload: true}` wraps each layer's `checkpoint` in
+    `torch.autograd.graph.save_on_cpu(pin_memory=True)` (`modeling_utils.py`
+    `PreTrainedModel._activation_checkpointing_enable`); a copy to the host in forward and back in backward,
+    both on the compute stream (`core/billing/activations/offload.py`)."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -192,7 +198,7 @@ class TrainingPlan:
             raise PlanError(
                 f"--eval-samples must be 0 (no evaluation) or a positive integer, got {self.eval_samples!r}"
             )
-        for name in ("eval_keeps_logits", "save_only_model", "low_mem_load", "save_gather"):
+        for name in ("eval_keeps_logits", "save_only_model", "low_mem_load", "save_gather", "activation_offload"):
             if not isinstance(getattr(self, name), bool) and not (name == "save_gather" and self.save_gather is None):
                 raise PlanError(f"{flag_for(name)} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.kbit_upcast, bool):
@@ -356,6 +362,7 @@ _BOOLS = (
     "save_gather",
     "save_only_model",
     "low_mem_load",
+    "activation_offload",
 )
 """Plan fields that are true or false."""
 _OPTIONAL = ("lora_alpha", "eval_accumulation_steps", "save_gather", *ENGINE_COUNTS)

@@ -15,6 +15,11 @@ def check_requested_plan(plan: TrainingPlan) -> None:
     """
     if plan.checkpoint_every > 1 and plan.checkpointing is not Checkpointing.FULL:
         raise PlanError("--checkpoint-every N needs --checkpointing full (it checkpoints every Nth decoder layer)")
+    if plan.activation_offload and plan.checkpointing is not Checkpointing.FULL:
+        raise PlanError(
+            "--activation-offload needs --checkpointing full: it keeps the checkpointed layers' inputs in host "
+            "memory (transformers' activation_checkpointing_kwargs offload, Axolotl's activation_offloading)"
+        )
     if plan.kbit_upcast and plan.method is not Method.QLORA:
         raise PlanError("--kbit-upcast upcasts what a 4-bit model keeps in 16 bit: it needs --method qlora")
 

@@ -76,11 +76,10 @@ INFERENCE_LEVERS: dict[str, tuple[Any, ...]] = {
 LEVERS: dict[str, tuple[Any, ...]] = {
     **PLAN_LEVERS,
     **INFERENCE_LEVERS,
-    "activation_offload": (True,),
     "optimizer_in_backward": (True,),
 }
-"""All lever keys and values. `activation_offload` and `optimizer_in_backward` are not
-`TrainingPlan` fields yet: the bill may ignore them until it models them."""
+"""All lever keys and values. `optimizer_in_backward` is not a `TrainingPlan` field yet: the bill may ignore
+it until it models it."""
 
 
 def ladder_ranks(rungs: tuple[Rung, ...]) -> dict[tuple[str, Any], int]:

@@ -9,8 +9,8 @@ and offload):
 ⓪ expandable segments (free; taken only when removing the allocator's fragmentation makes it
 fit) → ① gradient accumulation (micro-batch 1, same effective batch) → ①a QLoRA without the fp32 upcast
 of `--kbit-upcast` (free) → ①b fused cross-entropy → ①c fused
-AdamW → ①d bf16 from fp32 → ② activation checkpointing → ③ bf16 from AMP → ④ LoRA → ④b QLoRA →
-⑤ 8-bit paged AdamW → ⑥ optimizer offload → ⑦ ZeRO-3 over the GPUs given → ⑧ weight offload
+AdamW → ①d bf16 from fp32 → ② activation checkpointing (②b its inputs offloaded to the host) → ③ bf16 from
+AMP → ④ LoRA → ④b QLoRA → ⑤ 8-bit paged AdamW → ⑥ optimizer offload → ⑦ ZeRO-3 over the GPUs given → ⑧ weight offload
 (ZeRO-3 offload, on one GPU too). A rung that does not apply to the plan (already on, or needs
 more GPUs) is skipped.
 
@@ -74,6 +74,13 @@ def _fused_loss(p: TrainingPlan) -> TrainingPlan | None:
 
 def _checkpoint(p: TrainingPlan) -> TrainingPlan | None:
     return None if p.checkpointing is Checkpointing.FULL else p.replace(checkpointing=Checkpointing.FULL)
+
+
+def _activation_offload(p: TrainingPlan) -> TrainingPlan | None:
+    """Full checkpointing with its layer inputs in host memory (transformers' `offload`), after checkpointing."""
+    if p.activation_offload and p.checkpointing is Checkpointing.FULL:
+        return None
+    return p.replace(checkpointing=Checkpointing.FULL, activation_offload=True)
 
 
 def _bf16_from_fp32(p: TrainingPlan) -> TrainingPlan | None:
@@ -179,6 +186,14 @@ RUNGS: tuple[Rung, ...] = (
         _checkpoint,
         rank=2,
         lever={"checkpointing": ("full", "selective")},
+    ),
+    Rung(
+        "activation-offload",
+        "checkpointed layer inputs in pinned host memory (a copy each way over the host link)",
+        _activation_offload,
+        rank=2,
+        lever={"checkpointing": ("full",), "activation_offload": (True,)},
+        undo={"activation_offload": (False,)},
     ),
     Rung("bf16", "bf16 weights, gradients and states", _bf16, rank=3, lever={"precision": _HALF_PRECISIONS}),
     Rung("lora", "LoRA adapters instead of full fine-tuning", _lora, rank=4, lever={"method": ("lora",)}),

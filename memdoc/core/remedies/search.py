@@ -1,7 +1,8 @@
 """The plan search behind `memdoc plan`: the fastest plans that fit, over the knobs the user left free.
 
 The space: method (full, LoRA, QLoRA), precision (bf16, amp-bf16), optimizer (fused and foreach
-AdamW, 8-bit and paged 8-bit AdamW), checkpointing (none, selective, full), loss (HF, fused),
+AdamW, 8-bit and paged 8-bit AdamW), checkpointing (none, selective, full; full with its layer inputs
+offloaded to the host, offered only where the same plan without it does not fit), loss (HF, fused),
 sharding over the GPUs (ZeRO-1/2/3, FSDP), offload (optimizer; weights too, which DeepSpeed
 ZeRO-3 also runs on one GPU), and every micro-batch × accumulation split of the global batch.
 Knobs the user set (flags or recipe) stay fixed; so do those that change the model being trained
@@ -60,10 +61,17 @@ _MEMORY_RANK: dict[str, dict] = {
     "loss": {Loss.HF: 1, Loss.FUSED: 0},
     "shard": {Shard.NONE: 3, Shard.ZERO1: 2, Shard.ZERO2: 1, Shard.ZERO3: 0, Shard.FSDP: 0, Shard.FSDP2: 0},
     "offload": {Offload.NONE: 2, Offload.OPTIMIZER: 1, Offload.OPTIMIZER_PARAMS: 0},
+    "activation_offload": {False: 1, True: 0},
 }
 """Per knob, values ordered by the memory they need (larger rank: at least as much, all else equal)."""
 KNOBS = tuple(_MEMORY_RANK)
-LEVERS = (("shard", "offload", "optimizer"), ("method",), ("precision",), ("checkpointing",), ("loss",))
+LEVERS = (
+    ("shard", "offload", "optimizer"),
+    ("method",),
+    ("precision",),
+    ("checkpointing", "activation_offload"),
+    ("loss",),
+)
 """The knobs that move together as one lever (offloading the optimizer runs DeepSpeed's CPU Adam)."""
 NEAR_DUPLICATE = 0.01
 """Plans that differ by one lever saving less than this fraction of the process total are one plan."""
@@ -166,17 +174,21 @@ def search(
     micro_options = _micro_options(base, fixed, per_gpu, global_batch)
     failed: list[dict] = []
     found: list[Candidate] = []
+    fitted: list[dict] = []
     for bound, knobs, plan in _combinations(model, base, gpu, fixed, micro_options[-1], per_gpu):
         # rank_seconds ≥ the time ≥ its bound: no later combination can rank above the top K
         if len(found) >= top and bound > found[top - 1].rank_seconds * (1 + TIE):
             break
         if any(_dominates(knobs, small) for small in failed):
             continue
+        if knobs["activation_offload"] and {**knobs, "activation_offload": False} in fitted:
+            continue  # offered only where the same plan without it does not fit (visited first: it is faster)
         best = _largest_fitting(model, plan, gpu, micro_options, per_gpu)
         if best is None:
             failed.append(knobs)
             continue
         plan, bill = best
+        fitted.append(knobs)
         if host_ram_bytes is not None and host_ram_needed(bill) > host_ram_bytes:
             continue  # offloaded states are the same at every micro-batch
         time = step_time(model, plan, gpu)
@@ -229,6 +241,8 @@ def _combinations(
             and "optimizer" not in fixed
         ):
             continue  # DeepSpeed's CPU Adam runs the step: the GPU optimizer choice is moot
+        if knobs["activation_offload"] and knobs["checkpointing"] is not Checkpointing.FULL:
+            continue  # it offloads the checkpointed layers' inputs (`plan_checks.check_requested_plan`)
         if (
             base.world_size == 1
             and knobs["shard"] is Shard.ZERO3

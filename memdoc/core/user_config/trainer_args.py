@@ -258,7 +258,8 @@ def _length(doc: SourceDoc, reading: ConfigReading, trl: bool) -> None:
 
 def _checkpointing(doc: SourceDoc, reading: ConfigReading, trl: bool) -> None:
     """`activation_checkpointing` (transformers ≥ 5.x) or its alias `gradient_checkpointing`; TRL's default
-    is on (trl/trainer/base_config.py). Kwargs: `every_n_layers` -> checkpoint_every, `offload` not billed."""
+    is on (trl/trainer/base_config.py). Kwargs: `every_n_layers` -> checkpoint_every, `offload` ->
+    activation_offload."""
     key = next((k for k in ("activation_checkpointing", "gradient_checkpointing") if k in doc.data), None)
     on = get_bool(doc, key) if key else None
     if on is None:
@@ -274,10 +275,9 @@ def _checkpointing(doc: SourceDoc, reading: ConfigReading, trl: bool) -> None:
     every = get_int(doc, "every_n_layers", kwargs, where=f"{kw_key}.every_n_layers")
     if every is not None:
         reading.set(doc, f"{kw_key}.every_n_layers", "checkpoint_every", every)
-    if kwargs.get("offload"):
-        reading.skip(
-            doc, f"{kw_key}.offload", "saved activations held in pinned host memory: less GPU memory than billed"
-        )
+    offload = get_bool(doc, "offload", kwargs, where=f"{kw_key}.offload")
+    if offload is not None:  # transformers 5.24 pops it in `Trainer.__init__` (`activation_checkpointing_enable`)
+        reading.set(doc, f"{kw_key}.offload", "activation_offload", offload)
 
 
 def _liger(doc: SourceDoc, reading: ConfigReading) -> None:

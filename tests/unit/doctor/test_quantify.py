@@ -41,7 +41,9 @@ def test_levers_that_change_nothing_or_are_not_plan_fields_give_none():
     plan = parse_plan(batch=1, checkpointing="full")
     assert apply_lever(plan, {"micro_batch": "half"}) is None  # already 1
     assert apply_lever(plan, {"checkpointing": "full"}) is None  # already on
-    assert apply_lever(plan, {"activation_offload": True}) is None  # not a TrainingPlan field
+    assert apply_lever(plan, {"optimizer_in_backward": True}) is None  # not a TrainingPlan field
+    # issue 29: activation offloading is a plan field now; on a checkpointed plan it is a change
+    assert apply_lever(plan, {"activation_offload": True}) == plan.replace(activation_offload=True)
     assert apply_lever(plan, {}) is None
 
 

@@ -62,7 +62,9 @@ def test_ladder_table_is_the_documented_order():
         ("offload", "optimizer+params"),
     ]
     assert [LADDER_RANK[k] for k in order] == list(range(1, 9))
-    assert ladder_rank(None) is None and ladder_rank({"activation_offload": True}) is None
+    assert ladder_rank(None) is None and ladder_rank({"optimizer_in_backward": True}) is None
+    # issue 29: activation offloading is a plan value now, the rung right after checkpointing (②b)
+    assert ladder_rank({"activation_offload": True}) == LADDER_RANK[("checkpointing", "full")] == 2
     assert ladder_rank({"micro_batch": "half", "shard": "fsdp"}) == 7
 
 

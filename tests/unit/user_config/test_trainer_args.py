@@ -199,4 +199,6 @@ def test_activation_checkpointing_kwargs():
     reading = read_trainer_args(SourceDoc("t.yaml", cfg), Stack())
     assert reading.plan["checkpointing"] == "full" and args.activation_checkpointing
     assert reading.plan["checkpoint_every"] == args.activation_checkpointing_kwargs["every_n_layers"]
-    assert [n.key for n in reading.not_billed] == ["activation_checkpointing_kwargs.offload"]
+    # issue 29: offload is billed now (it was a key not billed): the plan field transformers' switch sets
+    assert reading.plan["activation_offload"] is args.activation_checkpointing_kwargs["offload"] is True
+    assert not reading.not_billed

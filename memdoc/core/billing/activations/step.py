@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from memdoc.core.billing.activations.head import head_saved
 from memdoc.core.billing.activations.kernels import liger_glu
 from memdoc.core.billing.activations.layer import layer_activations, selective_saved
+from memdoc.core.billing.activations.offload import offloaded_bytes, offloads
 from memdoc.core.billing.activations.saved import FP32
 from memdoc.core.billing.kbit import activation_plan, head_weight_copy, stream_bytes
 from memdoc.core.model.model_spec import ModelSpec
@@ -34,6 +35,11 @@ class Activations:
     partial: tuple[int, int, int] | None = None
     """`--checkpoint-every N` when backward reaches an uncheckpointed layer first: (activations still
     saved, recompute, decoder layers above) at the highest checkpointed layer; None otherwise."""
+    offloaded: int = 0
+    """`--activation-offload`: pinned host bytes of the checkpointed layers' inputs (`offload.offloaded_bytes`)."""
+    offload_copy: int = 0
+    """`--activation-offload`: the GPU copy of one layer's input, brought back for its recompute in backward
+    (part of `layer_backward_peak`)."""
 
 
 def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:
@@ -50,12 +56,18 @@ def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:
     saved = {i: sum(layer_activations(model, plan, i).values()) for i, _, _ in groups}
     largest = max(saved.values())
     residual = (FP32 if amp else stream) * T * h  # a checkpointed layer keeps only its input
+    copy = residual if offloads(plan) else 0  # offloaded: on the host, and back on the GPU one layer at a time
+    leaf = copy if plan.is_peft else 0  # layer 0's input stays: a graph leaf (`offload.py`: peft makes it a graph leaf)
     partial = None
     if plan.checkpointing is Checkpointing.FULL and plan.checkpoint_every > 1:
-        layers_saved, recompute, partial = partial_checkpointing(model, plan, saved, residual)
+        layers_saved, recompute, partial = partial_checkpointing(model, plan, saved, residual - copy)
+        layers_saved += leaf
+        recompute += copy if recompute else 0  # the top layer is recomputed (checkpointed) or not
+        if partial is not None:  # the highest checkpointed layer's input comes back with its recompute
+            partial = (partial[0] + leaf, partial[1] + copy, partial[2])
     elif plan.checkpointing is Checkpointing.FULL:
-        layers_saved = residual * model.num_layers
-        recompute = largest
+        layers_saved = (residual - copy) * model.num_layers + leaf
+        recompute = largest + copy
     elif plan.checkpointing is Checkpointing.SELECTIVE:
         layers_saved = sum(selective_saved(model, plan, i, mm_dt=mm_dt) * layers for i, _, layers in groups)
         recompute = largest  # the layer's full activations, rebuilt in backward
@@ -80,6 +92,8 @@ def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:
         layer_backward_peak=layer_bwd,
         weight_copies=weight_copies,
         partial=partial,
+        offloaded=offloaded_bytes(model, plan, residual),
+        offload_copy=copy,
     )
 
 
