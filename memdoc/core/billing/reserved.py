@@ -6,9 +6,10 @@
 * `fits(capacity)`: the run completes on a device whose allocator may reserve `capacity` bytes,
   releasing cached segments and retrying before giving up (what torch does before an OOM);
 * `min_memory_bytes`: the smallest such capacity, by bisection between peak allocated and peak
-  reserved (to 0.5% or 64 MiB) — success is monotone in capacity except in pathological orders. A run
-  that completes at capacity C with a peak reserved R ≤ C completes identically at R (`_constrained_peak`),
-  so each success lowers the upper bound to R, not just to C.
+  reserved (to 0.5% or 64 MiB; 2% for a plan the card cannot hold anyway, `Bill.min_memory_bytes`) —
+  success is monotone in capacity except in pathological orders. A run that completes at capacity C with
+  a peak reserved R ≤ C completes identically at R (`_constrained_peak`), so each success lowers the upper
+  bound to R, not just to C.
 """
 
 from __future__ import annotations
@@ -67,11 +68,12 @@ class ReservedVerdict:
             return False
         return _constrained_peak(self.events, capacity, self.expandable) is not None
 
-    def min_memory_bytes(self) -> int:
+    def min_memory_bytes(self, resolution: int = 200) -> int:
+        """The smallest capacity the run completes on, to 1/`resolution` of itself (or 64 MiB)."""
         if self.events is None:
             return self.peak_allocated
         lo, hi = self.peak_allocated, self.peak_reserved  # fails below lo, runs at hi
-        while hi - lo > max(64 * MiB, hi // 200):
+        while hi - lo > max(64 * MiB, hi // resolution):
             mid = (lo + hi) // 2
             peak = _constrained_peak(self.events, mid, self.expandable)
             if peak is None:
