@@ -2,13 +2,16 @@
 
 transformers and peft warn about their own API changes (`FutureWarning: is_gradient_checkpointing
 is deprecated…`) and log generation-config advice when memdoc builds a model from a config for a
-dry run: none of it is about the user's plan, and it would land between the report's lines.
+dry run: none of it is about the user's plan, and it would land between the report's lines. torch's own
+loggers are held to CRITICAL too: a fake-tensor op that fails logs its whole traceback at ERROR
+(`torch/_subclasses/fake_tensor.py`) before the exception memdoc turns into one line.
 Only memdoc's own calls are quieted — a diagnosed script's warnings are the user's and stay.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import warnings
 
 
@@ -25,7 +28,11 @@ def quiet_libraries():
             return
         level = hf_logging.get_verbosity()
         hf_logging.set_verbosity_error()
+        torch_logger = logging.getLogger("torch")
+        torch_level = torch_logger.level
+        torch_logger.setLevel(logging.CRITICAL)
         try:
             yield
         finally:
             hf_logging.set_verbosity(level)
+            torch_logger.setLevel(torch_level)

@@ -86,6 +86,9 @@ def test_bad_config_value_names_the_key(tmp_path, changes, message):
             "num_experts_per_tok 9 exceeds the 8 routed experts",
         ),
         ("Qwen/Qwen3-30B-A3B", {"mlp_only_layers": "all"}, "mlp_only_layers must be a list"),
+        # issue 27: the bill took these and `diagnose` crashed in torch.topk (k of no experts) after torch's logs
+        ("mistralai/Mixtral-8x7B-v0.1", {"num_local_experts": 0}, "num_local_experts is 0, but every mixtral MoE"),
+        ("deepseek-ai/DeepSeek-V2-Lite", {"n_routed_experts": 0}, "n_routed_experts is 0, but every deepseek_v2"),
         ("openai-community/gpt2", {"n_positions": KeyError}, "has no n_positions"),
     ],
 )
@@ -342,3 +345,25 @@ def test_diagnose_a_million_layers(tmp_path, model, traced):
         assert "extrapolated linearly to 1000000" in " ".join(json.loads(result.stdout)["notes"])
     else:
         assert "cannot trace 1,000,000 layers" in one_error_line(result)
+
+
+def test_qwen_moe_with_no_experts_is_a_dense_model(tmp_path):
+    """Qwen-MoE's 0 routed experts build dense layers (transformers' `Qwen3MoeDecoderLayer`: sparse only when
+    num_experts > 0), so the bill takes it: the no-expert check is for families that route every layer."""
+    config = dict(catalog_config("Qwen/Qwen3-30B-A3B"), num_experts=0)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert run("bill", path, "--gpu", "80", "--no-ladder").exit_code == 0
+
+
+def test_a_failing_trace_prints_no_torch_log(capfd):
+    """A fake-tensor op that fails logs its traceback through torch's logger at ERROR: memdoc's dry runs keep
+    torch's loggers at CRITICAL (`probe.quiet.quiet_libraries`), so only memdoc's one line remains."""
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from memdoc.probe.quiet import quiet_libraries
+
+    with quiet_libraries(), pytest.raises(RuntimeError), FakeTensorMode():
+        torch.topk(torch.empty(4, 0), 2, dim=-1)
+    assert "fake_tensor.py" not in capfd.readouterr().err

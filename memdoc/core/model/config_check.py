@@ -14,13 +14,14 @@ Rules:
 * flags (`_BOOLEANS`) are JSON booleans;
 * the head arithmetic the architectures need: `hidden_size` divisible by the head count when
   the head width is derived from it (no `head_dim`), the head count divisible by the
-  key/value head count (grouped-query attention), top-k ≤ the number of routed experts;
+  key/value head count (grouped-query attention), top-k ≤ the number of routed experts, and at least one
+  routed expert where every MoE layer routes (Mixtral, DeepSeek-V2);
 * `model_type` is a non-empty string (it is looked up in tables).
 """
 
 from __future__ import annotations
 
-from memdoc.core.model.families import Family, HeadDim
+from memdoc.core.model.families import Family, HeadDim, MoeLayout
 from memdoc.errors import ConfigError, quoted
 
 MAX_VALUE = 2**31 - 1
@@ -147,3 +148,14 @@ def check_config(config: dict, *, model_id: str, family: Family | None = None) -
         raise ConfigError(f"{where}: num_experts_per_tok {top_k} exceeds the {experts} routed experts")
     if experts and top_k == 0:
         raise ConfigError(f"{where}: num_experts_per_tok must be at least 1 with {experts} routed experts")
+    _check_routed(config, where, family, experts, top_k)
+
+
+def _check_routed(config: dict, where: str, family: Family | None, experts: int | None, top_k: int | None) -> None:
+    """Mixtral routes every layer, DeepSeek-V2 every layer past its dense prefix: with 0 routed experts and a
+    top-k, the router picks k of none (transformers fails in `torch.topk`). Qwen-MoE's 0 experts is a dense model
+    (`Qwen3MoeDecoderLayer`: sparse only when `num_experts > 0`)."""
+    routes = family is not None and family.moe in (MoeLayout.EVERY_LAYER, MoeLayout.DENSE_PREFIX)
+    if routes and experts == 0 and top_k:
+        key = next(k for k in ("num_local_experts", "num_experts", "n_routed_experts") if k in config)
+        raise ConfigError(f"{where}: {key} is 0, but every {family.name} MoE layer routes to {top_k} of its experts")
