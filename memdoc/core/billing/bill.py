@@ -442,7 +442,7 @@ def _parallel_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) ->
         name: dataclasses.replace(
             phase,
             other=phase.other + extra[name],
-            activations=phase.activations + (share.replicated_kv if name != "optimizer" else 0),
+            activations=phase.activations + (share.extra_saved if name != "optimizer" else 0),
         )
         for name, phase in rank.phases.items()
     }

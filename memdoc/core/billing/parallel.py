@@ -12,8 +12,8 @@ traffic:
   states and the activations inside attention and the MLP are the rank's; the hidden-wide activations (norms,
   residual stream, the linears' inputs) stay whole, as no sequence parallelism splits them in transformers'
   plan (torchtitan's sequence-parallel norms would split them too: not billed, the bill is an upper bound
-  there). Each layer all-reduces its attention and MLP outputs in forward and their input gradients in
-  backward: 4 all-reduces of T × hidden per layer and micro-batch (Megatron-LM, Shoeybi et al. 2019, §3).
+  there). Each layer all-reduces its attention and MLP outputs in forward and the column-wise linears' input
+  gradients in backward (Megatron-LM, Shoeybi et al. 2019, §3, fuses q/k/v: 4 per layer; torch's styles: 7).
 * **Context parallelism**: each rank holds seq/cp of every activation. Ulysses (`deepspeed/sequence/layer.py`
   `DistributedAttention`, `_SeqAllToAll`) all-to-alls q, k and v before attention and the output after it, in
   forward and (the gradients) in backward; attention then sees all tokens and heads/cp, the same number of
@@ -52,8 +52,9 @@ class RankShare:
     """Bytes of one layer's CP buffers in flight in forward (all-to-all inputs, the ring's gathered k/v)."""
     backward_buffers: int
     """Bytes of one layer's CP buffers in flight in backward."""
-    replicated_kv: int
-    """Saved bytes of Ulysses' replicated kv heads (fewer kv heads than cp), all layers."""
+    extra_saved: int
+    """Bytes Ulysses saves beyond the rank's seq/cp share, all layers: o_proj's input is the output all-to-all's
+    result, no longer a view of the attention's saved output; kv heads replicated when fewer than cp."""
 
 
 def check_parallel_model(model: ModelSpec, plan: TrainingPlan) -> None:
@@ -137,14 +138,15 @@ def rank_share(model: ModelSpec, plan: TrainingPlan) -> RankShare:
     e = plan.precision.compute_bits // 8
     tokens = local.micro_batch * local.seq_len
     q, kv = rank_model.q_dim, rank_model.kv_dim
-    forward = backward = replicated = 0
+    forward = backward = extra = 0
     if plan.cp > 1 and plan.cp_impl is CpImpl.ULYSSES:
         # q, k, v before the all-to-all, and the permuted copy `_SeqAllToAll` sends (the largest, q)
         forward = backward = tokens * (2 * q + 2 * kv) * e
+        extra = tokens * q * e * model.num_layers
         kv_heads = rank_model.num_kv_heads
         if kv_heads < plan.cp:  # each rank gets one replicated kv head of every token: k and v, saved by attention
             per_rank = tokens * plan.cp * rank_model.head_dim * 2 * e
-            replicated = (per_rank - tokens * 2 * kv) * model.num_layers
+            extra += (per_rank - tokens * 2 * kv) * model.num_layers
     elif plan.cp > 1:
         gathered = plan.cp * tokens * 2 * kv * e  # the whole sequence's k and v
         sent = tokens * 2 * kv * e  # torch.cat of the local k, v
@@ -156,7 +158,7 @@ def rank_share(model: ModelSpec, plan: TrainingPlan) -> RankShare:
         plan=local,
         forward_buffers=forward,
         backward_buffers=backward,
-        replicated_kv=replicated,
+        extra_saved=extra,
     )
 
 
@@ -174,11 +176,17 @@ class ParallelTraffic:
 
 
 def parallel_traffic(model: ModelSpec, plan: TrainingPlan) -> ParallelTraffic:
-    """Bytes one rank sends per optimizer step for CP and TP (ring algorithm factors, as `comm.py`):
-    TP: 4 all-reduces of T·h per layer (+2 with full checkpointing's recompute), 2(tp−1)/tp of each, and the LM
-    head's all-gather of T × V, (tp−1)/tp; Ulysses: q, k, v and the output all-to-all in forward and backward
-    (+ forward again with recompute), (cp−1)/cp of each rank's share; ring: the k/v all-gather, (cp−1)/cp of
-    the sequence's k and v, once in forward and twice in backward (the gather and dk/dv round the ring)."""
+    """Bytes one rank sends per optimizer step for CP and TP (ring algorithm factors, as `comm.py`).
+
+    TP: all-reduces of T·h, 2(tp−1)/tp of each: per layer 2 in forward (o_proj, down_proj; +2 with full
+    checkpointing's recompute) and one in backward per column-wise linear (q, k, v, gate, up: torch reduces each
+    module's input gradient on its own; 5 × 2 layers + 1 counted on 2 CPU ranks, `test_parallel_ranks.py`); the LM
+    head's all-gather of T × V, (tp−1)/tp, and the all-reduce of its input's gradient (torch 2.13
+    `distributed/tensor/parallel/style.py` `ColwiseParallel`: a replicated input, its gradient summed).
+    Ulysses: q, k, v and the output all-to-all in forward and backward (+ forward again with recompute),
+    (cp−1)/cp of each rank's share. Ring: the k/v all-gather, (cp−1)/cp of the sequence's k and v, once in
+    forward and twice in backward (the gather and dk/dv round the ring).
+    """
     rank = tp_rank_model(model, plan.tp)
     local = rank_plan(plan)
     e = plan.precision.compute_bits // 8
@@ -187,8 +195,10 @@ def parallel_traffic(model: ModelSpec, plan: TrainingPlan) -> ParallelTraffic:
     tp_bytes = cp_bytes = 0.0
     if plan.tp > 1:
         share = (plan.tp - 1) / plan.tp
-        per_layer = (4 + 2 * recompute) * 2 * share * tokens * model.hidden_size * e
-        tp_bytes = per_layer * model.num_layers + share * tokens * model.vocab_size * e
+        colwise = len(model.layouts[0].linears) - 2  # all but o_proj and down_proj
+        per_layer = (2 + colwise + 2 * recompute) * 2 * share * tokens * model.hidden_size * e
+        head = share * tokens * model.vocab_size * e + 2 * share * tokens * model.hidden_size * e
+        tp_bytes = per_layer * model.num_layers + head
     if plan.cp > 1:
         share = (plan.cp - 1) / plan.cp
         if plan.cp_impl is CpImpl.ULYSSES:
