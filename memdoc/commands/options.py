@@ -272,7 +272,6 @@ CpOpt = Annotated[
     Optional[int],
     typer.Option(
         "--cp",
-        min=1,
         help="Context parallelism: split each sequence over N GPUs (each holds seq/N of the activations); "
         "--gpus × --nodes must be a multiple of N × --tp. \\[default: 1]",
         rich_help_panel=PLAN,
@@ -291,7 +290,6 @@ TpOpt = Annotated[
     Optional[int],
     typer.Option(
         "--tp",
-        min=1,
         help="Tensor parallelism inside a node: each decoder linear split over N GPUs as transformers' tp_plan "
         "splits it; with --shard, 2-D (dp × tp). \\[default: 1]",
         rich_help_panel=PLAN,
