@@ -107,3 +107,9 @@ def test_json_carries_the_degrees():
 
     plan = json.loads(result.stdout)["plan"]
     assert (plan["cp"], plan["cp_impl"], plan["tp"]) == (4, "ulysses", 2)
+
+
+def test_diagnose_refuses_cp_and_tp():
+    result = invoke("diagnose", "meta-llama/Llama-3.2-1B", "--gpus", "2", "--tp", "2")
+    assert result.exit_code == 2
+    assert "diagnose traces one process" in result.output and "Traceback" not in result.output
