@@ -76,3 +76,23 @@ def test_emit_refuses_what_a_format_cannot_express(tmp_path, flags, says):
     assert result.exit_code == 2
     assert says in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("fmt", "flags", "files"),
+    [
+        ("trl", ("--shard", "fsdp2", "--cp", "4", "--cp-impl", "ring", "--tp", "2"), ("config.yaml", "fsdp.yaml")),
+        ("axolotl", ("--shard", "zero3", "--cp", "4", "--cp-impl", "ring", "--tp", "2"), ("config.yaml",)),
+    ],
+)
+def test_config_reads_back_what_emit_wrote(tmp_path, fmt, flags, files):
+    """`bill --config` on the written files bills the same degrees (accelerate's parallelism_config, Axolotl's
+    context_parallel_size and tensor_parallel_size)."""
+    import json
+
+    path = _emit(tmp_path, fmt, *flags)
+    config = [arg for name in files for arg in ("--config", path.parent / name)]
+    result = run("bill", *config, "--gpu", "8xh100", "--json")
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)["plan"]
+    assert (plan["cp"], plan["cp_impl"], plan["tp"]) == (4, "ring", 2)
