@@ -447,7 +447,8 @@ def _parallel_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) ->
         for name, phase in rank.phases.items()
     }
     buffers = dict(rank.buffers) | ({"cp buffers (one layer)": share.backward_buffers} if plan.cp > 1 else {})
-    return dataclasses.replace(rank, model=model, plan=plan, phases=phases, buffers=buffers, per_rank=rank)
+    notes = rank.notes + share.notes
+    return dataclasses.replace(rank, model=model, plan=plan, phases=phases, buffers=buffers, notes=notes, per_rank=rank)
 
 
 def bill_json(bill: Bill) -> dict:

@@ -52,6 +52,8 @@ class RankShare:
     """Bytes of one layer's CP buffers in flight in forward (all-to-all inputs, the ring's gathered k/v)."""
     backward_buffers: int
     """Bytes of one layer's CP buffers in flight in backward."""
+    notes: tuple[str, ...]
+    """What the bill says about the split (said once, in the bill's notes)."""
     extra_saved: int
     """Bytes Ulysses saves beyond the rank's seq/cp share, all layers: o_proj's input is the output all-to-all's
     result, no longer a view of the attention's saved output; kv heads replicated when fewer than cp."""
@@ -154,12 +156,30 @@ def rank_share(model: ModelSpec, plan: TrainingPlan) -> RankShare:
         forward = gathered + sent + merge
         backward = gathered + sent + 2 * tokens * 2 * kv * e + merge  # dk/dv sent and received
     return RankShare(
+        notes=_notes(plan),
         model=rank_model,
         plan=local,
         forward_buffers=forward,
         backward_buffers=backward,
         extra_saved=extra,
     )
+
+
+def _notes(plan: TrainingPlan) -> tuple[str, ...]:
+    notes = []
+    if plan.cp > 1:
+        impl = "Ulysses all-to-alls" if plan.cp_impl is CpImpl.ULYSSES else "ring attention"
+        notes.append(
+            f"context parallel over {plan.cp} GPUs ({impl}): each rank holds {plan.seq_len:,} / {plan.cp} tokens' "
+            f"activations; {plan.dp_size} data-parallel replica(s) of {plan.cp * plan.tp} GPUs"
+        )
+    if plan.tp > 1:
+        notes.append(
+            f"tensor parallel over {plan.tp} GPUs (transformers' tp_plan): the linears split, the embedding, norms, "
+            "hidden-wide activations and logits whole on every rank (sequence-parallel norms, as torchtitan's, "
+            "would split those activations too)"
+        )
+    return tuple(notes)
 
 
 @dataclass(frozen=True, kw_only=True)
