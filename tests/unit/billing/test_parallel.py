@@ -113,3 +113,9 @@ def test_diagnose_refuses_cp_and_tp():
     result = invoke("diagnose", "meta-llama/Llama-3.2-1B", "--gpus", "2", "--tp", "2")
     assert result.exit_code == 2
     assert "diagnose traces one process" in result.output and "Traceback" not in result.output
+
+
+def test_inference_refuses_cp_and_tp():
+    result = invoke("bill", "meta-llama/Llama-3.1-8B", "--gpu", "2xh100", "--inference", "--tp", "2")
+    assert result.exit_code == 2
+    assert "--inference bills one model replica" in result.output
