@@ -77,6 +77,8 @@ PROBES: dict[str, list[dict]] = {
         {"deepspeed": "zero3.json"},
         {"fsdp_version": 2, "fsdp_config": {"offload_params": True, "activation_checkpointing": True}},
         {"fsdp": ["shard_grad_op", "auto_wrap"]},
+        {"context_parallel_size": 4, "tensor_parallel_size": 2, "deepspeed": "zero3.json"},
+        {"sequence_parallel_degree": 2},
     ],
     "llamafactory": [
         {"stage": "dpo"},
@@ -125,6 +127,12 @@ PROBES: dict[str, list[dict]] = {
             },
         },
         {"distributed_type": "FSDP", "fsdp_config": {"fsdp_version": 2, "fsdp_reshard_after_forward": False}},
+        {
+            "distributed_type": "FSDP",
+            "fsdp_config": {"fsdp_version": 2},
+            "parallelism_config": {"parallelism_config_cp_size": 4, "parallelism_config_tp_size": 2},
+        },
+        {"distributed_type": "FSDP", "parallelism_config": {"parallelism_config_sp_size": 2}},
         {"distributed_type": "DEEPSPEED", "deepspeed_config": {"deepspeed_config_file": "ds.json"}},
         {
             "distributed_type": "DEEPSPEED",

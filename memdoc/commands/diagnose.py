@@ -15,6 +15,7 @@ from memdoc.commands.options import (
     plan_options,
     print_setup_notes,
 )
+from memdoc.errors import PlanError
 
 EXAMPLES = """
 Examples:
@@ -203,6 +204,11 @@ def _diagnose_model(target: str, *, plan: PlanFlags, json_out: bool, device: str
     from memdoc.resolve.models import load_config
 
     setup = plan.resolve(target, need_gpu=False)
+    if setup.plan.cp > 1 or setup.plan.tp > 1:
+        raise PlanError(
+            "diagnose traces one process and --cp/--tp split a step over several: use memdoc bill "
+            "(docs/parallelism.md: its per-rank bill against torch TP and DeepSpeed Ulysses)"
+        )
     if not json_out:
         print_setup_notes(setup, gpu_note=False)
     if device == "cuda":

@@ -21,6 +21,7 @@ from memdoc.core.model.plan import (
     Allocator,
     Attention,
     Checkpointing,
+    CpImpl,
     Loss,
     MasterWeights,
     Method,
@@ -289,6 +290,33 @@ InterconnectOpt = Annotated[
         rich_help_panel=PLAN,
     ),
 ]
+CpOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--cp",
+        help="Context parallelism: split each sequence over N GPUs (each holds seq/N of the activations); "
+        "--gpus × --nodes must be a multiple of N × --tp. \\[default: 1]",
+        rich_help_panel=PLAN,
+    ),
+]
+CpImplOpt = Annotated[
+    Optional[CpImpl],
+    typer.Option(
+        "--cp-impl",
+        help="How --cp meets in attention: ulysses (DeepSpeed Ulysses / ALST all-to-all; heads must divide by N) "
+        "or ring (ring attention: torch / accelerate cp_size, torchtitan). \\[default: ulysses]",
+        rich_help_panel=PLAN,
+    ),
+]
+TpOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--tp",
+        help="Tensor parallelism inside a node: each decoder linear split over N GPUs as transformers' tp_plan "
+        "splits it; with --shard, 2-D (dp × tp). \\[default: 1]",
+        rich_help_panel=PLAN,
+    ),
+]
 RUN = "The whole run (load, evaluation, save)"
 EvalSamplesOpt = Annotated[
     Optional[int],
@@ -405,6 +433,9 @@ PLAN_OPTIONS = {
     "allocator": AllocatorOpt,
     "moe_experts": MoeExpertsOpt,
     "interconnect": InterconnectOpt,
+    "cp": CpOpt,
+    "cp_impl": CpImplOpt,
+    "tp": TpOpt,
     "allow_long": AllowLongOpt,
     "eval_samples": EvalSamplesOpt,
     "eval_batch": EvalBatchOpt,

@@ -34,6 +34,8 @@ from functools import cached_property
 from memdoc.core.billing.activations import Activations, estimate_activations
 from memdoc.core.billing.activations.offload import OFFLOAD_NOTE
 from memdoc.core.billing.memo import memoized_bill
+from memdoc.core.billing.model_notes import model_notes
+from memdoc.core.billing.parallel import rank_share
 from memdoc.core.billing.reserved import MAX_SIMULATED_LAYERS, ReservedVerdict, reserved_verdict, unsimulated
 from memdoc.core.billing.states import ModelStates, model_states
 from memdoc.core.billing.step_events import training_events
@@ -44,7 +46,7 @@ from memdoc.core.engines.host import host_items, nvme_items
 from memdoc.core.engines.layout import Engine, engine_layout
 from memdoc.core.model.gpu import GpuSpec, gpu_json
 from memdoc.core.model.model_spec import ModelSpec
-from memdoc.core.model.plan import Allocator, Method, MoeExperts, Precision, TrainingPlan
+from memdoc.core.model.plan import Allocator, Method, TrainingPlan
 
 PROCESS_OVERHEAD_BYTES = 804_061_184
 """A training process's device memory outside PyTorch's allocator (CUDA context, kernels, cuBLAS
@@ -99,6 +101,8 @@ class Bill:
     """The engine's buffers on each GPU by name (reduce buckets, fp32 step gradient, unpartitioned small
     parameters), already inside the phases' items (`core/engines/buffers.py`)."""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    per_rank: Bill | None = None
+    """With --cp/--tp: the bill of the plan one rank runs (`parallel.rank_share`), whose allocator this one reads."""
 
     @property
     def host_bytes(self) -> int:
@@ -131,6 +135,8 @@ class Bill:
     def allocator(self) -> ReservedVerdict:
         """The simulated caching allocator over this plan's run (see `reserved`)."""
         expandable = self.plan.allocator is Allocator.EXPANDABLE
+        if self.per_rank is not None:  # the CP buffers on top count in `min_memory_bytes`, not in the simulation
+            return self.per_rank.allocator
         if self.model.num_layers > MAX_SIMULATED_LAYERS:
             return unsimulated(self.peak_allocated, expandable=expandable)
         return reserved_verdict(training_events(self), expandable=expandable)
@@ -259,36 +265,6 @@ class _StepTerms:
         return PhaseBill(
             weights=self.weights, gradients=gradients, optimizer=self.optimizer, activations=activations, other=other
         )
-
-
-def _model_notes(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> list[str]:
-    """What the bill says about the model and card before any figure (config borrowed, no bf16, …)."""
-    notes = []
-    if model.config_of:
-        notes.append(f"billed with the config of {model.config_of}: a fine-tuned variant has its base's layer shapes")
-    if gpu is not None and not gpu.supports_bf16 and plan.precision in (Precision.FP16, Precision.AMP_FP16):
-        notes.append(
-            f"{gpu.name} has no bf16 (compute capability {gpu.compute_capability}): it trains in "
-            "fp16 (with loss scaling)"
-        )
-    if model.num_layers > MAX_SIMULATED_LAYERS:
-        notes.append(
-            f"{model.num_layers:,} layers: the caching allocator is not simulated beyond {MAX_SIMULATED_LAYERS} "
-            "(reserved memory counted as allocated, no fragmentation)"
-        )
-    if not model.arch.has_layout:
-        notes.append(
-            f"no activation model for model_type {model.model_type!r}: activations estimated for a generic "
-            "decoder layer of its sizes (parameters are exact, from the meta device)"
-        )
-    if plan.method is Method.QLORA and model.is_moe and plan.moe_experts is MoeExperts.FUSED:
-        notes.append(
-            "QLoRA leaves the routed experts 16-bit: transformers 5 stores them as fused 3-D tensors, "
-            "which bitsandbytes does not quantise (transformers 4.x: --moe-experts linear)"
-        )
-    elif plan.method is Method.QLORA and model.is_moe:
-        notes.append("QLoRA quantises the routed experts to NF4: transformers 4.x builds them of nn.Linear modules")
-    return notes
 
 
 def _step_terms(
@@ -428,9 +404,11 @@ def _partial_checkpointing_phase(
 @memoized_bill
 def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = None) -> Bill:
     """The per-GPU bill of `plan` on `model` (pure arithmetic, no torch)."""
+    if plan.cp > 1 or plan.tp > 1:
+        return _parallel_bill(model, plan, gpu)
     states = model_states(model, plan)
     acts = estimate_activations(model, plan)
-    notes = _model_notes(model, plan, gpu)
+    notes = model_notes(model, plan, gpu)
     places: dict[str, dict[str, int]] = {"host": {}, "nvme": {}, "buffers": {}}
     t = _step_terms(model, plan, states, places, notes)
     layout = engine_layout(plan)
@@ -462,6 +440,25 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
         buffers=places["buffers"],
         notes=tuple(notes),
     )
+
+
+def _parallel_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> Bill:
+    """A CP/TP plan: the bill of the plan one rank runs, plus its CP buffers and replicated kv heads
+    (`core/billing/parallel.py`)."""
+    share = rank_share(model, plan)
+    rank = compute_bill(share.model, share.plan, gpu)
+    extra = {"forward": share.forward_buffers, "backward": share.backward_buffers, "optimizer": 0}
+    phases = {
+        name: dataclasses.replace(
+            phase,
+            other=phase.other + extra[name],
+            activations=phase.activations + (share.extra_saved if name != "optimizer" else 0),
+        )
+        for name, phase in rank.phases.items()
+    }
+    buffers = dict(rank.buffers) | ({"cp buffers (one layer)": share.backward_buffers} if plan.cp > 1 else {})
+    notes = rank.notes + share.notes
+    return dataclasses.replace(rank, model=model, plan=plan, phases=phases, buffers=buffers, notes=notes, per_rank=rank)
 
 
 def bill_json(bill: Bill) -> dict:

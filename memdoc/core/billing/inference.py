@@ -90,6 +90,11 @@ class InferencePlan:
     def __post_init__(self):
         if self.prefill_chunk is not None and self.prefill_chunk < 1:
             raise PlanError(f"--prefill-chunk {self.prefill_chunk} must be at least 1 token")
+        if self.plan.cp > 1 or self.plan.tp > 1:
+            raise PlanError(
+                "--inference bills one model replica on one GPU: --cp/--tp split a training step (vLLM's "
+                "tensor_parallel_size is not billed)"
+            )
 
     @property
     def chunk(self) -> int:

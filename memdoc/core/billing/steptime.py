@@ -89,7 +89,8 @@ from dataclasses import dataclass
 
 from memdoc.core.billing.activations.offload import offloads
 from memdoc.core.billing.activations.step import estimate_activations
-from memdoc.core.billing.comm import communication
+from memdoc.core.billing.comm import DEFAULT_PEER_GBPS, HIDDEN_COMM_FRACTION, bottleneck, communication
+from memdoc.core.billing.parallel import parallel_traffic, rank_share
 from memdoc.core.billing.states import model_states
 from memdoc.core.model.families import Layout, Mlp, Norm
 from memdoc.core.model.gpu import GpuSpec
@@ -323,6 +324,8 @@ def optimizer_bytes(plan: TrainingPlan, trainable: int) -> float:
 
 def step_time(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> StepTime:
     """Modelled time of one optimizer step (all micro-batches) on one GPU, by term."""
+    if plan.cp > 1 or plan.tp > 1:
+        return _parallel_step_time(model, plan, gpu)
     bandwidth = (gpu.memory_bandwidth_gbps if gpu and gpu.memory_bandwidth_gbps else DEFAULT_BANDWIDTH_GBPS) * 1e9
     hbm = bandwidth * MEMORY_EFFICIENCY
     link = (gpu.host_link_gbps if gpu and gpu.host_link_gbps else DEFAULT_LINK_GBPS) * 1e9
@@ -357,6 +360,40 @@ def step_time(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> Step
     tokens = plan.micro_batch * plan.seq_len * plan.grad_accum
     link = collectives.link if collectives else None
     return StepTime(compute=compute, optimizer=optimizer, communication=comm, host=host, tokens=tokens, link=link)
+
+
+def _parallel_step_time(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> StepTime:
+    """A CP/TP plan's step on one rank: the step of the plan the rank runs (`parallel.rank_share`: its share of
+    every linear, seq/cp tokens), plus the attention its queries do against the whole sequence (causal
+    attention of s tokens over cp ranks is 1/cp of its FLOPs, not (1/cp)²), plus the CP/TP traffic
+    (`parallel.parallel_traffic`) over the group's link: the peer link when cp × tp GPUs fit in a node, else the
+    slowest link of the plan. Ring attention hides its traffic as the data-parallel collectives do
+    (`comm.HIDDEN_COMM_FRACTION`); TP's all-reduces and Ulysses' all-to-alls are exposed. Tokens per GPU are the
+    rank's tokens / tp (the TP ranks of a group process the same tokens)."""
+    share = rank_share(model, plan)
+    inner = step_time(share.model, share.plan, gpu)
+    trainable = model_states(share.model, share.plan).trainable_params
+    whole = share.plan.replace(seq_len=plan.seq_len)
+    attention = matmul_flops(share.model, whole, trainable) / plan.cp - matmul_flops(share.model, share.plan, trainable)
+    compute = inner.compute + attention * plan.grad_accum / _matmul_rate(share.model, share.plan, gpu)
+    if plan.cp * plan.tp <= plan.gpus_per_node:
+        peer = gpu.peer_link_gbps if gpu is not None and gpu.peer_link_gbps else DEFAULT_PEER_GBPS
+        gbps, link = peer, (gpu.gpu_link if gpu is not None and gpu.gpu_link else "PCIe (assumed)") + f", {peer:g} GB/s"
+    else:
+        gbps, link = bottleneck(plan, gpu)
+    traffic = parallel_traffic(model, plan)
+    cp_seconds = traffic.cp_bytes / (gbps * 1e9)
+    exposed = traffic.tp_bytes / (gbps * 1e9) + cp_seconds
+    if traffic.cp_hidden:
+        exposed -= min(HIDDEN_COMM_FRACTION * cp_seconds, compute)
+    return StepTime(
+        compute=compute,
+        optimizer=inner.optimizer,
+        communication=inner.communication + exposed,
+        host=inner.host,
+        tokens=inner.tokens // plan.tp,
+        link=inner.link or link,
+    )
 
 
 def step_seconds(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> float:

@@ -52,6 +52,8 @@ def apply_lever(plan: TrainingPlan, lever: dict) -> TrainingPlan | None:
             new = {"half": max(1, plan.micro_batch // 2), "1": 1, "double": plan.micro_batch * 2}[str(value)]
             values["grad_accum"] = plan.grad_accum * plan.micro_batch // new
             values["micro_batch"] = new
+        elif key == "cp":  # "node": every GPU of a node
+            values["cp"] = plan.gpus_per_node if value == "node" else value
         elif key == "seq_len":
             if str(value) != "half":
                 return None  # "cap to the data's p99 length" needs the data

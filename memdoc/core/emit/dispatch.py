@@ -11,6 +11,7 @@ from memdoc.core.emit.axolotl import emit_axolotl
 from memdoc.core.emit.base import EmitContext, Emitted, SideFile, loss_path_note, render_main, render_side
 from memdoc.core.emit.hf import emit_hf
 from memdoc.core.emit.llamafactory import emit_llamafactory
+from memdoc.core.emit.parallel import add_parallel_keys, check_parallel_format
 from memdoc.core.emit.trl import emit_trl
 from memdoc.errors import PlanError
 
@@ -31,7 +32,9 @@ def emit(fmt: str, ctx: EmitContext) -> Emitted:
         emitter = EMITTERS[fmt]
     except KeyError:
         raise PlanError(f"--format {fmt!r} is not one of: {', '.join(FORMATS)}") from None
+    check_parallel_format(fmt, ctx.plan)
     emitted = emitter(ctx)
+    add_parallel_keys(fmt, ctx.plan, emitted)
     loss_note = loss_path_note(fmt, ctx.plan)
     if loss_note:
         emitted.notes.append(loss_note)

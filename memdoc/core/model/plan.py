@@ -16,6 +16,7 @@ from memdoc.core.model.plan_enums import (
     Allocator,
     Attention,
     Checkpointing,
+    CpImpl,
     Loss,
     MasterWeights,
     Method,
@@ -37,6 +38,7 @@ __all__ = [
     "Allocator",
     "Attention",
     "Checkpointing",
+    "CpImpl",
     "Loss",
     "MasterWeights",
     "Method",
@@ -163,20 +165,19 @@ class TrainingPlan:
     `torch.autograd.graph.save_on_cpu(pin_memory=True)` (`modeling_utils.py`
     `PreTrainedModel._activation_checkpointing_enable`); a copy to the host in forward and back in backward,
     both on the compute stream (`core/billing/activations/offload.py`)."""
+    cp: int = 1
+    """Context-parallel degree: each sequence is split over `cp` GPUs, each holding seq/cp of its activations
+    (`--cp-impl`; `core/billing/parallel.py`). The GPUs of one sequence are not data-parallel: the data-parallel
+    degree is world / (cp × tp), and the engines shard the model states over world / tp (accelerate's
+    `dp_shard_cp` mesh, DeepSpeed's `seq_data_parallel_group`)."""
+    cp_impl: CpImpl = CpImpl.ULYSSES
+    """How the split sequence meets in attention (see `CpImpl`); ignored with cp = 1."""
+    tp: int = 1
+    """Tensor-parallel degree inside a node: each decoder linear is split over `tp` GPUs as transformers'
+    `tp_plan` splits it (q/k/v, gate/up column-wise, o/down row-wise, the LM head column-wise)."""
 
     def __post_init__(self) -> None:
-        for name in (
-            "micro_batch",
-            "seq_len",
-            "grad_accum",
-            "gpus_per_node",
-            "nodes",
-            "lora_rank",
-            "lora_alpha",
-            "checkpoint_every",
-            "eval_batch",
-            "eval_accumulation_steps",
-        ):
+        for name in _POSITIVE:
             value = getattr(self, name)
             if value is None and name in ("lora_alpha", "eval_accumulation_steps"):
                 continue
@@ -222,11 +223,17 @@ class TrainingPlan:
             )
 
         parse_interconnect(self.interconnect)
+        _check_parallel(self)
 
     @property
     def world_size(self) -> int:
-        """Total data-parallel GPUs."""
+        """Total GPUs (data-parallel unless `cp` or `tp` > 1: then `dp_size` of them are)."""
         return self.gpus_per_node * self.nodes
+
+    @property
+    def dp_size(self) -> int:
+        """Data-parallel replicas: world / (cp × tp)."""
+        return self.world_size // (self.cp * self.tp)
 
     @property
     def is_peft(self) -> bool:
@@ -296,6 +303,7 @@ _ENUMS = {
     "allocator": Allocator,
     "moe_experts": MoeExperts,
     "master_weights": MasterWeights,
+    "cp_impl": CpImpl,
 }
 
 ENGINE_COUNTS = (
@@ -342,6 +350,40 @@ def _check_engine_knobs(plan: TrainingPlan) -> None:
         raise PlanError(
             "--master-weights bf16 with --offload: DeepSpeed's bf16 optimizer states need its CPU Adam built "
             "for bf16 (deepspeed/runtime/base_optimizer.py); use --master-weights fp32 with offload"
+        )
+
+
+_POSITIVE = (
+    "micro_batch",
+    "seq_len",
+    "grad_accum",
+    "gpus_per_node",
+    "nodes",
+    "lora_rank",
+    "lora_alpha",
+    "checkpoint_every",
+    "eval_batch",
+    "eval_accumulation_steps",
+    "cp",
+    "tp",
+)
+"""Plan fields that are positive integers (`lora_alpha` and `eval_accumulation_steps` may also be None)."""
+
+
+def _check_parallel(plan: TrainingPlan) -> None:
+    """CP and TP against the GPU count: cp × tp divides the world, TP stays inside a node (its collectives run
+    per layer on the peer link), and a sharded plan keeps more than one GPU to shard over (world / tp)."""
+    if plan.world_size % (plan.cp * plan.tp):
+        raise PlanError(
+            f"--cp {plan.cp} × --tp {plan.tp} must divide the {plan.world_size} GPUs (--gpus × --nodes): "
+            f"use a multiple of {plan.cp * plan.tp} GPUs"
+        )
+    if plan.gpus_per_node % plan.tp:
+        raise PlanError(f"--tp {plan.tp} must divide --gpus {plan.gpus_per_node}: tensor parallelism stays in a node")
+    if plan.tp > 1 and plan.shard is not Shard.NONE and plan.world_size == plan.tp:
+        raise PlanError(
+            f"--shard {plan.shard.value} with --tp {plan.tp} on {plan.world_size} GPUs leaves one GPU per shard "
+            "group (world / tp): use --shard none, or more GPUs (2-D: dp × tp)"
         )
 
 

@@ -197,3 +197,15 @@ class Allocator(str, Enum):
 class OffloadTarget(str, Enum):
     CPU = "cpu"
     NVME = "nvme"
+
+
+class CpImpl(str, Enum):
+    """How context parallelism splits attention over the `--cp` GPUs of one sequence."""
+
+    ULYSSES = "ulysses"
+    """DeepSpeed Ulysses / Arctic long-sequence training (`deepspeed/sequence/layer.py` `DistributedAttention`):
+    an all-to-all turns each rank's seq/cp tokens × all heads into all tokens × heads/cp before attention, and
+    back after; the heads must divide by cp."""
+    RING = "ring"
+    """Ring attention (torch `torch/distributed/tensor/experimental/_context_parallel/_attention.py`, accelerate's
+    `cp_size`, torchtitan CP): each rank keeps its seq/cp queries and passes the key/value blocks round the ring."""

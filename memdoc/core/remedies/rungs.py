@@ -10,7 +10,8 @@ and offload):
 fit) → ① gradient accumulation (micro-batch 1, same effective batch) → ①a QLoRA without the fp32 upcast
 of `--kbit-upcast` (free) → ①b fused cross-entropy → ①c fused
 AdamW → ①d bf16 from fp32 → ② activation checkpointing (②b its inputs offloaded to the host) → ③ bf16 from
-AMP → ④ LoRA → ④b QLoRA → ⑤ 8-bit paged AdamW → ⑥ optimizer offload → ⑦ ZeRO-3 over the GPUs given → ⑧ weight offload
+AMP → ④ LoRA → ④b QLoRA → ⑤ 8-bit paged AdamW → ⑥ optimizer offload → ⑦ ZeRO-3 over the GPUs given, then
+context parallelism over a node's GPUs (the long-context rung: a sequence no card holds) → ⑧ weight offload
 (ZeRO-3 offload, on one GPU too). A rung that does not apply to the plan (already on, or needs
 more GPUs) is skipped.
 
@@ -28,7 +29,9 @@ from typing import Any, Callable
 
 from memdoc.core.model.plan import (
     Allocator,
+    Attention,
     Checkpointing,
+    CpImpl,
     Loss,
     Method,
     Offload,
@@ -121,6 +124,14 @@ def _shard(p: TrainingPlan) -> TrainingPlan | None:
     if p.world_size == 1 or p.shard.shards_weights:
         return None
     return p.replace(shard=Shard.ZERO3)
+
+
+def _context_parallel(p: TrainingPlan) -> TrainingPlan | None:
+    """Split each sequence over the GPUs of a node (ring attention: no condition on the heads); a plan with CP
+    or TP already, one GPU per node, or eager attention (CP runs a fused kernel) is left alone."""
+    if p.gpus_per_node == 1 or p.cp > 1 or p.tp > 1 or p.attention is Attention.EAGER:
+        return None
+    return p.replace(cp=p.gpus_per_node, cp_impl=CpImpl.RING)
 
 
 def _offload_params(p: TrainingPlan) -> TrainingPlan | None:
@@ -219,6 +230,13 @@ RUNGS: tuple[Rung, ...] = (
         _shard,
         rank=7,
         lever={"shard": ("zero3", "fsdp", "zero1", "zero2")},
+    ),
+    Rung(
+        "context-parallel",
+        "context parallelism: each sequence split over the node's GPUs (ring attention), seq/N activations each",
+        _context_parallel,
+        rank=7,
+        lever={"cp": ("node",), "cp_impl": ("ring", "ulysses")},  # "node": the GPUs of a node (`quantify`)
     ),
     Rung(
         "offload-params",

@@ -32,16 +32,19 @@ lever (`LEVERS`) saving under `NEAR_DUPLICATE` of the memory, are one plan; the 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, compute_bill
+from memdoc.core.billing.parallel import check_parallel_model
 from memdoc.core.billing.steptime import StepTime, step_time
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import (
     Checkpointing,
+    CpImpl,
     Loss,
     Method,
     Offload,
@@ -162,10 +165,62 @@ def search(
     `fixed`: plan fields the user set, kept as in `base`. `global_batch`: sequences per
     optimizer step over all GPUs (default: base's micro-batch × accumulation × GPUs).
     `host_ram_bytes`: host RAM per node that offloaded states may use (None: no limit).
+    When nothing fits and `--cp`/`--tp` were left free, the long-context and large-layer rungs are searched
+    next (`parallel_bases`): context parallelism first, then tensor parallelism, the smallest degree that
+    finds plans; a plan that fits without them never pays their communication, and the search's time is
+    unchanged there.
     """
+    kwargs = {"fixed": fixed, "global_batch": global_batch, "top": top, "host_ram_bytes": host_ram_bytes}
+    found = _search_space(model, base, gpu, **kwargs)
+    if found:
+        return found
+    if global_batch is None:  # the user's global batch, whatever the data-parallel degree CP/TP leaves
+        kwargs["global_batch"] = base.micro_batch * base.grad_accum * base.dp_size
+    for parallel in parallel_bases(model, base, fixed):
+        found = _search_space(model, parallel, gpu, **kwargs)
+        if found:
+            return [dataclasses.replace(c, changes=_changes(base, c.plan)) for c in found]
+    return []
+
+
+def parallel_bases(model: ModelSpec, base: TrainingPlan, fixed: frozenset[str]) -> list[TrainingPlan]:
+    """The plans with CP (then TP) the search tries when nothing fits: CP over 2, 4, … GPUs of a node (Ulysses
+    where the heads divide, else ring), then TP over 2, 4, … (heads, kv heads and MLP width divisible), each
+    checked against the model (`parallel.check_parallel_model`)."""
+    if base.world_size == 1 or base.cp > 1 or base.tp > 1:
+        return []
+    plans = []
+    degrees = [d for d in _divisors(base.gpus_per_node) if d > 1]
+    if "cp" not in fixed:
+        for cp in degrees:
+            impl = CpImpl.ULYSSES if model.num_heads % cp == 0 else CpImpl.RING
+            plans.append(base.replace(cp=cp, cp_impl=base.cp_impl if "cp_impl" in fixed else impl))
+    if "tp" not in fixed:
+        plans.extend(base.replace(tp=tp) for tp in degrees)
+    valid = []
+    for plan in plans:
+        try:
+            check_parallel_model(model, plan)
+        except PlanError:
+            continue
+        valid.append(plan)
+    return valid
+
+
+def _search_space(
+    model: ModelSpec,
+    base: TrainingPlan,
+    gpu: GpuSpec,
+    *,
+    fixed: frozenset[str],
+    global_batch: int | None,
+    top: int,
+    host_ram_bytes: int | None,
+) -> list[Candidate]:
+    """`search` over the space of the module docstring, `base`'s CP and TP kept."""
     if not gpu.supports_bf16:  # T4, V100: the search space's bf16 precisions cannot run; keep the card's fp16 AMP
         fixed = fixed | {"precision"}
-    world = base.world_size
+    world = base.dp_size  # with CP/TP, the GPUs of one sequence share its micro-batch
     if global_batch is None:
         global_batch = base.micro_batch * base.grad_accum * world
     if global_batch < 1 or global_batch % world:

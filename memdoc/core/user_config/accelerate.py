@@ -10,7 +10,8 @@ Keys from accelerate 1.15 (`accelerate/commands/config/config_args.py` `ClusterC
   `deepspeed:` key still turns DeepSpeed on, as the HF Trainer does);
 * `num_processes` (all GPUs) and `num_machines` -> gpus_per_node = num_processes / num_machines, nodes;
 * `fsdp_config.fsdp_offload_params` -> offload optimizer+params to the CPU (FSDP offloads weights,
-  gradients and optimizer states together); `fsdp_activation_checkpointing` -> full checkpointing.
+  gradients and optimizer states together); `fsdp_activation_checkpointing` -> full checkpointing;
+* `parallelism_config` (FSDP2 only) -> --cp, --cp-impl and --tp (`_parallelism`).
 
 `mixed_precision` is not read: it is the autocast the HF Trainer sets from its own `bf16`/`fp16`
 (TrainingArguments wins over the launch config), and the weights' dtype comes from the model load.
@@ -58,6 +59,7 @@ def read_accelerate(doc: SourceDoc, stack: Stack) -> ConfigReading:
     _counts(doc, reading)
     if kind == "FSDP":
         _fsdp(doc, reading)
+        _parallelism(doc, reading)
     elif kind == "DEEPSPEED":
         _deepspeed(doc, reading)
     return reading
@@ -86,6 +88,20 @@ def _fsdp(doc: SourceDoc, reading: ConfigReading) -> None:
     if str(version) == "1" and fsdp_option(config, "state_dict_type")[1] is None:
         # accelerate/utils/dataclasses.py `set_state_dict_type`: FSDP1's default is FULL_STATE_DICT
         reading.plan["save_gather"] = True
+
+
+def _parallelism(doc: SourceDoc, reading: ConfigReading) -> None:
+    """`parallelism_config` (accelerate 1.15 `commands/launch.py` copies its `parallelism_config_*` keys onto the
+    launch arguments, `parallelism_config.py` `ParallelismConfig` reads them): `cp_size` -> --cp (torch's ring
+    attention), `sp_size` -> --cp with Ulysses (`sp_backend: deepspeed`), `tp_size` -> --tp."""
+    config = get_mapping(doc, "parallelism_config") or {}
+    for key, field, impl in (("cp_size", "cp", "ring"), ("sp_size", "cp", "ulysses"), ("tp_size", "tp", None)):
+        name = f"parallelism_config_{key}"
+        value = get_int(doc, name, config, where=f"parallelism_config.{name}")
+        if value is not None and value > 1:
+            reading.set(doc, f"parallelism_config.{name}", field, value)
+            if impl:
+                reading.plan["cp_impl"] = impl
 
 
 def _deepspeed(doc: SourceDoc, reading: ConfigReading) -> None:

@@ -53,9 +53,6 @@ NOT_BILLED = {
     "flash_attn_fuse_mlp": "flash-attention's fused MLP is not billed",
     "fp8": "FP8 training (torchao) is not billed",
     "gptq": "a GPTQ-quantised base is not billed",
-    "sequence_parallel_degree": "sequence parallelism (tokens split over GPUs) is not billed",
-    "context_parallel_size": "context parallelism (tokens split over GPUs) is not billed",
-    "tensor_parallel_size": "tensor parallelism is not billed",
     "dp_shard_size": "an FSDP shard group smaller than the world is not billed (billed over every GPU)",
 }
 """Keys that change memory but that memdoc does not bill, each with the reason (recorded when turned on)."""
@@ -81,8 +78,24 @@ def read_axolotl(doc: SourceDoc, stack: Stack) -> ConfigReading:
     _attention(reading, doc)
     _loss(reading, doc)
     _sharding(reading, doc, stack)
+    _parallel(reading, doc)
     skip_set_keys(reading, doc, NOT_BILLED)
     return reading
+
+
+def _parallel(reading: ConfigReading, doc: SourceDoc) -> None:
+    """`context_parallel_size` (`sequence_parallel_degree`, its deprecated name: `utils/schemas/validation.py`
+    `check_context_parallel_size`) -> --cp with ring attention (ring-flash-attn); `tensor_parallel_size` -> --tp
+    (DeepSpeed AutoTP, the same column/row split of the linears)."""
+    for key in ("context_parallel_size", "sequence_parallel_degree"):
+        cp = get_int(doc, key)
+        if cp is not None and cp > 1:
+            reading.set(doc, key, "cp", cp)
+            reading.plan["cp_impl"] = "ring"
+            break
+    tp = get_int(doc, "tensor_parallel_size")
+    if tp is not None and tp > 1:
+        reading.set(doc, "tensor_parallel_size", "tp", tp)
 
 
 def _method(reading: ConfigReading, doc: SourceDoc) -> str:

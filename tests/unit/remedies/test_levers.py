@@ -92,6 +92,8 @@ def test_each_rung_sets_its_lever_and_quantify_applies_it(rung):
     for name, value in lever.items():
         if name == "micro_batch":
             assert after.micro_batch == quantified.micro_batch == int(value)
+        elif name == "cp":  # a relative value, as micro_batch's: "node" is every GPU of the node (issue 29)
+            assert value == "node" and after.cp == quantified.cp == base.gpus_per_node
         else:
             assert after.to_dict()[name] == quantified.to_dict()[name] == value
 

@@ -171,13 +171,25 @@ def test_deepspeed_path_is_resolved_next_to_the_yaml():
         ("liger_fused_linear_cross_entropy: true\n", "plugins"),  # without the plugin it does nothing
         ("adapter: lora\npeft_use_dora: true\n", "peft_use_dora"),
         ("activation_offloading: true\n", "activation_offloading"),
-        ("sequence_parallel_degree: 2\n", "sequence_parallel_degree"),
         ("attn_implementation: fp8\n", "attn_implementation"),
         ("adapter: llama-adapter\n", "adapter"),
     ],
 )
 def test_memory_keys_memdoc_does_not_bill_are_listed(text, key):
     assert key in not_billed(read_text(text))
+
+
+@pytest.mark.parametrize(
+    ("text", "plan"),
+    [  # issue 29 bills these (they were listed as not billed): ring-flash-attn CP and DeepSpeed AutoTP
+        ("sequence_parallel_degree: 2\n", {"cp": 2, "cp_impl": "ring"}),
+        ("context_parallel_size: 4\ntensor_parallel_size: 2\n", {"cp": 4, "cp_impl": "ring", "tp": 2}),
+        ("context_parallel_size: 1\n", {}),
+    ],
+)
+def test_context_and_tensor_parallel_keys_set_the_degrees(text, plan):
+    reading = read_text(text)
+    assert {k: reading.plan[k] for k in ("cp", "cp_impl", "tp") if k in reading.plan} == plan
 
 
 # --------------------------------------------------------------------------------------------
