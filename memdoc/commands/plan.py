@@ -8,7 +8,6 @@ import typer
 from memdoc.commands.emit import Format, print_emitted
 from memdoc.commands.html_page import check_html, write_html
 from memdoc.commands.options import (
-    PLAN,
     HostRamOpt,
     HtmlOpt,
     JsonOpt,
@@ -17,6 +16,7 @@ from memdoc.commands.options import (
     plan_options,
     print_setup_notes,
 )
+from memdoc.commands.plan_flags import PLAN
 
 EXAMPLES = """
 Examples:

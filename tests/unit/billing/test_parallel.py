@@ -93,7 +93,11 @@ def test_cp_splits_the_activations_and_keeps_the_states(llama8b):
 def test_plan_takes_cp_when_nothing_fits_without_it(llama8b):
     gpu = resolve_gpu("h100-sxm")
     base = parse_plan(gpus=8, seq=262144, allow_long=True)
-    found = search(llama8b, base, gpu, fixed=frozenset({"method", "gpus_per_node", "seq_len"}), top=1)
+    # a 256 GiB host: offloading the checkpointed inputs instead (32 layers × 262,144 × 4,096 × 2 bytes = 64 GiB
+    # per GPU, 512 GiB per node) does not fit it
+    host = 256 * 1024**3
+    fixed = frozenset({"method", "gpus_per_node", "seq_len"})
+    found = search(llama8b, base, gpu, fixed=fixed, top=1, host_ram_bytes=host)
     assert found and found[0].plan.cp > 1
     plan = found[0].plan
     assert plan.micro_batch * plan.grad_accum * plan.dp_size == 8  # the user's global batch, kept
