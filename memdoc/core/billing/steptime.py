@@ -88,6 +88,7 @@ import functools
 from dataclasses import dataclass
 
 from memdoc.core.billing.activations.offload import offloads
+from memdoc.core.billing.activations.sac_op import recomputed_linear_share
 from memdoc.core.billing.activations.step import estimate_activations
 from memdoc.core.billing.comm import communication
 from memdoc.core.billing.states import model_states
@@ -255,10 +256,19 @@ def _full_recompute(model: ModelSpec, plan: TrainingPlan) -> float:
     return -(-layers // plan.checkpoint_every) / layers
 
 
+def _linear_recompute(model: ModelSpec, plan: TrainingPlan) -> float:
+    """Fraction of the decoder's linear forward run again in backward: `_full_recompute`, or under op-level SAC
+    the matmuls it does not save (`activations/sac_op.py`: every second `mm` of a layer)."""
+    if plan.checkpointing is Checkpointing.SAC_OP:
+        return recomputed_linear_share(model)
+    return _full_recompute(model, plan)
+
+
 def _forward_repeat(model: ModelSpec, plan: TrainingPlan) -> float:
     """Fraction of the forward's element-wise work run again in backward: all of it under selective
-    checkpointing, the checkpointed layers' share under full checkpointing (`_full_recompute`)."""
-    if plan.checkpointing is Checkpointing.SELECTIVE:
+    checkpointing (HF's or torchtitan's op-level), the checkpointed layers' share under full checkpointing
+    (`_full_recompute`)."""
+    if plan.checkpointing in (Checkpointing.SELECTIVE, Checkpointing.SAC_OP):
         return 1.0
     return _full_recompute(model, plan)
 
@@ -271,8 +281,8 @@ def matmul_flops(model: ModelSpec, plan: TrainingPlan, trainable: int) -> float:
     tokens = plan.micro_batch * plan.seq_len
     full = plan.method is Method.FULL
     passes = 3 if full else 2  # forward, input gradients, weight gradients (trainable only)
-    recompute = _full_recompute(model, plan)
-    flops = 2 * tokens * shape.linear_params * (passes + recompute)
+    recompute = _full_recompute(model, plan)  # SDPA: saved by selective and op-level SAC
+    flops = 2 * tokens * shape.linear_params * (passes + _linear_recompute(model, plan))
     flops += 2 * tokens * shape.head_params * passes
     if plan.is_peft:
         flops += 6 * tokens * trainable

@@ -20,6 +20,11 @@ def check_requested_plan(plan: TrainingPlan) -> None:
             "--activation-offload needs --checkpointing full: it keeps the checkpointed layers' inputs in host "
             "memory (transformers' activation_checkpointing_kwargs offload, Axolotl's activation_offloading)"
         )
+    if plan.checkpointing is Checkpointing.SAC_OP and plan.method is not Method.FULL:
+        raise PlanError(
+            "--checkpointing sac-op is torchtitan's op-level selective checkpointing, which trains full models; "
+            "with LoRA use --checkpointing selective or full"
+        )
     if plan.kbit_upcast and plan.method is not Method.QLORA:
         raise PlanError("--kbit-upcast upcasts what a 4-bit model keeps in 16 bit: it needs --method qlora")
 
