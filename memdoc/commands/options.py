@@ -185,6 +185,26 @@ ActivationOffloadOpt = Annotated[
         rich_help_panel=PLAN,
     ),
 ]
+PackingOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--packing/--no-packing",
+        help="Pack samples into rows of --seq tokens without padding (TRL packing/padding_free, Axolotl "
+        "sample_packing, LLaMA-Factory neat_packing), flash-attention varlen: attention per document. "
+        "\\[default: no]",
+        rich_help_panel=PLAN,
+    ),
+]
+DocumentTokensOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--document-tokens",
+        metavar="N",
+        help="With --packing: the documents' length-weighted mean length Σd²/Σd (bill --dataset prints it). "
+        "\\[default: one document per row]",
+        rich_help_panel=PLAN,
+    ),
+]
 AttentionOpt = Annotated[
     Optional[Attention], typer.Option("--attention", help="Attention kernel. \\[default: sdpa]", rich_help_panel=PLAN)
 ]
@@ -392,6 +412,8 @@ PLAN_OPTIONS = {
     "checkpoint_every": CheckpointEveryOpt,
     "activation_offload": ActivationOffloadOpt,
     "attention": AttentionOpt,
+    "packing": PackingOpt,
+    "document_tokens": DocumentTokensOpt,
     "loss": LossOpt,
     "lora_rank": LoraRankOpt,
     "lora_alpha": LoraAlphaOpt,

@@ -256,6 +256,15 @@ def _full_recompute(model: ModelSpec, plan: TrainingPlan) -> float:
     return -(-layers // plan.checkpoint_every) / layers
 
 
+def attention_span(plan: TrainingPlan) -> int:
+    """Keys each query attends over, on average, in a row: seq unpacked; packed, flash-attention's varlen kernel
+    attends within each document (`cu_seqlens`), so a row of documents dᵢ (Σdᵢ = seq) costs Σdᵢ² = seq × Σdᵢ²/Σdᵢ:
+    the documents' length-weighted mean (`document_tokens`, at most seq; None: one document per row)."""
+    if plan.packing and plan.document_tokens:
+        return min(plan.document_tokens, plan.seq_len)
+    return plan.seq_len
+
+
 def _linear_recompute(model: ModelSpec, plan: TrainingPlan) -> float:
     """Fraction of the decoder's linear forward run again in backward: `_full_recompute`, or under op-level SAC
     the matmuls it does not save (`activations/sac_op.py`: every second `mm` of a layer)."""
@@ -286,7 +295,7 @@ def matmul_flops(model: ModelSpec, plan: TrainingPlan, trainable: int) -> float:
     flops += 2 * tokens * shape.head_params * passes
     if plan.is_peft:
         flops += 6 * tokens * trainable
-    per_sequence = 4 * plan.seq_len**2 * shape.q_dim_layers * plan.micro_batch
+    per_sequence = 4 * plan.seq_len * attention_span(plan) * shape.q_dim_layers * plan.micro_batch
     if plan.attention is Attention.SDPA:
         forward = per_sequence / 2  # causal: the masked half is skipped
         flops += forward * (1 + 2.5 + recompute)

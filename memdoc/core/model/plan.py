@@ -163,6 +163,15 @@ class TrainingPlan:
     `torch.autograd.graph.save_on_cpu(pin_memory=True)` (`modeling_utils.py`
     `PreTrainedModel._activation_checkpointing_enable`); a copy to the host in forward and back in backward,
     both on the compute stream (`core/billing/activations/offload.py`)."""
+    packing: bool = False
+    """Samples packed into rows of `seq_len` tokens with no padding (TRL `packing` / `padding_free`, Axolotl
+    `sample_packing`, LLaMA-Factory `neat_packing`): position_ids restart per document and flash-attention's varlen
+    kernel attends within each document (`cu_seqlens`). Memory per row is the plan's (every token real); the
+    attention costs Σ dᵢ² per row, not seq² (`core/billing/steptime.py`, `document_tokens`)."""
+    document_tokens: int | None = None
+    """With `packing`: the documents' length-weighted mean length Σdᵢ²/Σdᵢ in tokens (`--dataset` gives it), so a
+    packed row's attention is seq × this; None: one document per row assumed (attention as unpacked, an upper
+    bound)."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -176,9 +185,10 @@ class TrainingPlan:
             "checkpoint_every",
             "eval_batch",
             "eval_accumulation_steps",
+            "document_tokens",
         ):
             value = getattr(self, name)
-            if value is None and name in ("lora_alpha", "eval_accumulation_steps"):
+            if value is None and name in ("lora_alpha", "eval_accumulation_steps", "document_tokens"):
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise PlanError(f"{flag_for(name)} must be a positive integer, got {value!r}")
@@ -198,7 +208,14 @@ class TrainingPlan:
             raise PlanError(
                 f"--eval-samples must be 0 (no evaluation) or a positive integer, got {self.eval_samples!r}"
             )
-        for name in ("eval_keeps_logits", "save_only_model", "low_mem_load", "save_gather", "activation_offload"):
+        for name in (
+            "eval_keeps_logits",
+            "save_only_model",
+            "low_mem_load",
+            "save_gather",
+            "activation_offload",
+            "packing",
+        ):
             if not isinstance(getattr(self, name), bool) and not (name == "save_gather" and self.save_gather is None):
                 raise PlanError(f"{flag_for(name)} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.kbit_upcast, bool):
@@ -363,9 +380,10 @@ _BOOLS = (
     "save_only_model",
     "low_mem_load",
     "activation_offload",
+    "packing",
 )
 """Plan fields that are true or false."""
-_OPTIONAL = ("lora_alpha", "eval_accumulation_steps", "save_gather", *ENGINE_COUNTS)
+_OPTIONAL = ("lora_alpha", "eval_accumulation_steps", "save_gather", "document_tokens", *ENGINE_COUNTS)
 """Plan fields where None means "the default rule" (2 × rank, HF's None, as emitted, DeepSpeed's "auto")."""
 
 
