@@ -208,18 +208,12 @@ class TrainingPlan:
             raise PlanError(
                 f"--eval-samples must be 0 (no evaluation) or a positive integer, got {self.eval_samples!r}"
             )
-        for name in (
-            "eval_keeps_logits",
-            "save_only_model",
-            "low_mem_load",
-            "save_gather",
-            "activation_offload",
-            "packing",
-        ):
+        for name in ("eval_keeps_logits", "save_only_model", "low_mem_load", "save_gather", "activation_offload"):
             if not isinstance(getattr(self, name), bool) and not (name == "save_gather" and self.save_gather is None):
                 raise PlanError(f"{flag_for(name)} must be true or false, got {getattr(self, name)!r}")
-        if not isinstance(self.kbit_upcast, bool):
-            raise PlanError(f"--kbit-upcast must be true or false, got {self.kbit_upcast!r}")
+        for name in ("kbit_upcast", "packing"):
+            if not isinstance(getattr(self, name), bool):
+                raise PlanError(f"{flag_for(name)} must be true or false, got {getattr(self, name)!r}")
         if self.method is Method.QLORA and self.precision is Precision.FP32:
             raise PlanError("--precision fp32 with --method qlora: QLoRA computes in bf16/fp16; use bf16 or amp-bf16")
         single_gpu_offload = self.shard is Shard.ZERO3 and self.offload is Offload.OPTIMIZER_PARAMS
