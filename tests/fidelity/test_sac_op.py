@@ -85,6 +85,7 @@ def test_llama_layer_saves_q_v_gate_down():
     assert [l.name for l in recomputed] == ["k_proj", "o_proj", "up_proj"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("batch", "seq"), [(1, 32), (2, 48)])
 def test_saved_bytes_are_what_torch_keeps_under_torchtitans_policy(batch, seq):
     cached = _torchtitan_saved_bytes(batch, seq)
