@@ -1,5 +1,6 @@
 """`memdoc bill`: the itemised per-GPU memory bill, the verdict, and the cost-increasing ladder."""
 
+import dataclasses
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -108,6 +109,7 @@ def bill(
     section = (
         None if dataset is None else _dataset_section(dataset, tokenizer or model, text_field, setup, plan, json_out)
     )
+    setup = _packed_documents(setup, section)
     if not json_out:
         print_setup_notes(setup)
     if not inference and (kv_cache is not KvCache.AUTO or weights is not Weights.AUTO or prefill_chunk is not None):
@@ -130,6 +132,15 @@ def bill(
             render.render_dataset(section)
     if check and report.fits is False:
         raise typer.Exit(3)
+
+
+def _packed_documents(setup, section: dict | None):
+    """`--packing` with `--dataset` and no `--document-tokens`: the dataset's length-weighted mean document
+    (`dataset_fit.packed_rows`) sets the packed rows' attention."""
+    if section is None or not setup.plan.packing or setup.plan.document_tokens is not None:
+        return setup
+    documents = section["packed"]["document_tokens"]
+    return dataclasses.replace(setup, plan=setup.plan.replace(document_tokens=documents)) if documents else setup
 
 
 def _check_flags(dataset, tokenizer_given, inference: bool, html, force: bool) -> None:

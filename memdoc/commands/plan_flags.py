@@ -92,6 +92,26 @@ ActivationOffloadOpt = Annotated[
         rich_help_panel=PLAN,
     ),
 ]
+PackingOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--packing/--no-packing",
+        help="Pack samples into rows of --seq tokens without padding (TRL packing/padding_free, Axolotl "
+        "sample_packing, LLaMA-Factory neat_packing), flash-attention varlen: attention per document. "
+        "\\[default: no]",
+        rich_help_panel=PLAN,
+    ),
+]
+DocumentTokensOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--document-tokens",
+        metavar="N",
+        help="With --packing: the documents' length-weighted mean length Σd²/Σd (bill --dataset prints it). "
+        "\\[default: one document per row]",
+        rich_help_panel=PLAN,
+    ),
+]
 AttentionOpt = Annotated[
     Optional[Attention], typer.Option("--attention", help="Attention kernel. \\[default: sdpa]", rich_help_panel=PLAN)
 ]
@@ -325,6 +345,8 @@ PLAN_OPTIONS = {
     "checkpointing": CheckpointingOpt,
     "checkpoint_every": CheckpointEveryOpt,
     "activation_offload": ActivationOffloadOpt,
+    "packing": PackingOpt,
+    "document_tokens": DocumentTokensOpt,
     "attention": AttentionOpt,
     "loss": LossOpt,
     "lora_rank": LoraRankOpt,

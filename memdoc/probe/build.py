@@ -74,6 +74,36 @@ def _selective_context_fn():
     return functools.partial(create_selective_checkpoint_contexts, policy)
 
 
+def _sac_op_context_fn():
+    """torchtitan's op-level SAC policy (`core/billing/activations/sac_op.py`): save the SDPA outputs and every
+    second `aten.mm` of a layer (the 1st, 3rd, …), a fresh count per layer; recompute the rest."""
+    import torch
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    aten = torch.ops.aten
+    save = {
+        aten.mm.default,
+        aten._scaled_dot_product_flash_attention.default,
+        aten._scaled_dot_product_efficient_attention.default,
+        aten._scaled_dot_product_flash_attention_for_cpu.default,
+        aten._scaled_dot_product_cudnn_attention.default,
+    }
+
+    def context():
+        count = {"forward": 0, "recompute": 0}
+
+        def policy(ctx, op, *args, **kwargs):
+            mode = "recompute" if ctx.is_recompute else "forward"
+            if op == aten.mm.default:
+                count[mode] += 1
+            keep = op in save and not (op == aten.mm.default and count[mode] % 2 == 0)
+            return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+        return create_selective_checkpoint_contexts(policy)
+
+    return context
+
+
 def build_model(config: dict, plan: TrainingPlan, layers: int | None = None, notes: list[str] | None = None):
     """The model for `plan`, built with fake (CPU) tensors. Call inside FakeTensorMode.
 
@@ -129,6 +159,8 @@ def _enable_checkpointing(model, plan: TrainingPlan) -> None:
     kwargs = {"use_reentrant": False}
     if plan.checkpointing is Checkpointing.SELECTIVE:
         kwargs["context_fn"] = _selective_context_fn()
+    elif plan.checkpointing is Checkpointing.SAC_OP:
+        kwargs["context_fn"] = _sac_op_context_fn()
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     if plan.checkpoint_every > 1:  # partial checkpointing: layers 0, N, 2N, … only
         from transformers.modeling_layers import GradientCheckpointingLayer

@@ -29,7 +29,7 @@ from pathlib import Path
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan
-from memdoc.core.remedies.dataset_fit import dataset_fit
+from memdoc.core.remedies.dataset_fit import dataset_fit, packed_rows
 from memdoc.errors import DatasetError
 from memdoc.resolve.inputs import MiB, open_regular, read_text, shown, size_text
 
@@ -259,4 +259,5 @@ def dataset_section(
         "skipped": tokens.skipped,
         "micro_batch": plan.micro_batch,
         **fit.to_json(),
+        "packed": packed_rows(tokens.counts, plan.seq_len),
     }

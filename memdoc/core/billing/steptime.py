@@ -88,6 +88,7 @@ import functools
 from dataclasses import dataclass
 
 from memdoc.core.billing.activations.offload import offloads
+from memdoc.core.billing.activations.sac_op import recomputed_linear_share
 from memdoc.core.billing.activations.step import estimate_activations
 from memdoc.core.billing.comm import DEFAULT_PEER_GBPS, HIDDEN_COMM_FRACTION, bottleneck, communication
 from memdoc.core.billing.parallel import parallel_traffic, rank_share
@@ -256,10 +257,28 @@ def _full_recompute(model: ModelSpec, plan: TrainingPlan) -> float:
     return -(-layers // plan.checkpoint_every) / layers
 
 
+def attention_span(plan: TrainingPlan) -> int:
+    """Keys each query attends over, on average, in a row: seq unpacked; packed, flash-attention's varlen kernel
+    attends within each document (`cu_seqlens`), so a row of documents dᵢ (Σdᵢ = seq) costs Σdᵢ² = seq × Σdᵢ²/Σdᵢ:
+    the documents' length-weighted mean (`document_tokens`, at most seq; None: one document per row)."""
+    if plan.packing and plan.document_tokens:
+        return min(plan.document_tokens, plan.seq_len)
+    return plan.seq_len
+
+
+def _linear_recompute(model: ModelSpec, plan: TrainingPlan) -> float:
+    """Fraction of the decoder's linear forward run again in backward: `_full_recompute`, or under op-level SAC
+    the matmuls it does not save (`activations/sac_op.py`: every second `mm` of a layer)."""
+    if plan.checkpointing is Checkpointing.SAC_OP:
+        return recomputed_linear_share(model)
+    return _full_recompute(model, plan)
+
+
 def _forward_repeat(model: ModelSpec, plan: TrainingPlan) -> float:
     """Fraction of the forward's element-wise work run again in backward: all of it under selective
-    checkpointing, the checkpointed layers' share under full checkpointing (`_full_recompute`)."""
-    if plan.checkpointing is Checkpointing.SELECTIVE:
+    checkpointing (HF's or torchtitan's op-level), the checkpointed layers' share under full checkpointing
+    (`_full_recompute`)."""
+    if plan.checkpointing in (Checkpointing.SELECTIVE, Checkpointing.SAC_OP):
         return 1.0
     return _full_recompute(model, plan)
 
@@ -272,12 +291,12 @@ def matmul_flops(model: ModelSpec, plan: TrainingPlan, trainable: int) -> float:
     tokens = plan.micro_batch * plan.seq_len
     full = plan.method is Method.FULL
     passes = 3 if full else 2  # forward, input gradients, weight gradients (trainable only)
-    recompute = _full_recompute(model, plan)
-    flops = 2 * tokens * shape.linear_params * (passes + recompute)
+    recompute = _full_recompute(model, plan)  # SDPA: saved by selective and op-level SAC
+    flops = 2 * tokens * shape.linear_params * (passes + _linear_recompute(model, plan))
     flops += 2 * tokens * shape.head_params * passes
     if plan.is_peft:
         flops += 6 * tokens * trainable
-    per_sequence = 4 * plan.seq_len**2 * shape.q_dim_layers * plan.micro_batch
+    per_sequence = 4 * plan.seq_len * attention_span(plan) * shape.q_dim_layers * plan.micro_batch
     if plan.attention is Attention.SDPA:
         forward = per_sequence / 2  # causal: the masked half is skipped
         flops += forward * (1 + 2.5 + recompute)

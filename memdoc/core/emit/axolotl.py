@@ -26,6 +26,7 @@ from memdoc.core.emit.base import (
 from memdoc.core.emit.common import multinode_note
 from memdoc.core.emit.deepspeed import deepspeed_config
 from memdoc.core.emit.kbit import kbit_notes
+from memdoc.core.emit.packing import packing_keys
 from memdoc.core.emit.templates import chat_template
 from memdoc.core.model.lora import lora_alpha
 from memdoc.core.model.plan import Loss, Method, Offload, OffloadTarget, Optimizer, Precision
@@ -204,6 +205,7 @@ def emit_axolotl(ctx: EmitContext) -> Emitted:
     placeholders["learning_rate"] = "a common default for this method; tune it"
     config.update(_precision(plan, notes))
     config["attn_implementation"] = plan.attention.value
+    config.update(packing_keys("axolotl", plan, notes))
     config.update(_liger_keys(plan, notes))
     config.update(checkpointing_keys(plan, notes))
     _activation_offload(config)

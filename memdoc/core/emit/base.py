@@ -23,6 +23,7 @@ from memdoc.core.model.plan import (
     Shard,
     TrainingPlan,
 )
+from memdoc.errors import PlanError
 
 DATASET_PLACEHOLDER = "CHANGE_ME_dataset"
 OUTPUT_DIR_PLACEHOLDER = "CHANGE_ME_output_dir"
@@ -207,6 +208,13 @@ def checkpointing_keys(plan: TrainingPlan, notes: list[str]) -> dict:
     `torch.utils.checkpoint.checkpoint`, which refuses them: a note says so."""
     if plan.checkpointing is Checkpointing.NONE:
         return {"gradient_checkpointing": False}
+    if plan.checkpointing is Checkpointing.SAC_OP:
+        raise PlanError(
+            "--checkpointing sac-op is torchtitan's op-level selective checkpointing; HF-based trainers (trl, hf, "
+            "axolotl, llamafactory) checkpoint whole decoder layers and have no key for it",
+            hint='torchtitan\'s own config has it ([activation_checkpoint] mode = "selective", '
+            'selective_ac_option = "op"); here, the nearest is --checkpointing full (less memory, more recompute)',
+        )
     if plan.checkpointing is Checkpointing.SELECTIVE:
         notes.append(
             "checkpointing selective has no equivalent here (HF-based trainers checkpoint whole decoder layers): "

@@ -22,6 +22,7 @@ from memdoc.core.emit.base import (
 )
 from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
 from memdoc.core.emit.kbit import kbit_prepare_clause
+from memdoc.core.emit.packing import packing_keys
 from memdoc.core.model.lora import lora_alpha
 from memdoc.core.model.plan import Loss, Method
 
@@ -30,6 +31,7 @@ def emit_hf(ctx: EmitContext) -> Emitted:
     plan = ctx.plan
     notes: list[str] = []
     placeholders: dict[str, str] = {}
+    packing_keys("hf", plan, notes)  # refuses --packing: TrainingArguments have no key
     config = training_arguments(ctx, notes, placeholders)
     load = [f"dtype=torch.{load_dtype(plan)}", f'attn_implementation="{plan.attention.value}"']
     if plan.method is Method.QLORA:

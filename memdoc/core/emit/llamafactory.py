@@ -18,6 +18,7 @@ from memdoc.core.emit.base import (
 )
 from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
 from memdoc.core.emit.kbit import kbit_notes
+from memdoc.core.emit.packing import packing_keys
 from memdoc.core.emit.templates import chat_template
 from memdoc.core.model.lora import lora_alpha
 from memdoc.core.model.plan import Loss, Method, Precision, Shard
@@ -94,6 +95,7 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
         config["template"] = template.llamafactory
         comments["template"] = "the family's chat format (LLaMA-Factory's template registry)"
     config["cutoff_len"] = plan.seq_len
+    config.update(packing_keys("llamafactory", plan, notes))
     args = training_arguments(ctx, notes, placeholders)
     checkpointing = args.pop("gradient_checkpointing")
     _checkpointing_kwargs(args.pop("gradient_checkpointing_kwargs", None) or {}, notes)

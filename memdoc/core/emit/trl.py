@@ -19,6 +19,7 @@ from memdoc.core.emit.base import (
 )
 from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
 from memdoc.core.emit.kbit import kbit_notes
+from memdoc.core.emit.packing import packing_keys
 from memdoc.core.model.lora import lora_alpha
 from memdoc.core.model.plan import Loss, Method
 
@@ -37,6 +38,7 @@ def emit_trl(ctx: EmitContext) -> Emitted:
     if not ctx.dataset:
         placeholders["dataset_name"] = f"a Hub dataset id or local path (--dataset); {TRL_DATASET_FORMAT}"
     config["max_length"] = plan.seq_len
+    config.update(packing_keys("trl", plan, notes))
     config.update(training_arguments(ctx, notes, placeholders))
     notes.append(precision_note(plan))
     if plan.is_peft:

@@ -175,11 +175,20 @@ class TrainingPlan:
     tp: int = 1
     """Tensor-parallel degree inside a node: each decoder linear is split over `tp` GPUs as transformers'
     `tp_plan` splits it (q/k/v, gate/up column-wise, o/down row-wise, the LM head column-wise)."""
+    packing: bool = False
+    """Samples packed into rows of `seq_len` tokens with no padding (TRL `packing` / `padding_free`, Axolotl
+    `sample_packing`, LLaMA-Factory `neat_packing`): position_ids restart per document and flash-attention's varlen
+    kernel attends within each document (`cu_seqlens`). Memory per row is the plan's (every token real); the
+    attention costs Σ dᵢ² per row, not seq² (`core/billing/steptime.py`, `document_tokens`)."""
+    document_tokens: int | None = None
+    """With `packing`: the documents' length-weighted mean length Σdᵢ²/Σdᵢ in tokens (`--dataset` gives it), so a
+    packed row's attention is seq × this; None: one document per row assumed (attention as unpacked, an upper
+    bound)."""
 
     def __post_init__(self) -> None:
         for name in _POSITIVE:
             value = getattr(self, name)
-            if value is None and name in ("lora_alpha", "eval_accumulation_steps"):
+            if value is None and name in ("lora_alpha", "eval_accumulation_steps", "document_tokens"):
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise PlanError(f"{flag_for(name)} must be a positive integer, got {value!r}")
@@ -202,8 +211,9 @@ class TrainingPlan:
         for name in ("eval_keeps_logits", "save_only_model", "low_mem_load", "save_gather", "activation_offload"):
             if not isinstance(getattr(self, name), bool) and not (name == "save_gather" and self.save_gather is None):
                 raise PlanError(f"{flag_for(name)} must be true or false, got {getattr(self, name)!r}")
-        if not isinstance(self.kbit_upcast, bool):
-            raise PlanError(f"--kbit-upcast must be true or false, got {self.kbit_upcast!r}")
+        for name in ("kbit_upcast", "packing"):
+            if not isinstance(getattr(self, name), bool):
+                raise PlanError(f"{flag_for(name)} must be true or false, got {getattr(self, name)!r}")
         if self.method is Method.QLORA and self.precision is Precision.FP32:
             raise PlanError("--precision fp32 with --method qlora: QLoRA computes in bf16/fp16; use bf16 or amp-bf16")
         single_gpu_offload = self.shard is Shard.ZERO3 and self.offload is Offload.OPTIMIZER_PARAMS
@@ -366,8 +376,10 @@ _POSITIVE = (
     "eval_accumulation_steps",
     "cp",
     "tp",
+    "document_tokens",
 )
-"""Plan fields that are positive integers (`lora_alpha` and `eval_accumulation_steps` may also be None)."""
+"""Plan fields that are positive integers (`lora_alpha`, `eval_accumulation_steps` and `document_tokens` may also
+be None)."""
 
 
 def _check_parallel(plan: TrainingPlan) -> None:
@@ -405,9 +417,10 @@ _BOOLS = (
     "save_only_model",
     "low_mem_load",
     "activation_offload",
+    "packing",
 )
 """Plan fields that are true or false."""
-_OPTIONAL = ("lora_alpha", "eval_accumulation_steps", "save_gather", *ENGINE_COUNTS)
+_OPTIONAL = ("lora_alpha", "eval_accumulation_steps", "save_gather", "document_tokens", *ENGINE_COUNTS)
 """Plan fields where None means "the default rule" (2 × rank, HF's None, as emitted, DeepSpeed's "auto")."""
 
 

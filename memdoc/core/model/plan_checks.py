@@ -3,7 +3,7 @@ allows (LoRA targets, rank, context). `TrainingPlan.__post_init__` validates eac
 
 from __future__ import annotations
 
-from memdoc.core.model.plan import ALL_LINEAR, Checkpointing, Method, TrainingPlan
+from memdoc.core.model.plan import ALL_LINEAR, Attention, Checkpointing, Method, TrainingPlan
 from memdoc.errors import PlanError, did_you_mean
 
 
@@ -20,8 +20,26 @@ def check_requested_plan(plan: TrainingPlan) -> None:
             "--activation-offload needs --checkpointing full: it keeps the checkpointed layers' inputs in host "
             "memory (transformers' activation_checkpointing_kwargs offload, Axolotl's activation_offloading)"
         )
+    if plan.checkpointing is Checkpointing.SAC_OP and plan.method is not Method.FULL:
+        raise PlanError(
+            "--checkpointing sac-op is torchtitan's op-level selective checkpointing, which trains full models; "
+            "with LoRA use --checkpointing selective or full"
+        )
+    check_packing(plan)
     if plan.kbit_upcast and plan.method is not Method.QLORA:
         raise PlanError("--kbit-upcast upcasts what a 4-bit model keeps in 16 bit: it needs --method qlora")
+
+
+def check_packing(plan: TrainingPlan) -> None:
+    """`--document-tokens` describes packed rows; packing runs flash-attention's varlen kernel, which eager
+    attention is not (TRL 1.16 `SFTConfig.padding_free`: "only supported with the FlashAttention 2 or 3")."""
+    if plan.document_tokens is not None and not plan.packing:
+        raise PlanError("--document-tokens describes packed rows: it needs --packing")
+    if plan.packing and plan.attention is Attention.EAGER:
+        raise PlanError(
+            "--packing with --attention eager: packed rows need flash-attention's varlen kernel (TRL's padding_free "
+            "supports FlashAttention 2/3 only); use --attention sdpa (billed as flash-attention varlen)"
+        )
 
 
 def check_plan_against_model(

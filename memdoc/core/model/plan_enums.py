@@ -97,6 +97,10 @@ class Checkpointing(str, Enum):
     """Each decoder layer keeps only its input; the layer is recomputed in backward (+1 forward)."""
     SELECTIVE = "selective"
     """Matmul outputs are saved, cheap element-wise ops (norms, activations, rotary) recomputed."""
+    SAC_OP = "sac-op"
+    """torchtitan's op-level selective checkpointing (`selective_ac_option = "op"`): each decoder layer saves the
+    outputs of its SDPA and of every other `aten.mm` in forward order (the 1st, 3rd, … matmul: q, v, gate, down in
+    a Llama layer), and recomputes the other matmuls (k, o, up) and every element-wise op in backward."""
 
 
 class Attention(str, Enum):

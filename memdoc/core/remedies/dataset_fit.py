@@ -93,6 +93,22 @@ class DatasetFit:
         }
 
 
+def packed_rows(counts: list[int], seq: int) -> dict:
+    """The samples packed into rows of `seq` tokens (each sample cut at `seq`, as TRL's "bfd" packing truncates
+    overflow): `documents_per_row` (seq ÷ the mean sample), `document_tokens` (the length-weighted mean Σd²/Σd,
+    which sets a packed row's attention: `TrainingPlan.document_tokens`), and `real_token_share_unpacked` (the share
+    of a billed row's tokens that are real when each row holds one sample padded to `seq`)."""
+    cut = [min(c, seq) for c in counts if c > 0]
+    if not cut:
+        return {"documents_per_row": 0.0, "document_tokens": None, "real_token_share_unpacked": 0.0}
+    total = sum(cut)
+    return {
+        "documents_per_row": seq * len(cut) / total,
+        "document_tokens": max(1, round(sum(c * c for c in cut) / total)),
+        "real_token_share_unpacked": total / (seq * len(cut)),
+    }
+
+
 def _capped(value: int | None, cap: int | None) -> int | None:
     return value if value is None or cap is None else min(value, cap)
 

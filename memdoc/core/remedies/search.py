@@ -60,7 +60,12 @@ _MEMORY_RANK: dict[str, dict] = {
     "method": {Method.FULL: 2, Method.LORA: 1, Method.QLORA: 0},
     "precision": {Precision.AMP_BF16: 1, Precision.BF16: 0},
     "optimizer": {Optimizer.ADAMW: 3, Optimizer.ADAMW_FUSED: 2, Optimizer.ADAMW_8BIT: 1, Optimizer.PAGED_ADAMW_8BIT: 0},
-    "checkpointing": {Checkpointing.NONE: 2, Checkpointing.SELECTIVE: 1, Checkpointing.FULL: 0},
+    "checkpointing": {
+        Checkpointing.NONE: 3,
+        Checkpointing.SELECTIVE: 2,
+        Checkpointing.SAC_OP: 1,
+        Checkpointing.FULL: 0,
+    },
     "loss": {Loss.HF: 1, Loss.FUSED: 0},
     "shard": {Shard.NONE: 3, Shard.ZERO1: 2, Shard.ZERO2: 1, Shard.ZERO3: 0, Shard.FSDP: 0, Shard.FSDP2: 0},
     "offload": {Offload.NONE: 2, Offload.OPTIMIZER: 1, Offload.OPTIMIZER_PARAMS: 0},
@@ -134,6 +139,8 @@ def _values(knob: str, base: TrainingPlan, fixed: frozenset[str]) -> tuple:
         return (getattr(base, knob),)
     if knob == "shard":
         return tuple(Shard) if base.world_size > 1 else (Shard.NONE, Shard.ZERO3)
+    if knob == "checkpointing":  # torchtitan's op-level SAC: no HF trainer (no emitted config) runs it
+        return tuple(v for v in _MEMORY_RANK[knob] if v is not Checkpointing.SAC_OP)
     return tuple(_MEMORY_RANK[knob])
 
 

@@ -41,8 +41,6 @@ NOT_BILLED = {
     "lora_o_kernel": "Axolotl's fused LoRA output kernel saves other activations than peft's LoRA: not billed",
     "relora": "ReLoRA restarts are not billed",
     "unfrozen_parameters": "billed as a full fine-tune: the frozen parameters' gradients and states are counted",
-    "sample_packing": "each row is billed at the full sequence_len, which packing fills; a packed row "
-    "(micro_batch_size × sequence_len tokens under flash attention) and its per-sequence masking are not billed",
     "activation_offloading": "activations offloaded to CPU/disk are billed on the GPU",
     "layer_offloading": "weights offloaded to the CPU between uses are billed on the GPU",
     "selective_checkpointing": "Axolotl's selective checkpointing (saved attention) is not memdoc's selective mode",
@@ -76,6 +74,8 @@ def read_axolotl(doc: SourceDoc, stack: Stack) -> ConfigReading:
     _batch(reading, doc)
     _checkpointing(reading, doc)
     _attention(reading, doc)
+    if get_bool(doc, "sample_packing"):  # multipack: rows of sequence_len, attention per sample
+        reading.set(doc, "sample_packing", "packing", True)
     _loss(reading, doc)
     _sharding(reading, doc, stack)
     _parallel(reading, doc)

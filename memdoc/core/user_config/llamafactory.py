@@ -30,10 +30,6 @@ DEFAULTS = {"lora_rank": 8, "lora_dropout": 0.0, "seq_len": 2048, "micro_batch":
 TrainingArguments per_device_train_batch_size 8, gradient_accumulation_steps 1."""
 
 NOT_BILLED = {
-    "packing": "each row is billed at the full cutoff_len, which packing fills; packed rows' per-sequence "
-    "masking is not billed",
-    "neat_packing": "each row is billed at the full cutoff_len, which packing fills; the block-diagonal "
-    "attention mask of neat packing is not billed",
     "additional_target": "fully trained extra modules (weights, gradients, optimizer states) are not billed",
     "use_dora": "DoRA's magnitude vectors and its extra weight-norm activations are not billed",
     "pissa_init": "PiSSA's initialisation (an SVD of each adapted weight) is not billed",
@@ -73,6 +69,7 @@ def read_llamafactory(doc: SourceDoc, stack: Stack) -> ConfigReading:
     _batch(reading, doc)
     _checkpointing(reading, doc)
     _attention(reading, doc)
+    _packing(reading, doc)
     _loss(reading, doc)
     _sharding(reading, doc, stack)
     skip_set_keys(reading, doc, NOT_BILLED)
@@ -88,7 +85,18 @@ def _stage(reading: ConfigReading, doc: SourceDoc) -> None:
             doc, "stage", f"stage {stage}: its reference/reward/value models and paired sequences are not billed"
         )
     elif stage == "pt" and doc.data.get("packing") is None:
-        reading.skip(doc, "stage", "stage pt packs rows by default: " + NOT_BILLED["packing"])
+        reading.set(doc, "stage", "packing", True)  # parser.py: packing = stage == "pt"
+
+
+def _packing(reading: ConfigReading, doc: SourceDoc) -> None:
+    """`neat_packing` (packing without cross-attention; data_args.py sets `packing` with it) or `packing` ->
+    packing. `packing` alone attends across the packed documents: billed with one document per row (the
+    plan's `document_tokens` left unset), which is what its attention costs."""
+    for key in ("neat_packing", "packing"):
+        on = get_bool(doc, key)
+        if on is not None:
+            reading.set(doc, key, "packing", on)
+            return
 
 
 def _method(reading: ConfigReading, doc: SourceDoc) -> str:

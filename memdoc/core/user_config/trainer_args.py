@@ -251,9 +251,10 @@ def _length(doc: SourceDoc, reading: ConfigReading, trl: bool) -> None:
         reading.set(doc, key, "seq_len", get_int(doc, key))
     elif trl:
         _set_default(doc, reading, "max_length", "seq_len", TRL_MAX_LENGTH)
-    for key in ("packing", "padding_free"):
-        if get_bool(doc, key):
-            reading.read.append(KeyRead(doc.path, key, "seq_len"))
+    # TRL: "bfd" packing turns padding_free on (`SFTTrainer.__init__`); either packs the rows without padding
+    packed = next((k for k in ("packing", "padding_free") if get_bool(doc, k)), None)
+    if packed:
+        reading.set(doc, packed, "packing", True)
 
 
 def _checkpointing(doc: SourceDoc, reading: ConfigReading, trl: bool) -> None:

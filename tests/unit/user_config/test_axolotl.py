@@ -35,7 +35,7 @@ def not_billed(reading) -> set[str]:
 def test_qlora_example():
     """fixtures axolotl/qlora.yml: adapter qlora + load_in_4bit, r 32, alpha 16, dropout 0.05, all linears,
     sequence_len 4096, micro_batch_size 2, accumulation 4, bf16 auto, checkpointing, flash attention,
-    paged_adamw_32bit (not billed), sample packing (not billed)."""
+    paged_adamw_32bit (not billed), sample packing (billed since issue 29: `--packing`)."""
     r = read_axolotl(load_doc(AXOLOTL / "qlora.yml"), Stack())
     assert r.model == "NousResearch/Meta-Llama-3-8B"
     assert r.plan == {
@@ -52,8 +52,9 @@ def test_qlora_example():
         "attention": "sdpa",
         "loss": "hf",
         "optimizer": "adamw-fused",
+        "packing": True,  # the fixture's `sample_packing: true` (issue 29 bills packing; it was a note before)
     }
-    assert not_billed(r) == {"optimizer", "sample_packing"}
+    assert not_billed(r) == {"optimizer"}
     assert r.referenced == [] and r.formats == ["axolotl"]
 
 
@@ -65,7 +66,8 @@ def test_lora_8b_example():
     assert (r.plan["lora_rank"], r.plan["lora_alpha"], r.plan["lora_targets"]) == (32, 16, ["all-linear"])
     assert r.plan["optimizer"] == "adamw-8bit"
     assert (r.plan["micro_batch"], r.plan["grad_accum"], r.plan["seq_len"]) == (2, 4, 4096)
-    assert not_billed(r) == {"load_in_8bit", "lora_modules_to_save", "sample_packing"}
+    assert not_billed(r) == {"load_in_8bit", "lora_modules_to_save"}
+    assert r.plan["packing"] is True  # `sample_packing: true`, billed since issue 29 (it was a note)
 
 
 def test_fft_8b_example():

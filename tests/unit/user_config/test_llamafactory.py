@@ -171,9 +171,6 @@ def test_mapping(text, field, value):
         ("quantization_bit: 4\nquantization_method: hqq\n", "quantization_bit"),
         ("finetuning_type: freeze\n", "finetuning_type"),
         ("stage: dpo\n", "stage"),
-        ("stage: pt\n", "stage"),
-        ("packing: true\n", "packing"),
-        ("neat_packing: true\n", "neat_packing"),
         ("use_galore: true\n", "use_galore"),
         ("use_dora: true\n", "use_dora"),
         ("optim: adamw_torch_4bit\n", "optim"),
@@ -182,6 +179,17 @@ def test_mapping(text, field, value):
 )
 def test_memory_keys_memdoc_does_not_bill_are_listed(text, key):
     assert key in {n.key for n in read_text(text).not_billed}
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [("neat_packing: true\n", "neat_packing"), ("packing: true\n", "packing"), ("stage: pt\n", "stage")],
+)
+def test_packing_keys_read_as_packing(text, key):
+    # issue 29 bills packing (these were notes): llamafactory/hparams/data_args.py 0.9.5 `neat_packing` sets
+    # `packing`; hparams/parser.py packs stage pt by default
+    reading = read_text(text)
+    assert reading.plan["packing"] is True and key not in {n.key for n in reading.not_billed}
 
 
 # --------------------------------------------------------------------------------------------

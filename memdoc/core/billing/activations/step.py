@@ -8,6 +8,7 @@ from memdoc.core.billing.activations.head import head_saved
 from memdoc.core.billing.activations.kernels import liger_glu
 from memdoc.core.billing.activations.layer import layer_activations, selective_saved
 from memdoc.core.billing.activations.offload import offloaded_bytes, offloads
+from memdoc.core.billing.activations.sac_op import sac_op_saved
 from memdoc.core.billing.activations.saved import FP32
 from memdoc.core.billing.kbit import activation_plan, head_weight_copy, stream_bytes
 from memdoc.core.model.model_spec import ModelSpec
@@ -71,6 +72,9 @@ def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:
     elif plan.checkpointing is Checkpointing.SELECTIVE:
         layers_saved = sum(selective_saved(model, plan, i, mm_dt=mm_dt) * layers for i, _, layers in groups)
         recompute = largest  # the layer's full activations, rebuilt in backward
+    elif plan.checkpointing is Checkpointing.SAC_OP:
+        layers_saved = sum(sac_op_saved(model, plan, i, mm_dt=mm_dt) * layers for i, _, layers in groups)
+        recompute = largest
     else:
         layers_saved = sum(saved[i] * layers for i, _, layers in groups)
         recompute = 0
