@@ -31,6 +31,7 @@ from memdoc.core.model.plan import (
     Precision,
     Shard,
 )
+from memdoc.core.model.ranges import MAX_HOST_RAM_GIB, MAX_SEQ
 from memdoc.resolve.setup import Setup, resolve_setup, resolve_setups
 
 HostRamOpt = Annotated[
@@ -39,6 +40,7 @@ HostRamOpt = Annotated[
         "--host-ram",
         metavar="GiB",
         min=0,
+        max=MAX_HOST_RAM_GIB,
         help="Host RAM per node that offloaded states may use. [default: this machine's RAM]",
     ),
 ]
@@ -104,6 +106,8 @@ PrefillChunkOpt = Annotated[
     Optional[int],
     typer.Option(
         "--prefill-chunk",
+        min=1,
+        max=MAX_SEQ,
         help="Prefill the prompt N tokens at a time (generate's prefill_chunk_size). \\[default: all at once]",
         rich_help_panel=INFERENCE,
     ),

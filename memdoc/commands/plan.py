@@ -17,6 +17,8 @@ from memdoc.commands.options import (
     plan_options,
     print_setup_notes,
 )
+from memdoc.core.model.ranges import MAX_STEP_SEQUENCES, MAX_TOKENS
+from memdoc.core.remedies.search import SEARCH_SPACE
 
 EXAMPLES = """
 Examples:
@@ -51,9 +53,13 @@ Exit status: 0 plans found, 2 bad input, 3 nothing fits.
 
 GlobalBatchOpt = Annotated[
     Optional[int],
-    typer.Option("--global-batch", help="Sequences per optimizer step over all GPUs. [default: batch × accum × GPUs]"),
+    typer.Option(
+        "--global-batch",
+        max=MAX_STEP_SEQUENCES,
+        help="Sequences per optimizer step over all GPUs. [default: batch × accum × GPUs]",
+    ),
 ]
-TopOpt = Annotated[int, typer.Option("--top", min=1, help="How many plans to show.")]
+TopOpt = Annotated[int, typer.Option("--top", min=1, max=SEARCH_SPACE, help="How many plans to show.")]
 EmitOpt = Annotated[
     Optional[Format],
     typer.Option(
@@ -81,6 +87,7 @@ TokensOpt = Annotated[
     typer.Option(
         "--tokens",
         min=1,
+        max=MAX_TOKENS,
         help="Tokens to train (2e8): each hardware row gives their time, and their cost with --price. "
         "\\[default: 1e9 when comparing hardware]",
     ),

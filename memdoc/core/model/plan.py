@@ -25,6 +25,7 @@ from memdoc.core.model.plan_enums import (
     Precision,
     Shard,
 )
+from memdoc.core.model.ranges import check_bound, check_world
 from memdoc.core.model.stack import MoeExperts
 from memdoc.errors import PlanError, did_you_mean, quoted
 
@@ -182,8 +183,8 @@ class TrainingPlan:
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise PlanError(f"{flag_for(name)} must be a positive integer, got {value!r}")
-            if value > MAX_PLAN_VALUE:
-                raise PlanError(f"{flag_for(name)} {value} is beyond any real run ({MAX_PLAN_VALUE:,} at most)")
+            check_bound(flag_for(name), name, value)
+        check_world(self.gpus_per_node, self.nodes)
         if (
             not isinstance(self.lora_dropout, (int, float))
             or isinstance(self.lora_dropout, bool)
@@ -198,6 +199,7 @@ class TrainingPlan:
             raise PlanError(
                 f"--eval-samples must be 0 (no evaluation) or a positive integer, got {self.eval_samples!r}"
             )
+        check_bound("--eval-samples", "eval_samples", self.eval_samples)
         for name in ("eval_keeps_logits", "save_only_model", "low_mem_load", "save_gather", "activation_offload"):
             if not isinstance(getattr(self, name), bool) and not (name == "save_gather" and self.save_gather is None):
                 raise PlanError(f"{flag_for(name)} must be true or false, got {getattr(self, name)!r}")
@@ -307,8 +309,6 @@ ENGINE_COUNTS = (
     "sub_group_size",
 )
 """DeepSpeed's element-count knobs (`deepspeed/runtime/zero/config.py` `DeepSpeedZeroConfig`, 0.19.8)."""
-MAX_ENGINE_COUNT = 10**13
-"""Largest bucket or threshold accepted (elements)."""
 
 
 def _check_engine_knobs(plan: TrainingPlan) -> None:
@@ -317,8 +317,9 @@ def _check_engine_knobs(plan: TrainingPlan) -> None:
         value = getattr(plan, name)
         if value is None:
             continue
-        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_ENGINE_COUNT:
-            raise PlanError(f"{flag_for(name)} must be a whole number of elements (0 to 1e13), got {value!r}")
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise PlanError(f"{flag_for(name)} must be a whole number of elements (0 or more), got {value!r}")
+        check_bound(flag_for(name), name, value)
     if plan.shard.is_fsdp and plan.offload is Offload.OPTIMIZER:
         raise PlanError(
             f"--shard {plan.shard.value} cannot offload the optimizer alone: FSDP's CPUOffload moves parameters, "
