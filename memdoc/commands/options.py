@@ -31,6 +31,7 @@ from memdoc.core.model.plan import (
     Precision,
     Shard,
 )
+from memdoc.core.model.plan_checks import inapplicable_flags
 from memdoc.core.model.ranges import MAX_HOST_RAM_GIB, MAX_SEQ
 from memdoc.resolve.setup import Setup, resolve_setup, resolve_setups
 
@@ -446,13 +447,15 @@ class PlanFlags:
         return resolve_setups(model, cards=cards, **{k: v for k, v in self.values.items() if k != "gpu"})
 
 
-def print_setup_notes(setup: Setup, *, gpu_note: bool = True) -> None:
-    """On stderr: how a loose --gpu (unless not `gpu_note`) and a mirrored MODEL were taken, what the config
-    files said (the files read, the stack, every key not billed). Every command that takes a plan prints these
-    in its human output."""
+def print_setup_notes(setup: Setup, *, gpu_note: bool = True, searched: frozenset[str] = frozenset()) -> None:
+    """On stderr: how a loose --gpu (unless not `gpu_note`) and a mirrored MODEL were taken, the flags that do
+    not apply to the plan (`plan_checks.inapplicable_flags`; `searched`: the fields `memdoc plan` may still
+    change), what the config files said (the files read, the stack, every key not billed). Every command that
+    takes a plan prints these in its human output."""
     from memdoc import render
 
-    for text in (setup.gpu_note if gpu_note else None, setup.model_note):
+    ignored = inapplicable_flags(setup.plan, setup.explicit, searched)
+    for text in (setup.gpu_note if gpu_note else None, setup.model_note, *ignored):
         if text:
             render.note(f"note: {text}")
     render.render_config_notes(setup.config, setup.stack)

@@ -18,7 +18,7 @@ from memdoc.commands.options import (
     print_setup_notes,
 )
 from memdoc.core.model.ranges import MAX_STEP_SEQUENCES, MAX_TOKENS
-from memdoc.core.remedies.search import SEARCH_SPACE
+from memdoc.core.remedies.search import KNOBS, SEARCH_SPACE
 
 EXAMPLES = """
 Examples:
@@ -166,7 +166,7 @@ def plan_command(
         emitted = _emit(setup, chosen, emit_format, output, force)[0] if chosen else None
         render.print_json(report.to_json(emitted=None if emitted is None else emitted.to_json()))
     else:
-        print_setup_notes(setup, gpu_note=False)
+        print_setup_notes(setup, gpu_note=False, searched=frozenset(KNOBS))
         render.render_plans(setup, report)
         if chosen is not None:
             emitted, note = _emit(setup, chosen, emit_format, output, force)
@@ -214,7 +214,7 @@ def _compare_hardware(model, plan: PlanFlags, gpus, tokens, prices, global_batch
         for setup in setups:
             if setup.gpu_note:
                 render.note(f"note: {setup.gpu_note}")
-        print_setup_notes(setups[0], gpu_note=False)
+        print_setup_notes(setups[0], gpu_note=False, searched=frozenset(KNOBS))
         render_hardware(report)
     if report.recommended is None:
         raise typer.Exit(3)
