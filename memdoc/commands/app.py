@@ -57,7 +57,7 @@ class MemdocGroup(TyperGroup):
             sys.stdout.flush()  # what is still buffered is refused here, not in the interpreter's last flush
         except _click_exceptions.ClickException as exc:
             error_line(usage_error_line(exc))
-            code = exc.exit_code
+            code = 2  # bad input, as docs/output.md's table says (a bare ClickException carries 1)
         except typer.Abort:
             error_line("Error: aborted")
             code = 130

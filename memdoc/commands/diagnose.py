@@ -15,6 +15,7 @@ from memdoc.commands.options import (
     plan_options,
     print_setup_notes,
 )
+from memdoc.core.model.ranges import INT32_MAX
 from memdoc.errors import PlanError
 
 EXAMPLES = """
@@ -69,6 +70,7 @@ StepsOpt = Annotated[
     typer.Option(
         "--steps",
         min=1,
+        max=INT32_MAX,
         help="Stop the script after this many optimizer steps (the 2nd is the steady state: optimizer states "
         "exist; ≥ 3 also checks for memory that grows step by step).",
         rich_help_panel=RUN,

@@ -19,6 +19,8 @@ import typer
 
 from memdoc.commands.plan_flags import PLAN_OPTIONS
 from memdoc.core.billing.inference import KvCache, Weights
+from memdoc.core.model.plan_checks import inapplicable_flags
+from memdoc.core.model.ranges import MAX_HOST_RAM_GIB, MAX_SEQ
 from memdoc.resolve.setup import Setup, resolve_setup, resolve_setups
 
 HostRamOpt = Annotated[
@@ -27,6 +29,7 @@ HostRamOpt = Annotated[
         "--host-ram",
         metavar="GiB",
         min=0,
+        max=MAX_HOST_RAM_GIB,
         help="Host RAM per node that offloaded states may use. [default: this machine's RAM]",
     ),
 ]
@@ -91,6 +94,8 @@ PrefillChunkOpt = Annotated[
     Optional[int],
     typer.Option(
         "--prefill-chunk",
+        min=1,
+        max=MAX_SEQ,
         help="Prefill the prompt N tokens at a time (generate's prefill_chunk_size). \\[default: all at once]",
         rich_help_panel=INFERENCE,
     ),
@@ -130,13 +135,15 @@ class PlanFlags:
         return resolve_setups(model, cards=cards, **{k: v for k, v in self.values.items() if k != "gpu"})
 
 
-def print_setup_notes(setup: Setup, *, gpu_note: bool = True) -> None:
-    """On stderr: how a loose --gpu (unless not `gpu_note`) and a mirrored MODEL were taken, what the config
-    files said (the files read, the stack, every key not billed). Every command that takes a plan prints these
-    in its human output."""
+def print_setup_notes(setup: Setup, *, gpu_note: bool = True, searched: frozenset[str] = frozenset()) -> None:
+    """On stderr: how a loose --gpu (unless not `gpu_note`) and a mirrored MODEL were taken, the flags that do
+    not apply to the plan (`plan_checks.inapplicable_flags`; `searched`: the fields `memdoc plan` may still
+    change), what the config files said (the files read, the stack, every key not billed). Every command that
+    takes a plan prints these in its human output."""
     from memdoc import render
 
-    for text in (setup.gpu_note if gpu_note else None, setup.model_note):
+    ignored = inapplicable_flags(setup.plan, setup.explicit, searched)
+    for text in (setup.gpu_note if gpu_note else None, setup.model_note, *ignored):
         if text:
             render.note(f"note: {text}")
     render.render_config_notes(setup.config, setup.stack)

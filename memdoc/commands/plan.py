@@ -17,6 +17,8 @@ from memdoc.commands.options import (
     print_setup_notes,
 )
 from memdoc.commands.plan_flags import PLAN
+from memdoc.core.model.ranges import MAX_STEP_SEQUENCES, MAX_TOKENS
+from memdoc.core.remedies.search import KNOBS, SEARCH_SPACE
 
 EXAMPLES = """
 Examples:
@@ -51,9 +53,13 @@ Exit status: 0 plans found, 2 bad input, 3 nothing fits.
 
 GlobalBatchOpt = Annotated[
     Optional[int],
-    typer.Option("--global-batch", help="Sequences per optimizer step over all GPUs. [default: batch × accum × GPUs]"),
+    typer.Option(
+        "--global-batch",
+        max=MAX_STEP_SEQUENCES,
+        help="Sequences per optimizer step over all GPUs. [default: batch × accum × GPUs]",
+    ),
 ]
-TopOpt = Annotated[int, typer.Option("--top", min=1, help="How many plans to show.")]
+TopOpt = Annotated[int, typer.Option("--top", min=1, max=SEARCH_SPACE, help="How many plans to show.")]
 EmitOpt = Annotated[
     Optional[Format],
     typer.Option(
@@ -81,6 +87,7 @@ TokensOpt = Annotated[
     typer.Option(
         "--tokens",
         min=1,
+        max=MAX_TOKENS,
         help="Tokens to train (2e8): each hardware row gives their time, and their cost with --price. "
         "\\[default: 1e9 when comparing hardware]",
     ),
@@ -159,7 +166,7 @@ def plan_command(
         emitted = _emit(setup, chosen, emit_format, output, force)[0] if chosen else None
         render.print_json(report.to_json(emitted=None if emitted is None else emitted.to_json()))
     else:
-        print_setup_notes(setup, gpu_note=False)
+        print_setup_notes(setup, gpu_note=False, searched=frozenset(KNOBS))
         render.render_plans(setup, report)
         if chosen is not None:
             emitted, note = _emit(setup, chosen, emit_format, output, force)
@@ -207,7 +214,7 @@ def _compare_hardware(model, plan: PlanFlags, gpus, tokens, prices, global_batch
         for setup in setups:
             if setup.gpu_note:
                 render.note(f"note: {setup.gpu_note}")
-        print_setup_notes(setups[0], gpu_note=False)
+        print_setup_notes(setups[0], gpu_note=False, searched=frozenset(KNOBS))
         render_hardware(report)
     if report.recommended is None:
         raise typer.Exit(3)

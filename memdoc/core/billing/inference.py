@@ -32,6 +32,7 @@ from memdoc.core.billing.activations import eager_attention
 from memdoc.core.billing.allocator import CachingAllocator
 from memdoc.core.billing.bill import process_overhead_bytes
 from memdoc.core.billing.kbit import quantised_params, quantised_rows
+from memdoc.core.billing.reserved import MAX_SIMULATED_LAYERS
 from memdoc.core.billing.states import qlora_weight_bytes
 from memdoc.core.billing.verdict import FitAnswer, fit_answer
 from memdoc.core.model.families import Mlp
@@ -160,7 +161,12 @@ class InferenceBill:
     @property
     def process_total(self) -> int:
         """Reserved through the caching-allocator simulation (the weights as one block, the cache as
-        its per-layer K and V tensors, the transient as one block) + the non-allocator memory."""
+        its per-layer K and V tensors, the transient as one block) + the non-allocator memory.
+
+        Beyond `reserved.MAX_SIMULATED_LAYERS` layers, reserved = allocated, as the training bill does
+        (`reserved.unsimulated`): the cost never grows with an absurd layer count."""
+        if self.model.num_layers > MAX_SIMULATED_LAYERS:
+            return self.peak_allocated + process_overhead_bytes(self.gpu)
         alloc = CachingAllocator()
         if self.weights:
             alloc.malloc(self.weights)

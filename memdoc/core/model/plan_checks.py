@@ -3,7 +3,7 @@ allows (LoRA targets, rank, context). `TrainingPlan.__post_init__` validates eac
 
 from __future__ import annotations
 
-from memdoc.core.model.plan import ALL_LINEAR, Attention, Checkpointing, Method, TrainingPlan
+from memdoc.core.model.plan import ALL_LINEAR, Attention, Checkpointing, Method, Offload, TrainingPlan, flag_for
 from memdoc.errors import PlanError, did_you_mean
 
 
@@ -74,3 +74,32 @@ def check_plan_against_model(
             f"--seq {plan.seq_len} exceeds {model_id}'s context of {max_positions} tokens "
             "(pass --allow-long if you extend it with RoPE scaling)"
         )
+
+
+_NEEDS: tuple[tuple[tuple[str, ...], str, object, str], ...] = (
+    (("lora_rank", "lora_alpha", "lora_dropout", "lora_targets"), "method", lambda p: p.is_peft, "--method full"),
+    (("offload_to",), "offload", lambda p: p.offload is not Offload.NONE, "no --offload"),
+    (("interconnect",), "nodes", lambda p: p.nodes > 1, "one node (it is the network between nodes)"),
+    (
+        ("eval_batch", "eval_accumulation_steps", "eval_keeps_logits"),
+        "eval_samples",
+        lambda p: p.eval_samples > 0,
+        "no evaluation (--eval-samples 0)",
+    ),
+    (("save_gather", "low_mem_load"), "shard", lambda p: p.shard.shards_weights, "no --shard zero3/fsdp/fsdp2"),
+)
+"""(flags, the field they depend on, when they apply, why not): the flags that mean nothing without another."""
+
+
+def inapplicable_flags(plan: TrainingPlan, given: frozenset[str], searched: frozenset[str] = frozenset()) -> list[str]:
+    """One note per plan field in `given` that does not apply to `plan` (ignored, said rather than silent).
+
+    `searched`: fields a search may still change (`memdoc plan`'s knobs); a flag depending on one the user left
+    free may apply to a plan the search finds, so it is not noted. `plan.save_gather` and the FSDP/ZeRO-3
+    loading switches are read only under weight sharding (`core/engines/`); the LoRA numbers only by peft plans."""
+    notes = []
+    for fields, depends_on, applies, why in _NEEDS:
+        if depends_on in searched and depends_on not in given or applies(plan):
+            continue
+        notes += [f"{flag_for(name)} does not apply with {why}: ignored" for name in fields if name in given]
+    return notes

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, compute_bill
@@ -53,6 +54,7 @@ from memdoc.core.model.plan import (
     Shard,
     TrainingPlan,
 )
+from memdoc.core.model.ranges import MAX_STEP_SEQUENCES
 from memdoc.core.remedies.time_band import TimeBand, rank_seconds, time_band
 from memdoc.errors import PlanError
 
@@ -85,6 +87,8 @@ NEAR_DUPLICATE = 0.01
 """Plans that differ by one lever saving less than this fraction of the process total are one plan."""
 TIE = 0.01
 """Plans whose ranking times differ by less than this fraction are equally fast."""
+SEARCH_SPACE = math.prod(len(values) for values in _MEMORY_RANK.values())
+"""Combinations of the knobs the search visits at most: the most plans `--top` can ask for."""
 
 
 @dataclass(frozen=True)
@@ -153,8 +157,19 @@ def _dominates(larger: dict, smaller: dict) -> bool:
     return True
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def _divisors(n: int, cap: int) -> list[int]:
+    """The divisors of `n` up to `cap`, ascending: trial division up to √n (√62,914,560 < 7,932 steps)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    large = [n // d for d in reversed(small) if n // d != d]
+    return [d for d in small + large if d <= cap]
+
+
+def micro_cap(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec) -> int:
+    """The largest micro-batch that could fit `gpu` at all: the hidden states one layer takes in (micro-batch ×
+    sequence × hidden size × 2 bytes, a 16-bit activation), which every plan keeps on the GPU even under full
+    checkpointing with its inputs offloaded, fill the card. Caps the micro-batches the search bills, so the
+    search's cost does not grow with the global batch."""
+    return max(1, gpu.memory_bytes // (2 * plan.seq_len * model.hidden_size))
 
 
 def search(
@@ -197,7 +212,7 @@ def parallel_bases(model: ModelSpec, base: TrainingPlan, fixed: frozenset[str]) 
     if base.world_size == 1 or base.cp > 1 or base.tp > 1:
         return []
     plans = []
-    degrees = [d for d in _divisors(base.gpus_per_node) if d > 1]
+    degrees = [d for d in _divisors(base.gpus_per_node, base.gpus_per_node) if d > 1]
     if "cp" not in fixed:
         for cp in degrees:
             impl = CpImpl.ULYSSES if model.num_heads % cp == 0 else CpImpl.RING
@@ -232,8 +247,13 @@ def _search_space(
         global_batch = base.micro_batch * base.grad_accum * world
     if global_batch < 1 or global_batch % world:
         raise PlanError(f"--global-batch {global_batch} must be a positive multiple of the {world} GPUs")
+    if global_batch > MAX_STEP_SEQUENCES:
+        raise PlanError(
+            f"a global batch of {global_batch:,} sequences is beyond any real run (at most {MAX_STEP_SEQUENCES:,}: "
+            "DeepSeek-V3's 15,360 × 4,096-token batch, the largest published step)"
+        )
     per_gpu = global_batch // world
-    micro_options = _micro_options(base, fixed, per_gpu, global_batch)
+    micro_options = _micro_options(base, fixed, per_gpu, global_batch, micro_cap(model, base, gpu))
     failed: list[dict] = []
     found: list[Candidate] = []
     fitted: list[dict] = []
@@ -274,12 +294,16 @@ def _preferred(a: Candidate, b: Candidate) -> bool:
     return a.rank_seconds < b.rank_seconds
 
 
-def _micro_options(base: TrainingPlan, fixed: frozenset[str], per_gpu: int, global_batch: int) -> list[int]:
-    """The micro-batches that split `per_gpu` sequences into whole accumulation steps, as `fixed` allows."""
-    micro_options = _divisors(per_gpu)
+def _micro_options(base: TrainingPlan, fixed: frozenset[str], per_gpu: int, global_batch: int, cap: int) -> list[int]:
+    """The micro-batches that split `per_gpu` sequences into whole accumulation steps, as `fixed` allows, up to
+    `cap` (`micro_cap`: no larger one fits) unless fixed."""
     if "micro_batch" in fixed:
-        micro_options = [m for m in micro_options if m == base.micro_batch]
-    if "grad_accum" in fixed:
+        micro_options = [base.micro_batch] if per_gpu % base.micro_batch == 0 else []
+    elif "grad_accum" in fixed:
+        micro_options = [per_gpu // base.grad_accum] if per_gpu % base.grad_accum == 0 else []
+    else:
+        micro_options = _divisors(per_gpu, cap)
+    if "micro_batch" in fixed and "grad_accum" in fixed:
         micro_options = [m for m in micro_options if per_gpu // m == base.grad_accum]
     if not micro_options:
         raise PlanError(
