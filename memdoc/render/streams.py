@@ -28,13 +28,13 @@ ASCII_LOOKALIKES = {
     "−": "-",
     "·": ".",
     "×": "x",
-    "…": "...",
+    "…": ".",
     "≈": "~",
-    "≤": "<=",
-    "≥": ">=",
-    "±": "+/-",
-    "→": "->",
-    "←": "<-",
+    "≤": "<",
+    "≥": ">",
+    "±": "~",
+    "→": ">",
+    "←": "<",
     "✔": "+",
     "✘": "x",
     "✗": "x",
@@ -60,7 +60,8 @@ ASCII_LOOKALIKES = {
     "µ": "u",
     "\u00a0": " ",
 }
-"""What a character the output encoding lacks is written as; any other becomes `?`."""
+"""What a character the output encoding lacks is written as, one character for one (Rich has laid the table out
+by then: a longer stand-in would push a full row past COLUMNS); any other becomes `?`."""
 
 ERRORS = "memdoc-ascii"
 """The codec error handler's name (`codecs.register_error`)."""
