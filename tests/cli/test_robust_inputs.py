@@ -367,3 +367,10 @@ def test_a_failing_trace_prints_no_torch_log(capfd):
     with quiet_libraries(), pytest.raises(RuntimeError), FakeTensorMode():
         torch.topk(torch.empty(4, 0), 2, dim=-1)
     assert "fake_tensor.py" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("target", ["x" * 5000, "/tmp/" + "a" * 300 + "/config.json"])
+def test_diagnose_an_over_long_target_is_one_line(target):
+    """issue 27: a TARGET no file can name (over NAME_MAX or PATH_MAX) was an internal OSError while deciding
+    whether it is a script."""
+    assert "Error: " in one_error_line(run("diagnose", target))

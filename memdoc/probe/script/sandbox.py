@@ -109,4 +109,7 @@ def is_script_target(target: str) -> bool:
     if target.endswith(".py"):
         return True
     p = Path(target).expanduser()
-    return p.is_file() and p.suffix != ".json"
+    try:
+        return p.is_file() and p.suffix != ".json"
+    except OSError:  # a name no file can have (over NAME_MAX/PATH_MAX): not a script; the model lookup says why
+        return False
