@@ -12,6 +12,7 @@ from memdoc.core.doctor.symptoms import get_symptom
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan
+from memdoc.core.reports.json_parts import fit_json
 from memdoc.errors import ConfigError
 
 
@@ -49,7 +50,12 @@ class PrescribeResult:
             "symptom": d.symptom.id,
             "oom": self._oom_json(),
             "diagnosis": None if d.guess is None else diagnosis | {"guessed_symptom": d.guess.symptom},
-            "bill": None if base is None else {"per_gpu": {"process_total": base.process_total}, "fits": base.fits},
+            "bill": None
+            if base is None
+            else {
+                "per_gpu": {"process_total": base.process_total},
+                **fit_json(base.fits, base.headroom_bytes, base.fit),
+            },
             "prescriptions": diagnosis["prescriptions"],
             "set_apart": diagnosis["set_apart"],
         }
