@@ -185,13 +185,15 @@ def _diagnose_inference(target: str, *, plan: PlanFlags, json_out: bool, prefill
                 traced = trace_prefill(config, setup.plan, chunk=prefill_chunk, vocab_size=setup.model.vocab_size)
     billed = inference_bill(setup.model, inference, setup.gpu)
     if json_out:
+        data = billed.to_json()
         render.print_json(
             {
                 "mode": "inference-traced",
-                "model": {"id": setup.model.id, "params": setup.model.params.total},
-                "plan": inference.to_dict(),
+                "model": data["model"],
+                "gpu": data["gpu"],
+                "plan": data["plan"],
                 "traced": traced.to_json(),
-                "billed": {k: v for k, v in billed.to_json()["per_gpu"].items() if k != "process_total"},
+                "billed": {k: v for k, v in data["per_gpu"].items() if k != "process_total"},
             }
         )
     else:

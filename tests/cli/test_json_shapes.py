@@ -27,6 +27,7 @@ MODEL = "meta-llama/Llama-3.1-8B"
 FAST = {
     "bill": ["bill", MODEL, "--gpu", "24"],
     "bill --inference": ["bill", MODEL, "--gpu", "24", "--inference"],
+    "bill --inference (ladder)": ["bill", "meta-llama/Llama-3.1-70B", "--gpu", "24", "--inference"],
     "bill (multi-GPU)": ["bill", MODEL, "--gpu", "h100-sxm", "--gpus", "8", "--shard", "fsdp"],
     "plan": ["plan", MODEL, "--gpu", "h100-sxm", "--gpus", "8", "--top", "2"],
     "plan (hardware)": ["plan", MODEL, "--gpu", "h100-sxm", "--gpu", "24", "--top", "2"],
@@ -37,6 +38,7 @@ FAST = {
 }
 SLOW = {
     "diagnose MODEL": ["diagnose", "Qwen/Qwen2.5-0.5B", "--gpu", "24"],
+    "diagnose MODEL --inference": ["diagnose", "Qwen/Qwen2.5-0.5B", "--gpu", "24", "--inference"],
     "diagnose SCRIPT": ["diagnose", "examples/plain_loop.py"],
 }
 
@@ -68,7 +70,7 @@ BYTE_ITEMS = {
     "process_total",
 }
 """The bare names a `per_gpu` byte table uses (the bill's line items and its totals)."""
-BYTE_TABLES = (".per_gpu", ".billed", ".measured", ".host", ".nvme", ".buffers", ".states")
+BYTE_TABLES = (".per_gpu", ".billed", ".measured", ".traced", ".host", ".nvme", ".buffers", ".states")
 """The objects that map names to bytes (docs/output.md): only there is a byte figure named bare."""
 
 
@@ -208,4 +210,5 @@ def test_diagnose_shapes_match_the_other_commands(fast_documents):
     documents = _documents(SLOW)
     assert shape_problems(documents) == []
     assert _same_plan_values(fast_documents | documents) == []
-    assert documents["diagnose MODEL"]["gpu"]["id"] == fast_documents["bill"]["gpu"]["id"]
+    for name in ("diagnose MODEL", "diagnose MODEL --inference"):
+        assert documents[name]["gpu"] == fast_documents["bill"]["gpu"], name
