@@ -33,6 +33,7 @@ FAST = {
     "plan (hardware)": ["plan", MODEL, "--gpu", "h100-sxm", "--gpu", "24", "--top", "2"],
     "emit": ["emit", MODEL, "--gpu", "24", "--format", "trl"],
     "prescribe": ["prescribe", "--symptom", "long-sample-oom", MODEL, "--gpu", "24"],
+    "prescribe (inference)": ["prescribe", "--symptom", "inference-oom", MODEL, "--gpu", "24", "--batch", "8"],
     "models": ["models"],
     "gpus": ["gpus"],
 }
@@ -192,7 +193,11 @@ def test_every_command_names_the_concepts_it_reports(fast_documents):
     for name in ("bill", "bill --inference", "bill (multi-GPU)", "emit"):
         document = fast_documents[name]
         assert {"gpu", "model", "plan", "per_gpu", "fits", "headroom_bytes", "verdict"} <= document.keys(), name
-    assert {"fits", "headroom_bytes", "verdict"} <= fast_documents["prescribe"]["bill"].keys()
+    for name in ("prescribe", "prescribe (inference)"):
+        assert {"fits", "headroom_bytes", "verdict"} <= fast_documents[name]["bill"].keys(), name
+    # the inference bill's verdict names its own evidence, as `bill --inference` does
+    inference_source = fast_documents["bill --inference"]["verdict"]["error_source"]
+    assert fast_documents["prescribe (inference)"]["bill"]["verdict"]["error_source"] == inference_source
     for row in fast_documents["plan (hardware)"]["hardware"]:
         assert {"gpu", "fit", "fits", "time", "per_gpu"} <= row.keys()
     assert fast_documents["bill (multi-GPU)"]["gpu"]["count"] == 8

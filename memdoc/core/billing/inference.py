@@ -188,6 +188,15 @@ class InferenceBill:
     def fits(self) -> bool | None:
         return None if self.fit is None else self.fit.fits
 
+    @property
+    def headroom_bytes(self) -> int | None:
+        """The card's memory minus the process total (None without a GPU), as `Bill.headroom_bytes`."""
+        return None if self.gpu is None else self.gpu.memory_bytes - self.process_total
+
+    def fit_json(self) -> dict:
+        """`fits`, `headroom_bytes` and the `verdict` of the process total (`json_parts.fit_json`)."""
+        return fit_json(self.fits, self.headroom_bytes, self.fit, error_source=INFERENCE_ERROR_SOURCE)
+
     def to_json(self) -> dict:
         return {
             "mode": "inference",
@@ -202,12 +211,7 @@ class InferenceBill:
                 "process_total": self.process_total,
             },
             "peak_phase": "prefill",
-            **fit_json(
-                self.fits,
-                None if self.gpu is None else self.gpu.memory_bytes - self.process_total,
-                self.fit,
-                error_source=INFERENCE_ERROR_SOURCE,
-            ),
+            **self.fit_json(),
         }
 
 
