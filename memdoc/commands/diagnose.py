@@ -185,13 +185,15 @@ def _diagnose_inference(target: str, *, plan: PlanFlags, json_out: bool, prefill
                 traced = trace_prefill(config, setup.plan, chunk=prefill_chunk, vocab_size=setup.model.vocab_size)
     billed = inference_bill(setup.model, inference, setup.gpu)
     if json_out:
+        data = billed.to_json()
         render.print_json(
             {
                 "mode": "inference-traced",
-                "model": {"id": setup.model.id, "params": setup.model.params.total},
-                "plan": inference.to_dict(),
+                "model": data["model"],
+                "gpu": data["gpu"],
+                "plan": data["plan"],
                 "traced": traced.to_json(),
-                "billed": {k: v for k, v in billed.to_json()["per_gpu"].items() if k != "process_total"},
+                "billed": {k: v for k, v in data["per_gpu"].items() if k != "process_total"},
             }
         )
     else:
@@ -203,6 +205,7 @@ def _diagnose_model(target: str, *, plan: PlanFlags, json_out: bool, device: str
     next to the bill; `page` is (--html FILE or None, --force)."""
     from memdoc import render
     from memdoc.core.billing.bill import bill_json, compute_bill
+    from memdoc.core.reports.json_parts import gpu_json, model_json
     from memdoc.resolve.models import load_config
 
     setup = plan.resolve(target, need_gpu=False)
@@ -238,11 +241,8 @@ def _diagnose_model(target: str, *, plan: PlanFlags, json_out: bool, device: str
         data = measurement.to_json()
         data["billed"] = bill_json(the_bill)["per_gpu"]
         data["bill_peak_phase"] = the_bill.peak_phase
-        data["model"] = {
-            "id": setup.model.id,
-            "params": setup.model.params.total,
-            "trainable_params": the_bill.states.trainable_params,
-        }
+        data["model"] = model_json(setup.model, the_bill.states.trainable_params)
+        data["gpu"] = gpu_json(setup.gpu, setup.plan.world_size)
         data["plan"] = setup.plan.to_dict()
         if cuda is not None:
             data["cuda"] = cuda

@@ -25,7 +25,8 @@ def test_json_rows_follow_the_formula_and_the_single_card_search():
     data = plan_json(*CARDS, "--tokens", "1e8", *PRICES)
     assert data["tokens"] == 1e8
     rows = data["hardware"]
-    assert [(r["option"], r["gpu"], r["count"], r["fits"]) for r in rows] == [
+    # issue 27 (one JSON shape per concept): a row's `gpu` is the GPU object every command prints, no longer the id
+    assert [(r["option"], r["gpu"]["id"], r["gpu"]["count"], r["fits"]) for r in rows] == [
         ("rtx-4090", "rtx-4090", 1, True),
         ("a100-80", "a100-80", 1, True),
         ("2xa100-80", "a100-80", 2, True),
@@ -40,6 +41,7 @@ def test_json_rows_follow_the_formula_and_the_single_card_search():
         alone = plan_json("--gpu", gpu, "--method", "full", *HOST)
         assert p == alone["plans"][0]["plan"]
         assert r["step_seconds"] == alone["plans"][0]["time"]["step_seconds"]
+        assert r["time"] == alone["plans"][0]["time"] and r["count"] == r["gpu"]["count"]
     cheapest = min(rows, key=lambda r: r["cost"])
     assert data["recommended"] == cheapest
     assert data["why"].startswith(f"cheapest for 100M tokens: ${cheapest['cost']:,.2f} in ")

@@ -44,9 +44,10 @@ from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
 from memdoc.core.engines.buffers import add_engine_buffers, step_grad_bytes
 from memdoc.core.engines.host import host_items, nvme_items
 from memdoc.core.engines.layout import Engine, engine_layout
-from memdoc.core.model.gpu import GpuSpec, gpu_json
+from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Allocator, Method, TrainingPlan
+from memdoc.core.reports.json_parts import fit_json, gpu_json, model_json
 
 PROCESS_OVERHEAD_BYTES = 804_061_184
 """A training process's device memory outside PyTorch's allocator (CUDA context, kernels, cuBLAS
@@ -465,11 +466,7 @@ def bill_json(bill: Bill) -> dict:
     """The documented --json shape of a bill (bytes; per_gpu at the peak phase)."""
     peak = bill.peak
     return {
-        "model": {
-            "id": bill.model.id,
-            "params": bill.model.params.total,
-            "trainable_params": bill.states.trainable_params,
-        },
+        "model": model_json(bill.model, bill.states.trainable_params),
         "gpu": gpu_json(bill.gpu, bill.plan.world_size),
         "plan": bill.plan.to_dict(),
         "per_gpu": {
@@ -489,8 +486,6 @@ def bill_json(bill: Bill) -> dict:
         "host": {"device": bill.plan.offload_to.value, **bill.host} if bill.host else None,
         "nvme": dict(bill.nvme) or None,
         "peak_phase": bill.peak_phase,
-        "fits": bill.fits,
-        "headroom_bytes": bill.headroom_bytes,
-        "verdict": None if bill.fit is None else bill.fit.to_json(),
+        **fit_json(bill.fits, bill.headroom_bytes, bill.fit),
         "notes": list(bill.notes),
     }

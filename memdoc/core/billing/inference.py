@@ -36,9 +36,10 @@ from memdoc.core.billing.reserved import MAX_SIMULATED_LAYERS
 from memdoc.core.billing.states import qlora_weight_bytes
 from memdoc.core.billing.verdict import FitAnswer, fit_answer
 from memdoc.core.model.families import Mlp
-from memdoc.core.model.gpu import GpuSpec, gpu_json
+from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Method, TrainingPlan
+from memdoc.core.reports.json_parts import fit_json, gpu_json, model_json
 from memdoc.errors import PlanError
 
 
@@ -187,10 +188,19 @@ class InferenceBill:
     def fits(self) -> bool | None:
         return None if self.fit is None else self.fit.fits
 
+    @property
+    def headroom_bytes(self) -> int | None:
+        """The card's memory minus the process total (None without a GPU), as `Bill.headroom_bytes`."""
+        return None if self.gpu is None else self.gpu.memory_bytes - self.process_total
+
+    def fit_json(self) -> dict:
+        """`fits`, `headroom_bytes` and the `verdict` of the process total (`json_parts.fit_json`)."""
+        return fit_json(self.fits, self.headroom_bytes, self.fit, error_source=INFERENCE_ERROR_SOURCE)
+
     def to_json(self) -> dict:
         return {
             "mode": "inference",
-            "model": {"id": self.model.id, "params": self.model.params.total, "trainable_params": 0},
+            "model": model_json(self.model, 0),
             "gpu": gpu_json(self.gpu, self.plan.world_size),
             "plan": self.inference.to_dict(),
             "per_gpu": {
@@ -201,9 +211,7 @@ class InferenceBill:
                 "process_total": self.process_total,
             },
             "peak_phase": "prefill",
-            "fits": self.fits,
-            "headroom_bytes": None if self.gpu is None else self.gpu.memory_bytes - self.process_total,
-            "verdict": None if self.fit is None else self.fit.to_json(INFERENCE_ERROR_SOURCE),
+            **self.fit_json(),
         }
 
 

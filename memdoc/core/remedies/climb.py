@@ -18,13 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, compute_bill
-from memdoc.core.billing.steptime import step_seconds
+from memdoc.core.billing.steptime import step_seconds, step_time
 from memdoc.core.billing.verdict import Fit
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Precision, TrainingPlan, flag_for
 from memdoc.core.remedies.rungs import RUNGS, Rung
+from memdoc.core.reports.json_parts import row_fit_json, row_per_gpu_json, time_json
 from memdoc.errors import PlanError
 
 
@@ -76,11 +77,12 @@ class LadderStep:
             "plan": self.plan.to_dict(),
             "peak_allocated": self.bill.peak_allocated,
             "process_total": self.bill.process_total,
+            "per_gpu": row_per_gpu_json(self.bill.peak_allocated, self.bill.process_total),
             "saved_bytes": self.saved_bytes,
+            "time": time_json(step_time(self.bill.model, self.plan, self.bill.gpu), self.plan.world_size),
             "step_seconds": round(self.step_seconds, 4),
             "relative_time": round(self.relative_time, 3),
-            "fits": self.fits,
-            "fit": self.fit.value,
+            **row_fit_json(self.fits, self.fit),
             "changes_fixed": bool(self.changes_fixed),
             "fixed_changes": [{"field": n, "flag": flag_for(n), "set": o, "to": v} for n, o, v in self.changes_fixed],
         }

@@ -26,6 +26,7 @@ from memdoc.core.billing.inference import (
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.remedies.maximum import Maximum, largest_fitting, largest_value
+from memdoc.core.reports.json_parts import row_fit_json, row_per_gpu_json
 
 
 def max_inference(model: ModelSpec, inference: InferencePlan, gpu: GpuSpec, knob: str) -> int | None:
@@ -100,8 +101,9 @@ class InferenceStep:
             "plan": self.bill.inference.to_dict(),
             "peak_allocated": self.bill.peak_allocated,
             "process_total": self.bill.process_total,
+            "per_gpu": row_per_gpu_json(self.bill.peak_allocated, self.bill.process_total),
             "saved_bytes": self.saved_bytes,
-            "fits": self.fits,
+            **row_fit_json(self.fits, None if self.bill.fit is None else self.bill.fit.fit),
         }
 
 

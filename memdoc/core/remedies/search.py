@@ -56,6 +56,7 @@ from memdoc.core.model.plan import (
 )
 from memdoc.core.model.ranges import MAX_STEP_SEQUENCES
 from memdoc.core.remedies.time_band import TimeBand, rank_seconds, time_band
+from memdoc.core.reports.json_parts import row_fit_json, row_per_gpu_json, time_json
 from memdoc.errors import PlanError
 
 _MEMORY_RANK: dict[str, dict] = {
@@ -115,16 +116,11 @@ class Candidate:
         answer = self.bill.fit
         return {
             "plan": self.plan.to_dict(),
-            "per_gpu": {
-                "peak_allocated": self.bill.peak_allocated,
-                "process_total": self.bill.process_total,
-                "min_memory_bytes": self.bill.min_memory_bytes,
-            },
-            "fits": answer.fits,
-            "fit": answer.fit.value,
+            "per_gpu": row_per_gpu_json(self.bill.peak_allocated, self.bill.process_total, self.bill.min_memory_bytes),
+            **row_fit_json(answer.fits, answer.fit),
             "headroom_bytes": self.bill.headroom_bytes,
             "host_bytes_per_node": self.host_bytes_per_node,
-            "time": {**self.time.to_json(self.plan.world_size), "band": self.band.to_json()},
+            "time": time_json(self.time, self.plan.world_size, self.band),
             "changes": [{"field": f, "from": _plain(a), "to": _plain(b)} for f, a, b in self.changes],
         }
 

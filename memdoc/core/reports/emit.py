@@ -13,10 +13,11 @@ from memdoc.core.billing.bill import Bill, compute_bill
 from memdoc.core.emit import DEFAULT_FILENAMES
 from memdoc.core.emit.dispatch import EmitContext, emit, render_main, render_side
 from memdoc.core.emit.text import shell_join
-from memdoc.core.model.gpu import GpuSpec, gpu_json
+from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan, flag_for
 from memdoc.core.remedies.climb import climb
+from memdoc.core.reports.json_parts import fit_json, gpu_json, model_json
 
 
 @dataclass(frozen=True)
@@ -41,11 +42,7 @@ class EmitResult:
     def to_json(self) -> dict:
         return {
             "format": self.fmt,
-            "model": {
-                "id": self.model.id,
-                "params": self.model.params.total,
-                "trainable_params": self.bill.states.trainable_params,
-            },
+            "model": model_json(self.model, self.bill.states.trainable_params),
             "plan": self.plan.to_dict(),
             "gpu": gpu_json(self.gpu, self.plan.world_size),
             "per_gpu": {
@@ -53,8 +50,7 @@ class EmitResult:
                 "peak_reserved": self.bill.peak_reserved,
                 "process_total": self.bill.process_total,
             },
-            "fits": self.bill.fits,
-            "headroom_bytes": self.bill.headroom_bytes,
+            **fit_json(self.bill.fits, self.bill.headroom_bytes, self.bill.fit),
             "written": self.written,
             "files": [{"path": str(path), "content": text} for path, text in self.files],
             "launch": self.launch,

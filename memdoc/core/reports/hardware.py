@@ -26,6 +26,7 @@ from memdoc.core.model.gpu import GpuSpec, resolve_gpu
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Offload, TrainingPlan
 from memdoc.core.remedies.search import Candidate, search
+from memdoc.core.reports.json_parts import gpu_json, model_json, row_fit_json, row_per_gpu_json, time_json
 from memdoc.errors import PlanError, UnknownGpuError
 
 DEFAULT_TOKENS = 1e9
@@ -118,12 +119,14 @@ class HardwareRow:
         best = self.best
         return {
             "option": self.option.label,
-            "gpu": self.option.gpu.id,
+            "gpu": gpu_json(self.option.gpu, self.count),
             "name": self.option.gpu.name,
             "count": self.count,
-            "fits": self.fits,
+            **row_fit_json(self.fits, None if best is None else best.bill.fit.fit),
             "plan": None if best is None else best.plan.to_dict(),
             "changes": [] if best is None else best.to_json()["changes"],
+            "per_gpu": None if best is None else row_per_gpu_json(best.bill.peak_allocated, best.bill.process_total),
+            "time": None if best is None else time_json(best.time, best.plan.world_size, best.band),
             "step_seconds": None if best is None else round(best.time.seconds, 4),
             "tokens_per_step": self.tokens_per_step,
             "hours": None if self.hours is None else round(self.hours, 4),
@@ -148,10 +151,16 @@ class HardwareReport:
     def priced(self) -> bool:
         return any(r.option.price is not None for r in self.rows)
 
+    @property
+    def trainable_params(self) -> int | None:
+        """The parameters the rows' plans train, when they all train the same (None otherwise)."""
+        counts = {r.best.bill.states.trainable_params for r in self.rows if r.best is not None}
+        return counts.pop() if len(counts) == 1 else None
+
     def to_json(self) -> dict:
         """The JSON of `memdoc plan --gpu A --gpu B … --json`."""
         return {
-            "model": {"id": self.model.id, "params": self.model.params.total},
+            "model": model_json(self.model, self.trainable_params),
             "tokens": self.tokens,
             "formula": FORMULA,
             "hardware": [r.to_json() for r in self.rows],

@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from memdoc.core.billing.bill import Bill, compute_bill
 from memdoc.core.billing.steptime import StepTime, step_time
 from memdoc.core.billing.verdict import MIN_MEMORY_ERROR
-from memdoc.core.model.gpu import GpuSpec, gpu_json
+from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan
 from memdoc.core.remedies.search import Candidate, search
 from memdoc.core.remedies.time_band import TimeBand, time_band
+from memdoc.core.reports.json_parts import gpu_json, model_json, row_per_gpu_json, time_json
 
 
 @dataclass(frozen=True)
@@ -40,11 +41,7 @@ class PlanReport:
     def to_json(self, emitted: dict | None = None) -> dict:
         """The JSON of `memdoc plan --json`; `emitted` is the `memdoc emit --json` object of --emit."""
         return {
-            "model": {
-                "id": self.model.id,
-                "params": self.model.params.total,
-                "trainable_params": self.base.states.trainable_params,
-            },
+            "model": model_json(self.model, self.base.states.trainable_params),
             "gpu": gpu_json(self.gpu, self.plan.world_size),
             "fit_rule": {"fit": "comfortable", "min_memory_error": MIN_MEMORY_ERROR},
             "host_ram": {"limit_bytes": self.host_ram_bytes, "source": self.host_ram_source},
@@ -52,7 +49,8 @@ class PlanReport:
             "given": {
                 "plan": self.plan.to_dict(),
                 "process_total": self.base.process_total,
-                "time": {**self.time.to_json(self.plan.world_size), "band": self.band.to_json()},
+                "per_gpu": row_per_gpu_json(self.base.peak_allocated, self.base.process_total),
+                "time": time_json(self.time, self.plan.world_size, self.band),
             },
             "plans": [c.to_json() for c in self.candidates],
             **({"emitted": emitted} if emitted is not None else {}),

@@ -6,12 +6,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from memdoc.core.billing.bill import Bill
+from memdoc.core.billing.inference import InferenceBill
 from memdoc.core.doctor.diagnosis import OomDiagnosis, PlanContext, diagnose_oom
 from memdoc.core.doctor.oom import first_oom
 from memdoc.core.doctor.symptoms import get_symptom
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan
+from memdoc.core.reports.json_parts import fit_json
 from memdoc.errors import ConfigError
 
 
@@ -49,7 +52,12 @@ class PrescribeResult:
             "symptom": d.symptom.id,
             "oom": self._oom_json(),
             "diagnosis": None if d.guess is None else diagnosis | {"guessed_symptom": d.guess.symptom},
-            "bill": None if base is None else {"per_gpu": {"process_total": base.process_total}, "fits": base.fits},
+            "bill": None
+            if base is None
+            else {
+                "per_gpu": {"process_total": base.process_total},
+                **_fit_json(base),
+            },
             "prescriptions": diagnosis["prescriptions"],
             "set_apart": diagnosis["set_apart"],
         }
@@ -61,6 +69,14 @@ class PrescribeResult:
         data = {k: v for k, v in dataclasses.asdict(d.event).items() if k != "raw"}
         data["culprit"] = None if d.culprit is None else d.culprit.to_json()
         return data
+
+
+def _fit_json(base: Bill | InferenceBill) -> dict:
+    """The fit of the bill the prescriptions were quantified on: a training bill's, or an inference bill's
+    (with its own error source, `InferenceBill.fit_json`)."""
+    if isinstance(base, InferenceBill):
+        return base.fit_json()
+    return fit_json(base.fits, base.headroom_bytes, base.fit)
 
 
 def prescribe(
