@@ -85,6 +85,8 @@ def _fsdp(doc: SourceDoc, reading: ConfigReading) -> None:
     read_fsdp(reading, doc, "distributed_type", [], config)
     if version not in (1, 2, "1", "2"):
         raise fail(doc, "fsdp_config.fsdp_version", f"must be 1 or 2, got {version!r}")
+    if str(version) == "2" and reading.plan.get("shard") == "fsdp":  # `fully_shard`: billed with FSDP2's rules
+        reading.set(doc, "fsdp_config", "shard", "fsdp2")
     if str(version) == "1" and fsdp_option(config, "state_dict_type")[1] is None:
         # accelerate/utils/dataclasses.py `set_state_dict_type`: FSDP1's default is FULL_STATE_DICT
         reading.plan["save_gather"] = True

@@ -102,3 +102,13 @@ def test_fsdp1_without_a_state_dict_type_saves_the_full_model(tmp_path):
     path.write_text(yaml.safe_dump({"distributed_type": "FSDP", "num_processes": 2, "fsdp_config": {}}))
     reading = read_accelerate(load_source(path), Stack())
     assert save_gathers(parse_plan(shard=reading.plan["shard"], gpus=2, save_gather=reading.plan["save_gather"]))
+
+
+@pytest.mark.parametrize(("version", "shard"), [(1, "fsdp"), (2, "fsdp2")])
+def test_fsdp_version_names_the_engine(tmp_path, version, shard):
+    """accelerate's `fsdp_version: 2` runs `fully_shard` (`utils/fsdp_utils.py` `fsdp2_prepare_model`): the plan's
+    shard is fsdp2, whose rules the bill applies (it was read as fsdp)."""
+    path = tmp_path / "accelerate.yaml"
+    config = {"distributed_type": "FSDP", "num_processes": 2, "fsdp_config": {"fsdp_version": version}}
+    path.write_text(yaml.safe_dump(config))
+    assert read_accelerate(load_source(path), Stack()).plan["shard"] == shard
