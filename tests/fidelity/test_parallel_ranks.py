@@ -163,6 +163,116 @@ def _ulysses(out: dict, rank: int) -> None:
     out["cp_all_to_all"] = sent
 
 
+def _ring_attention_function(group, tape: list):
+    """An HF attention function that runs torch 2.13's ring attention on this rank's (head-tail) share.
+
+    torch's `context_parallel` reaches `_templated_ring_attention` through DTensor's SDPA handler, which maps only
+    the CUDA kernels (flash, efficient, cuDNN: `_attention.py` `_sdpa_handler`); on the CPU, the same templates are
+    called here with the CPU flash kernel (`aten._scaled_dot_product_flash_attention_for_cpu`, GQA native, as
+    HF's `use_gqa_in_sdpa` passes kv heads without a mask), under the defaults `context_parallel` runs with:
+    causal, head-tail load balance, the all-gather rotater for k/v and all-to-all for dk/dv, fp32 merge.
+    The autograd node saves what the flash op's node saves: q, k, v, out, logsumexp.
+    """
+    from torch.distributed.tensor.experimental._context_parallel import _attention as ring
+
+    aten = torch.ops.aten
+
+    class Ring(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, scale):
+            out, lse = ring._templated_ring_attention(
+                group,
+                2,
+                aten._scaled_dot_product_flash_attention_for_cpu.default,
+                q,
+                k,
+                v,
+                is_causal=True,
+                dropout_p=0.0,
+                scale=scale,
+            )
+            ctx.save_for_backward(q, k, v, out, lse)
+            ctx.scale = scale
+            return out
+
+        @staticmethod
+        def backward(ctx, grad):
+            q, k, v, out, lse = ctx.saved_tensors
+            dq, dk, dv = ring._templated_ring_attention_backward(
+                group,
+                2,
+                aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+                grad.contiguous(),
+                "grad_out",
+                q,
+                k,
+                v,
+                out,
+                lse,
+                is_causal=True,
+                dropout_p=0.0,
+                scale=ctx.scale,
+            )
+            return dq, dk, dv, None
+
+    def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+        return Ring.apply(query, key, value, scaling).transpose(1, 2).contiguous(), None
+
+    return attention
+
+
+def _ring(out: dict, rank: int) -> None:
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+    from torch.distributed.tensor.experimental._context_parallel import _attention as ring
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    assert ring._cp_options.enable_load_balance and ring._cp_options.convert_to_f32  # context_parallel's defaults
+    assert ring._cp_options.rotate_method is ring._RotateMethod.ALL_GATHER
+    chunk = SEQ // 4  # head-tail: rank r holds chunks r and 3 − r (`_load_balancer.py` `_HeadTailLoadBalancer`)
+    part = torch.cat(
+        [torch.arange(rank * chunk, (rank + 1) * chunk), torch.arange((3 - rank) * chunk, (4 - rank) * chunk)]
+    )
+    ids, positions = _ids()[:, part], part[None]
+    tape: list = []
+    ALL_ATTENTION_FUNCTIONS.register("memdoc_ring", _ring_attention_function(dist.group.WORLD, tape))
+    for layers in (2, 3):
+        out[f"ring_saved_{layers}"] = _saved_bytes(_build(layers, "memdoc_ring"), input_ids=ids, position_ids=positions)
+
+    originals = {name: getattr(funcol, name) for name in ("all_gather_single", "permute_tensor")}
+
+    def counted(name):
+        def call(tensor, *args, **kwargs):
+            result = originals[name](tensor, *args, **kwargs)
+            tape.append((name, tensor.numel() * tensor.element_size(), result.numel() * result.element_size()))
+            return result
+
+        return call
+
+    merge = ring._SDPAMerger.results
+
+    def results(self):
+        tape.append(("merge", self._out.numel() * self._out.element_size(), 0))
+        return merge(self)
+
+    model = _build(2, "memdoc_ring")
+    for name in originals:
+        setattr(funcol, name, counted(name))
+    ring._SDPAMerger.results = results
+    try:
+        logits = model(input_ids=ids, position_ids=positions).logits
+        out["ring_forward"] = list(tape)
+        tape.clear()
+        logits.float().pow(2).mean().backward()
+        out["ring_backward"] = list(tape)
+    finally:
+        for name, fn in originals.items():
+            setattr(funcol, name, fn)
+        ring._SDPAMerger.results = merge
+    reference = _build(2)(input_ids=_ids()).logits[:, part]
+    out["ring_error"] = (logits - reference).abs().max().item()
+
+
 def _rank(rank: int, port: int, path: str) -> None:
     import torch.distributed as dist
 
@@ -172,6 +282,7 @@ def _rank(rank: int, port: int, path: str) -> None:
     out: dict = {}
     _tp(out)
     _ulysses(out, rank)
+    _ring(out, rank)
     with open(f"{path}.{rank}", "w") as f:
         json.dump(out, f)
     dist.destroy_process_group()
@@ -239,3 +350,52 @@ def test_ulysses_all_to_alls_send_what_is_billed(ranks):
     for rank in ranks:
         assert len(rank["cp_all_to_all"]) == 8 * 2  # q, k, v, output; forward and backward; 2 layers
         assert parallel_traffic(_spec(2), plan).cp_bytes == sum(rank["cp_all_to_all"]) / 2
+
+
+def test_ring_runs_torch_ring_attention(ranks):
+    """The ring's logits equal the model's without CP at the rank's positions (the run is the algorithm)."""
+    assert [r["ring_error"] < 1e-5 for r in ranks] == [True, True]
+
+
+def _ring_layer(rank: dict, phase: str) -> list:
+    """One layer's ring collectives and merge of `phase` (2 layers ran; both the same)."""
+    tape = rank[f"ring_{phase}"]
+    assert tape[: len(tape) // 2] == tape[len(tape) // 2 :]
+    return tape[: len(tape) // 2]
+
+
+def test_ring_rank_layer_saves_its_sequence_share(ranks):
+    """Rank 0 ran a partial (second-half) step, whose merge `torch.cat`s the output back to (B, H, L, D), so
+    o_proj's input is a copy: the bill's seq/2 share plus o_proj's input. The last rank's merged output keeps
+    the kernel's (B, L, H, D) layout, o_proj's input a view: the share alone."""
+    plan = parse_plan(precision="fp32", seq=SEQ, gpus=2, cp=2, cp_impl="ring")
+    share = rank_share(_spec(2), plan)
+    alone = sum(layer_activations(share.model, share.plan).values())
+    assert [r["ring_saved_3"] - r["ring_saved_2"] for r in ranks] == [alone + share.extra_saved // 2, alone]
+
+
+def test_ring_buffers_in_flight_are_billed(ranks):
+    """Forward: the all-gathered k/v, the concatenated local k/v sent, the fp32 merge. Backward: the gather
+    again, one dk/dv block sent and one received (fp32), and the fp32 dq accumulator (`_attention.py`
+    `_templated_ring_attention_backward`: `grad_query = torch.zeros_like(query, dtype=accum_dtype)`, the merge's
+    size: not hooked)."""
+    plan = parse_plan(precision="fp32", seq=SEQ, gpus=2, cp=2, cp_impl="ring")
+    share = rank_share(_spec(2), plan)
+    for rank in ranks:
+        (gather, sent, gathered), (merge, merged, _) = _ring_layer(rank, "forward")
+        assert (gather, merge) == ("all_gather_single", "merge")
+        assert share.forward_buffers == gathered + sent + merged
+        backward = _ring_layer(rank, "backward")
+        assert [kind for kind, *_ in backward] == ["all_gather_single", "permute_tensor", "permute_tensor"]
+        _, sent, gathered = backward[0]
+        dkv = max(i + o for _, i, o in backward[1:])
+        assert share.backward_buffers == gathered + sent + dkv + merged
+
+
+def test_ring_sends_what_is_billed(ranks):
+    """An all-gather sends its input w − 1 times; `permute_tensor` sends its input once (to the next rank)."""
+    plan = parse_plan(precision="fp32", seq=SEQ, gpus=2, cp=2, cp_impl="ring")
+    for rank in ranks:
+        tape = rank["ring_forward"] + rank["ring_backward"]
+        sent = sum(n * (2 - 1) if kind == "all_gather_single" else n for kind, n, _ in tape if kind != "merge")
+        assert parallel_traffic(_spec(2), plan).cp_bytes == sent

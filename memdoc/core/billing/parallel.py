@@ -23,7 +23,10 @@ traffic:
   `distributed/tensor/experimental/_context_parallel/_attention.py` `_templated_ring_attention`, the default
   `_AllGatherRotater`) all-gathers the sequence's k and v once per layer (one T × 2·kv buffer) next to the
   concatenated local k/v it sends and an fp32 output merge (`_SDPAMerger`, `convert_to_f32`); its backward
-  gathers again and passes dk/dv round the ring (`_AllToAllRotater`).
+  gathers again and passes dk/dv, fp32 (`accum_dtype`), round the ring cp times (`_AllToAllRotater`). With the
+  default head-tail load balance, every rank but the last runs a partial step whose merge `torch.cat`s the
+  output into (B, H, L, D), so o_proj's input is a copy, saved on top of the share (measured on 2 CPU ranks,
+  `test_parallel_ranks.py`).
 * **Sharding** runs over world / tp GPUs: accelerate's FSDP mesh is `dp_shard_cp` (`parallelism_config.py`
   `ParallelismConfig.dp_shard_cp_dim_names`), DeepSpeed's ZeRO partitions over the sequence-data-parallel group.
 """
@@ -152,9 +155,11 @@ def rank_share(model: ModelSpec, plan: TrainingPlan) -> RankShare:
     elif plan.cp > 1:
         gathered = plan.cp * tokens * 2 * kv * e  # the whole sequence's k and v
         sent = tokens * 2 * kv * e  # torch.cat of the local k, v
-        merge = tokens * q * 4  # fp32 output accumulator
+        merge = tokens * q * 4  # fp32 output accumulator (dq's in backward)
         forward = gathered + sent + merge
-        backward = gathered + sent + 2 * tokens * 2 * kv * e + merge  # dk/dv sent and received
+        backward = gathered + sent + 2 * tokens * 2 * kv * 4 + merge  # dk/dv sent and received, fp32
+        # a rank with a partial step (all but the last, head-tail balanced) merges by torch.cat: o_proj's input a copy
+        extra = tokens * q * e * model.num_layers
     return RankShare(
         notes=_notes(plan),
         model=rank_model,
@@ -204,8 +209,9 @@ def parallel_traffic(model: ModelSpec, plan: TrainingPlan) -> ParallelTraffic:
     head's all-gather of T × V, (tp−1)/tp, and the all-reduce of its input's gradient (torch 2.13
     `distributed/tensor/parallel/style.py` `ColwiseParallel`: a replicated input, its gradient summed).
     Ulysses: q, k, v and the output all-to-all in forward and backward (+ forward again with recompute),
-    (cp−1)/cp of each rank's share. Ring: the k/v all-gather, (cp−1)/cp of the sequence's k and v, once in
-    forward and twice in backward (the gather and dk/dv round the ring).
+    (cp−1)/cp of each rank's share. Ring: the k/v all-gather, (cp−1)/cp of the sequence's k and v, once
+    in forward (+1 with recompute) and once in backward, and cp sends of the rank's dk/dv in fp32 (the
+    `_AllToAllRotater` of `_templated_ring_attention_backward`, once per ring step).
     """
     rank = tp_rank_model(model, plan.tp)
     local = rank_plan(plan)
@@ -224,7 +230,8 @@ def parallel_traffic(model: ModelSpec, plan: TrainingPlan) -> ParallelTraffic:
         if plan.cp_impl is CpImpl.ULYSSES:
             per_layer = (2 + recompute) * share * tokens * (2 * rank.q_dim + 2 * rank.kv_dim) * e
         else:
-            per_layer = (3 + recompute) * share * plan.cp * tokens * 2 * rank.kv_dim * e
+            kv_local = tokens * 2 * rank.kv_dim
+            per_layer = (2 + recompute) * (plan.cp - 1) * kv_local * e + plan.cp * kv_local * 4
         cp_bytes = per_layer * model.num_layers
     return ParallelTraffic(
         tp_bytes=tp_bytes * plan.grad_accum,
