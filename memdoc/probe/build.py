@@ -128,13 +128,19 @@ def _storage_dtype(plan: TrainingPlan) -> str:
 
 
 def _from_config(conf, model_type, plan: TrainingPlan, notes: list[str] | None):
-    """`AutoModelForCausalLM.from_config` without initialising weights; eager attention (noted) when the
-    architecture has no SDPA, and one ConfigError line when transformers' model code refuses the config."""
+    """`AutoModelForCausalLM.from_config` without initialising weights (packed plans: `probe/varlen.py`'s
+    flash-attention varlen emulation); eager attention (noted) when the architecture has no SDPA, and one
+    ConfigError line when transformers' model code refuses the config."""
     from transformers import AutoModelForCausalLM
     from transformers.initialization import no_init_weights
 
     dtype = torch_dtype(_storage_dtype(plan))
     attn = "eager" if plan.attention is Attention.EAGER else "sdpa"
+    if plan.packing:  # flash-attention 2 varlen, emulated per document (`probe/varlen.py`)
+        from memdoc.probe.varlen import VARLEN, register_varlen
+
+        register_varlen()
+        attn = VARLEN
     with no_init_weights():
         try:
             try:

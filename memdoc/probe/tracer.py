@@ -28,6 +28,9 @@ How each knob is realised:
   matmul / attention outputs and recomputing everything else.
 - attention: `attn_implementation` "sdpa" (fake CPU dispatches the flash-style kernel: O(s)
   saved state, like CUDA flash/mem-efficient) or "eager" (s² probabilities saved).
+- packing: `--packing` feeds the rows flattened into one with position_ids restarting per document (of
+  `--document-tokens`, else one per row) and flash-attention 2's varlen kernel emulated per document
+  (`memdoc.probe.varlen`: what it saves, no tokens² mask).
 - accumulation: `--accum N` runs N micro-batches per step (`training_step`), the gradients of the
   first kept while the others run forward and backward.
 - sharding: fsdp/zero3 trace rank 0 of N with a fake process group, `fully_shard` per decoder
@@ -164,9 +167,12 @@ def _shard_fsdp(model, plan: TrainingPlan, mesh):
     return model
 
 
-def training_step(model, opt, ids, autocast, accum: int = 1, between: Callable[[], None] | None = None) -> None:
+def training_step(
+    model, opt, ids, autocast, accum: int = 1, between: Callable[[], None] | None = None, inputs: dict | None = None
+) -> None:
     """One optimizer step as HF Trainer runs it: `accum` micro-batches of forward with labels
-    (HF's loss) and backward of the loss / accum — gradients accumulate in place, so micro-batches
+    (HF's loss; `inputs`: the model's keyword inputs instead, e.g. a packed batch's) and backward of the
+    loss / accum — gradients accumulate in place, so micro-batches
     2..accum run with the gradients resident — then the optimizer step and
     `zero_grad(set_to_none=True)`; only the loss outlives each forward. `between()` runs before
     each micro-batch after the first (the tracer resets its per-module statistics there)."""
@@ -174,7 +180,7 @@ def training_step(model, opt, ids, autocast, accum: int = 1, between: Callable[[
         if i and between is not None:
             between()
         with autocast():
-            loss = model(input_ids=ids, labels=ids).loss
+            loss = model(**(inputs or {"input_ids": ids, "labels": ids})).loss
         (loss / accum).backward()
         del loss
     opt.step()
@@ -183,7 +189,6 @@ def training_step(model, opt, ids, autocast, accum: int = 1, between: Callable[[
 
 def _trace_once(config: dict, plan: TrainingPlan, layers: int | None) -> tuple[dict, dict[str, int], list[str]]:
     """Trace one steady-state step; returns (phase -> items incl. _opt_temp, module acts, notes)."""
-    import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from memdoc.probe.memtrack import masks_as_in_eager_execution, snapshot_items
@@ -204,16 +209,34 @@ def _trace_once(config: dict, plan: TrainingPlan, layers: int | None) -> tuple[d
             if fsdp:
                 model = _shard_fsdp(model, plan, mesh)
             opt = build_optimizer(model, plan)
-            ids = torch.randint(0, int(vocab), (plan.micro_batch, plan.seq_len))
-            tracker = _track_steady_step(model, opt, ids, plan, fsdp)
+            ids, inputs = _step_inputs(plan, int(vocab), notes)
+            tracker = _track_steady_step(model, opt, ids, plan, fsdp, inputs)
             state_bytes = optimizer_state_bytes(opt)
             phases = {ph: snapshot_items(snap, state_bytes) for ph, snap in tracker.phase_peaks.items()}
             modules = tracker.module_activation_bytes()
             if host is not None:
                 notes.append(host.note())
-            del model, opt, ids, tracker
+            del model, opt, ids, inputs, tracker
     gc.collect()
     return phases, modules, notes
+
+
+def _step_inputs(plan: TrainingPlan, vocab: int, notes: list[str]) -> tuple:
+    """The token ids of one micro-batch and the model's keyword inputs (None: ids as input and labels). A packed
+    plan's rows are flattened into one row with documents of `document_tokens` (`probe/varlen.py`)."""
+    import torch
+
+    if not plan.packing:
+        return torch.randint(0, vocab, (plan.micro_batch, plan.seq_len)), None
+    from memdoc.probe.varlen import document_bounds, packed_inputs
+
+    bounds = document_bounds(plan.micro_batch, plan.seq_len, plan.document_tokens)
+    ids = torch.randint(0, vocab, (1, plan.micro_batch * plan.seq_len))
+    notes.append(
+        f"packing: {plan.micro_batch} row(s) of {plan.seq_len} tokens flattened into one (TRL's padding-free "
+        f"collator), {len(bounds) - 1} documents; flash-attention 2 varlen emulated per document"
+    )
+    return ids, packed_inputs(ids, bounds)
 
 
 def _autocast_for(plan: TrainingPlan, fsdp: bool) -> Callable[[], contextlib.AbstractContextManager]:
@@ -228,7 +251,7 @@ def _autocast_for(plan: TrainingPlan, fsdp: bool) -> Callable[[], contextlib.Abs
     return contextlib.nullcontext
 
 
-def _track_steady_step(model, opt, ids, plan: TrainingPlan, fsdp: bool):
+def _track_steady_step(model, opt, ids, plan: TrainingPlan, fsdp: bool, inputs: dict | None = None):
     """Run a warm-up step (so optimizer states exist), then track the second, steady-state step.
 
     Returns the tracker (PhaseFSDPMemTracker for fsdp/zero3, else PhaseMemTracker) holding its phase peaks."""
@@ -240,7 +263,8 @@ def _track_steady_step(model, opt, ids, plan: TrainingPlan, fsdp: bool):
         for t in trackers:
             t.reset_mod_stats()
 
-    step = functools.partial(training_step, model, opt, ids, _autocast_for(plan, fsdp), plan.grad_accum, between)
+    autocast = _autocast_for(plan, fsdp)
+    step = functools.partial(training_step, model, opt, ids, autocast, plan.grad_accum, between, inputs)
     if fsdp:
         tracker = PhaseFSDPMemTracker(model, opt)
         trackers.append(tracker)
