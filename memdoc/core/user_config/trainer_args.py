@@ -261,6 +261,13 @@ def _checkpointing(doc: SourceDoc, reading: ConfigReading, trl: bool) -> None:
     """`activation_checkpointing` (transformers ≥ 5.x) or its alias `gradient_checkpointing`; TRL's default
     is on (trl/trainer/base_config.py). Kwargs: `every_n_layers` -> checkpoint_every, `offload` ->
     activation_offload."""
+    if doc.data.get("activation_offloading") is True:  # TRL's SFTConfig key, not transformers' offload kwarg
+        reading.skip(
+            doc,
+            "activation_offloading",
+            "TRL's activation offloading (torchtune's: every activation but the last linear's to pinned host memory, "
+            "trl/models/activation_offloading.py): not billed (--activation-offload bills transformers' own)",
+        )
     key = next((k for k in ("activation_checkpointing", "gradient_checkpointing") if k in doc.data), None)
     on = get_bool(doc, key) if key else None
     if on is None:

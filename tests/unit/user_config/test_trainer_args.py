@@ -202,3 +202,18 @@ def test_activation_checkpointing_kwargs():
     # issue 29: offload is billed now (it was a key not billed): the plan field transformers' switch sets
     assert reading.plan["activation_offload"] is args.activation_checkpointing_kwargs["offload"] is True
     assert not reading.not_billed
+
+
+def test_trls_own_activation_offloading_is_listed_as_not_billed(tmp_path):
+    """TRL's `SFTConfig.activation_offloading` (a field of the installed TRL) offloads every activation, not only
+    the checkpointed inputs that `--activation-offload` bills: listed as not billed, never read as it."""
+    import dataclasses
+
+    import trl
+
+    assert "activation_offloading" in {f.name for f in dataclasses.fields(trl.SFTConfig)}
+    path = tmp_path / "sft.yaml"
+    path.write_text("model_name_or_path: meta-llama/Llama-3.2-1B\nactivation_offloading: true\n")
+    reading = read_trainer_args(load_source(path), Stack())
+    assert "activation_offload" not in reading.plan
+    assert [n.key for n in reading.not_billed] == ["activation_offloading"]
