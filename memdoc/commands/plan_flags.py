@@ -243,6 +243,16 @@ TpOpt = Annotated[
         rich_help_panel=PLAN,
     ),
 ]
+TiledMlpOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--tiled-mlp",
+        help="ALST's tiled MLP (DeepSpeed TiledMLP): run each MLP over N sequence shards, keeping only its input and "
+        "recomputing one shard at a time in backward (one more MLP forward); Axolotl's tiled_mlp. "
+        "\\[default: 0, off]",
+        rich_help_panel=PLAN,
+    ),
+]
 RUN = "The whole run (load, evaluation, save)"
 EvalSamplesOpt = Annotated[
     Optional[int],
@@ -364,6 +374,7 @@ PLAN_OPTIONS = {
     "cp": CpOpt,
     "cp_impl": CpImplOpt,
     "tp": TpOpt,
+    "tiled_mlp": TiledMlpOpt,
     "allow_long": AllowLongOpt,
     "eval_samples": EvalSamplesOpt,
     "eval_batch": EvalBatchOpt,

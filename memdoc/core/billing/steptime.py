@@ -270,8 +270,17 @@ def _linear_recompute(model: ModelSpec, plan: TrainingPlan) -> float:
     """Fraction of the decoder's linear forward run again in backward: `_full_recompute`, or under op-level SAC
     the matmuls it does not save (`activations/sac_op.py`: every second `mm` of a layer)."""
     if plan.checkpointing is Checkpointing.SAC_OP:
-        return recomputed_linear_share(model)
-    return _full_recompute(model, plan)
+        return recomputed_linear_share(model) + _tiled_recompute(model, plan)
+    return _full_recompute(model, plan) + _tiled_recompute(model, plan)
+
+
+def _tiled_recompute(model: ModelSpec, plan: TrainingPlan) -> float:
+    """Share of the decoder's linear forward a tiled MLP (`--tiled-mlp N`) runs once more: its MLP matmuls, which
+    DeepSpeed 0.19.8 `ulysses_sp.py` `TiledMLP.backward` reruns under grad after a `no_grad` forward."""
+    if plan.tiled_mlp < 2 or model.arch.norm is Norm.LAYER:  # LayerNorm families: billed untiled
+        return 0.0
+    shape = _shape(model)
+    return max(0, shape.linear_params - model.params.attention) / shape.linear_params
 
 
 def _forward_repeat(model: ModelSpec, plan: TrainingPlan) -> float:

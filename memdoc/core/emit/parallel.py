@@ -11,6 +11,7 @@
   `utils/schemas/validation.py` `check_context_parallel_size`) runs ring-flash-attn and requires
   `attn_implementation: flash_attention_2`; `tensor_parallel_size` is DeepSpeed AutoTP (`utils/schemas/config.py`:
   "Only supported with DeepSpeed AutoTP"), so it needs a ZeRO `--shard`.
+* ALST tiled MLP (`--tiled-mlp`): Axolotl only (`tiled_mlp`); TRL, HF and LLaMA-Factory have no key.
 * LLaMA-Factory 0.9.5: its training arguments have no sequence- or tensor-parallel key (`llamafactory/hparams`;
   Ulysses lives in its separate v1 trainer, `v1/plugins/model_plugins/parallelization`).
 """
@@ -23,7 +24,13 @@ from memdoc.errors import PlanError
 
 
 def check_parallel_format(fmt: str, plan: TrainingPlan) -> None:
-    """Refuse CP/TP a format cannot express, naming the nearest format or flag that can."""
+    """Refuse CP/TP (and ALST's tiled MLP) a format cannot express, naming the nearest format or flag that can."""
+    if plan.tiled_mlp > 1 and fmt != "axolotl":
+        raise PlanError(
+            f"--tiled-mlp: --format {fmt} has no key for ALST's tiled MLP (it runs through ArcticTraining or "
+            "DeepSpeed's own API, deepspeed/runtime/sequence_parallel/ulysses_sp.py TiledMLP); nearest: --format "
+            "axolotl (tiled_mlp, tiled_mlp_num_shards)"
+        )
     if plan.cp == 1 and plan.tp == 1:
         return
     if plan.cp > 1 and plan.cp_impl is CpImpl.ULYSSES:
@@ -62,7 +69,12 @@ def accelerate_parallelism(plan: TrainingPlan) -> dict:
 
 
 def add_parallel_keys(fmt: str, plan: TrainingPlan, emitted: Emitted) -> None:
-    """Write the plan's CP/TP into an emitted config (after `check_parallel_format` let it through)."""
+    """Write the plan's CP/TP into an emitted config (after `check_parallel_format` let it through); Axolotl 0.19's
+    `tiled_mlp` / `tiled_mlp_num_shards` (`utils/schemas/config.py`; `monkeypatch/tiled_mlp/patch.py` applies
+    DeepSpeed's `TiledMLP` under DeepSpeed, its own copy otherwise)."""
+    if plan.tiled_mlp > 1 and fmt == "axolotl":
+        emitted.config["tiled_mlp"] = True
+        emitted.config["tiled_mlp_num_shards"] = plan.tiled_mlp
     if plan.cp == 1 and plan.tp == 1:
         return
     if fmt in ("trl", "hf"):

@@ -186,6 +186,11 @@ class TrainingPlan:
     """With `packing`: the documents' length-weighted mean length Σdᵢ²/Σdᵢ in tokens (`--dataset` gives it), so a
     packed row's attention is seq × this; None: one document per row assumed (attention as unpacked, an upper
     bound)."""
+    tiled_mlp: int = 0
+    """ALST's tiled MLP: each decoder MLP runs over this many sequence shards (0 or 1: off). DeepSpeed 0.19.8
+    `runtime/sequence_parallel/ulysses_sp.py` `TiledMLP.forward` saves only the MLP's input and runs the shards
+    under `no_grad`; its `backward` recomputes one shard at a time, so the MLP's intermediates on the GPU are one
+    shard's, at the cost of one more MLP forward (`core/billing/activations/mlp.py`)."""
 
     def __post_init__(self) -> None:
         for name in _POSITIVE:
@@ -214,6 +219,9 @@ class TrainingPlan:
         for name in ("eval_keeps_logits", "save_only_model", "low_mem_load", "save_gather", "activation_offload"):
             if not isinstance(getattr(self, name), bool) and not (name == "save_gather" and self.save_gather is None):
                 raise PlanError(f"{flag_for(name)} must be true or false, got {getattr(self, name)!r}")
+        if not isinstance(self.tiled_mlp, int) or isinstance(self.tiled_mlp, bool) or self.tiled_mlp < 0:
+            raise PlanError(f"--tiled-mlp must be 0 (off) or a number of shards, got {self.tiled_mlp!r}")
+        check_bound("--tiled-mlp", "tiled_mlp", self.tiled_mlp)
         for name in ("kbit_upcast", "packing"):
             if not isinstance(getattr(self, name), bool):
                 raise PlanError(f"{flag_for(name)} must be true or false, got {getattr(self, name)!r}")

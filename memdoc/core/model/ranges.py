@@ -80,6 +80,7 @@ PLAN_BOUNDS: dict[str, Bound] = {
     "sub_group_size": Bound(MAX_BUCKET_ELEMENTS, "Llama 4 Behemoth's ~2T parameters"),
     "cp": Bound(MAX_WORLD, "a sequence split over every GPU of xAI's Colossus, the largest published cluster"),
     "tp": Bound(MAX_GPUS_PER_NODE, "tensor parallelism stays in one NVLink domain: GB200 NVL72, the largest"),
+    "tiled_mlp": Bound(MAX_SEQ, "one token per shard of Llama 4 Scout's context, the longest of a released model"),
     "document_tokens": Bound(MAX_SEQ, "a document within Llama 4 Scout's context, the longest of a released model"),
 }
 """Plan field -> its largest value (the smallest is 1, or 0 where the field says so)."""

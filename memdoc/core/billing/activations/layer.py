@@ -6,7 +6,7 @@ from memdoc.core.billing.activations.adapters import lora_saved
 from memdoc.core.billing.activations.attention import attention_saved
 from memdoc.core.billing.activations.kernels import liger_layers
 from memdoc.core.billing.activations.layernorm_layer import layernorm_layer_saved
-from memdoc.core.billing.activations.mlp import mlp_saved
+from memdoc.core.billing.activations.mlp import mlp_saved, tiled_shard_bytes, tiles
 from memdoc.core.billing.activations.saved import FP32, SavedTensors, norm_saved
 from memdoc.core.billing.kbit import stream_bytes
 from memdoc.core.model.families import Norm
@@ -45,6 +45,20 @@ def layer_activations(model: ModelSpec, plan: TrainingPlan, index: int = 0) -> d
     return layer.items
 
 
+def tiled_mlp_backward(model: ModelSpec, plan: TrainingPlan) -> int:
+    """Extra bytes while the widest layer's tiled MLP runs backward (`mlp.tiled_shard_bytes`); 0 untiled or for
+    the LayerNorm families, whose MLP memdoc does not tile."""
+    if not tiles(plan) or model.arch.norm is Norm.LAYER:
+        return 0
+    dt = plan.precision.compute_bits // 8
+    targets = adapted_names(plan)
+    amp = plan.precision.is_amp and targets is None and not plan.sharded_mixed_precision
+    return max(
+        tiled_shard_bytes(model, plan, list(layout.linears), targets, dt=stream_bytes(plan, dt), amp=amp)
+        for _, layout, _ in model.layer_groups
+    )
+
+
 def selective_saved(model: ModelSpec, plan: TrainingPlan, index: int, *, mm_dt: int) -> int:
     """Bytes a layer keeps under selective checkpointing: its input and every matmul/SDPA output.
 
@@ -70,4 +84,4 @@ def selective_saved(model: ModelSpec, plan: TrainingPlan, index: int, *, mm_dt: 
     return kept
 
 
-__all__ = ["layer_activations", "selective_saved"]
+__all__ = ["layer_activations", "selective_saved", "tiled_mlp_backward"]

@@ -15,9 +15,15 @@ _UP_PROJECTIONS = ("gate_proj", "up_proj", "gate_up_proj", "fc1", "c_fc", "dense
 def mlp_saved(
     layer: SavedTensors, model: ModelSpec, plan: TrainingPlan, linears: list[Linear], targets, *, dt: int, amp: bool
 ) -> None:
-    """The MLP tensors of one layer; `targets` is `lora.adapted_names(plan)` (None: full)."""
+    """The MLP tensors of one layer; `targets` is `lora.adapted_names(plan)` (None: full).
+
+    Tiled (`--tiled-mlp N`, N > 1): only the MLP's input (`tiled_saved`); its intermediates live in backward,
+    one shard at a time (`tiled_shard_bytes`)."""
     T = plan.micro_batch * plan.seq_len
     h = model.hidden_size
+    if tiles(plan):
+        layer.add("mlp.tiled_input", dt * T * h)
+        return
     dense = [l for l in linears if l.group == "mlp"]
     experts = [l for l in linears if l.group == "experts"]
     routers = [l for l in linears if l.group == "router"]
@@ -74,9 +80,29 @@ def _dense_saved(
             layer.add("mlp.down_input", cdt * T * width)
 
 
+def tiles(plan: TrainingPlan) -> bool:
+    """Does the plan run ALST's tiled MLP (`--tiled-mlp N`, N > 1)?"""
+    return plan.tiled_mlp > 1
+
+
+def tiled_shard_bytes(
+    model: ModelSpec, plan: TrainingPlan, linears: list[Linear], targets, *, dt: int, amp: bool
+) -> int:
+    """Extra bytes while a tiled MLP runs backward: one shard's recomputed MLP tensors plus its input gradient.
+
+    DeepSpeed 0.19.8 `runtime/sequence_parallel/ulysses_sp.py` `TiledMLP.backward`: flattens the saved input to
+    (tokens, hidden), allocates its gradient (`torch.zeros_like(x)`, the whole input) and, per shard of
+    ⌈tokens / N⌉ (`torch.chunk`), reruns the MLP with grad enabled and back-propagates it before the next shard:
+    one shard's untiled MLP tensors at a time."""
+    shard = plan.replace(tiled_mlp=0, micro_batch=1, seq_len=-(-plan.micro_batch * plan.seq_len // plan.tiled_mlp))
+    one = SavedTensors()
+    mlp_saved(one, model, shard, linears, targets, dt=dt, amp=amp)
+    return sum(one.items.values()) + dt * plan.micro_batch * plan.seq_len * model.hidden_size
+
+
 def block_of(linear: Linear) -> str:
     """'shared_expert' for 'shared_expert.up_proj', '' for a top-level 'up_proj'."""
     return linear.name.rsplit(".", 1)[0] if "." in linear.name else ""
 
 
-__all__ = ["block_of", "mlp_saved"]
+__all__ = ["block_of", "mlp_saved", "tiled_shard_bytes", "tiles"]

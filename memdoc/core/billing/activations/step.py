@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from memdoc.core.billing.activations.head import head_saved
 from memdoc.core.billing.activations.kernels import liger_glu
-from memdoc.core.billing.activations.layer import layer_activations, selective_saved
+from memdoc.core.billing.activations.layer import layer_activations, selective_saved, tiled_mlp_backward
 from memdoc.core.billing.activations.offload import offloaded_bytes, offloads
 from memdoc.core.billing.activations.sac_op import sac_op_saved
 from memdoc.core.billing.activations.saved import FP32
@@ -83,7 +83,10 @@ def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:
     # Backward of one layer holds gradient buffers of its widest intermediates (≈ 3 MLP-wide tensors).
     width = max(model.intermediate_size, model.moe_intermediate_size * max(model.experts_per_token, 1))
     # Liger's SiLU/GELU-mul backward writes the gate and up gradients into its saved a and b: one buffer
-    layer_bwd = recompute + (1 if liger_glu(model, plan) else 3) * stream * T * width
+    # Tiled MLP (`--tiled-mlp N`): those buffers are one shard's, next to the shard's recompute and input gradient
+    tiled = tiled_mlp_backward(model, plan)
+    grad_tokens = -(-T // plan.tiled_mlp) if tiled else T
+    layer_bwd = recompute + tiled + (1 if liger_glu(model, plan) else 3) * stream * grad_tokens * width
     weight_copies = 0
     if amp:
         weight_copies = 2 * (model.params.total - model.params.embedding - model.params.norms)
