@@ -39,7 +39,7 @@ from memdoc.core.billing.parallel import rank_share
 from memdoc.core.billing.reserved import MAX_SIMULATED_LAYERS, ReservedVerdict, reserved_verdict, unsimulated
 from memdoc.core.billing.states import ModelStates, model_states
 from memdoc.core.billing.step_events import training_events
-from memdoc.core.billing.verdict import Fit, FitAnswer, bounded_fit, fit_answer
+from memdoc.core.billing.verdict import MIN_MEMORY_ERROR, Fit, FitAnswer, bounded_fit, fit_answer
 from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
 from memdoc.core.engines.buffers import add_engine_buffers, step_grad_bytes
 from memdoc.core.engines.host import host_items, nvme_items
@@ -205,15 +205,16 @@ class Bill:
 
     @cached_property
     def min_memory_bytes(self) -> int:
-        """The smallest device memory (torch-visible) on which the run completes: to 0.5%, or to 2% when the
-        tensors alone are over the card by more than the band (the answer is "does not fit" whatever the
-        minimum; it is only reported, and 2% is well inside its ±10% error)."""
+        """The smallest device memory (torch-visible) on which the run completes: to 0.5%, or to half the
+        minimum's error band (`MIN_MEMORY_ERROR` / 2, 5%) when the tensors alone are over the card by more than
+        the band: the answer is "does not fit" whatever the minimum, which is then only reported ("smallest GPU
+        that runs it"), inside its own ±10%."""
         far = (
             self.gpu is not None
             and fit_answer(self.peak_allocated + self.overhead_bytes, self.gpu.memory_bytes).fit is Fit.NO
         )
         return (
-            self.allocator.min_memory_bytes(50 if far else 200)
+            self.allocator.min_memory_bytes(round(2 / MIN_MEMORY_ERROR) if far else 200)
             + self.overhead_bytes
             + (self.peak_allocated - self.allocator.peak_allocated)
         )

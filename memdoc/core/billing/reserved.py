@@ -6,7 +6,7 @@
 * `fits(capacity)`: the run completes on a device whose allocator may reserve `capacity` bytes,
   releasing cached segments and retrying before giving up (what torch does before an OOM);
 * `min_memory_bytes`: the smallest such capacity, by bisection between peak allocated and peak
-  reserved (to 0.5% or 64 MiB; 2% for a plan the card cannot hold anyway, `Bill.min_memory_bytes`) —
+  reserved (to 0.5% or 64 MiB; 5% for a plan the card cannot hold anyway, `Bill.min_memory_bytes`) —
   success is monotone in capacity except in pathological orders. A run that completes at capacity C with
   a peak reserved R ≤ C completes identically at R (`_constrained_peak`), so each success lowers the upper
   bound to R, not just to C.
