@@ -6,6 +6,7 @@ Test modules import them by name (`from conftest import ROOT, invoke`): pytest p
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,29 @@ def invoke_diagnose(*args):
 def cli():
     """The `invoke` helper as a fixture."""
     return invoke
+
+
+@contextlib.contextmanager
+def saved_storages(model, local=lambda t: t):
+    """{storage address: bytes} of the distinct non-parameter storages autograd saves for backward inside the block
+    (torch's `saved_tensors_hooks`); `local` maps a tensor to the one holding its storage (a DTensor's local shard).
+
+    Each saved tensor is kept alive, as autograd would keep it, but packed as an index: returning the tensor itself
+    makes each saved output reference its own grad_fn, a C++ cycle Python's collector cannot see. Forward only:
+    nothing is unpacked, so no backward may run inside the block."""
+    import torch
+
+    params = {local(p).untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+    kept: list = []
+
+    def pack(t):
+        storage = local(t).untyped_storage()
+        if storage.data_ptr() not in params:
+            seen.setdefault(storage.data_ptr(), storage.nbytes())
+        kept.append(t)
+        return len(kept) - 1
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        yield seen
+    kept.clear()

@@ -10,7 +10,7 @@ between the two runs is what one decoder layer saves — an independent truth fo
 import json
 
 import pytest
-from conftest import CATALOG
+from conftest import CATALOG, saved_storages
 
 torch = pytest.importorskip("torch")
 
@@ -42,25 +42,10 @@ def saved_bytes(
 
         model = get_peft_model(model, LoraConfig(r=16, target_modules=lora_targets, lora_dropout=dropout))
     model.train()
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen: dict[int, int] = {}
-    kept: list = []
-
-    def pack(t):
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in params:
-            seen.setdefault(storage.data_ptr(), storage.nbytes())
-        # kept alive here as autograd would keep it, but packed as an index: returning `t` itself makes
-        # each saved output reference its own grad_fn, a C++ cycle Python's collector cannot see (every
-        # model of the file would stay in memory); backward never runs, so nothing is unpacked
-        kept.append(t)
-        return len(kept) - 1
-
     torch.manual_seed(0)
     ids = torch.randint(0, 100, (1, SEQ))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with saved_storages(model) as seen:
         model(input_ids=ids, labels=ids)
-    kept.clear()
     return sum(seen.values())
 
 

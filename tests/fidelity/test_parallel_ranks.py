@@ -20,6 +20,7 @@ import os
 import socket
 
 import pytest
+from conftest import saved_storages
 
 torch = pytest.importorskip("torch")
 
@@ -67,20 +68,8 @@ def _saved_bytes(model, **inputs) -> int:
     def local(t):
         return t._local_tensor if isinstance(t, DTensor) else t
 
-    params = {local(p).untyped_storage().data_ptr() for p in model.parameters()}
-    seen: dict[int, int] = {}
-    kept: list = []
-
-    def pack(t):
-        storage = local(t).untyped_storage()
-        if storage.data_ptr() not in params:
-            seen.setdefault(storage.data_ptr(), storage.nbytes())
-        kept.append(t)
-        return len(kept) - 1
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with saved_storages(model, local) as seen:
         model(**inputs)
-    kept.clear()
     return sum(seen.values())
 
 

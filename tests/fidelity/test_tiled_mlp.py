@@ -10,6 +10,7 @@ shard's recompute saves in backward must be the bill's untiled MLP share for one
 from __future__ import annotations
 
 import pytest
+from conftest import saved_storages
 
 torch = pytest.importorskip("torch")
 
@@ -66,20 +67,8 @@ def _ids():
 def _forward_saved(layers: int) -> int:
     """Distinct non-parameter storages a forward saves for backward."""
     model = _model(layers)
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen: dict[int, int] = {}
-    kept: list = []
-
-    def pack(t):
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in params:
-            seen.setdefault(storage.data_ptr(), storage.nbytes())
-        kept.append(t)
-        return len(kept) - 1
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with saved_storages(model) as seen:
         model(input_ids=_ids())
-    kept.clear()
     return sum(seen.values())
 
 

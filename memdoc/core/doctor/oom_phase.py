@@ -147,8 +147,8 @@ _RULES: tuple[tuple[str, frozenset[str], re.Pattern[str] | None, re.Pattern[str]
             }
         ),
         _rx(
-            r"from_pretrained\(|\b(?:model|module|net|self\.model)\.(?:to|cuda)\(|\bmodel\.cuda\(\)|deepspeed\.initialize\(|"
-            r"accelerator\.prepare\(|load_state_dict\(|cuda\.set_device\("
+            r"from_pretrained\(|\b(?:model|module|net|self\.model)\.(?:to|cuda)\(|\bmodel\.cuda\(\)|"
+            r"deepspeed\.initialize\(|accelerator\.prepare\(|load_state_dict\(|cuda\.set_device\("
         ),
         None,
     ),
