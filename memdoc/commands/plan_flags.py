@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from memdoc.commands.plan_flags_post import POST_TRAINING_OPTIONS
 from memdoc.core.model.plan import (
     Allocator,
     Attention,
@@ -383,6 +384,7 @@ PLAN_OPTIONS = {
     "save_gather": SaveGatherOpt,
     "save_only_model": SaveOnlyModelOpt,
     "low_mem_load": LowMemLoadOpt,
+    **POST_TRAINING_OPTIONS,
     "recipe": RecipeOpt,
     "config": ConfigOpt,
     "stack": StackOpt,

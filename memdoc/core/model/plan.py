@@ -26,6 +26,7 @@ from memdoc.core.model.plan_enums import (
     Precision,
     Shard,
 )
+from memdoc.core.model.plan_post import PostTrainingFields, Task, Vllm, check_post_training_fields
 from memdoc.core.model.plan_values import ENGINE_COUNTS, FLAG_ALIASES, coerce, flag_for
 from memdoc.core.model.ranges import check_bound, check_world
 from memdoc.core.model.stack import MoeExperts
@@ -49,6 +50,8 @@ __all__ = [
     "Optimizer",
     "Precision",
     "Shard",
+    "Task",
+    "Vllm",
     "ALL_LINEAR",
     "DEFAULT_TARGETS",
     "MAX_PLAN_VALUE",
@@ -63,8 +66,9 @@ MAX_PLAN_VALUE = 2**31 - 1
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainingPlan:
-    """One training step's setup. All sizes are per GPU."""
+class TrainingPlan(PostTrainingFields):
+    """One training step's setup. All sizes are per GPU. The post-training fields (`task`, `beta`, the generation
+    knobs) are inherited from `plan_post.PostTrainingFields`."""
 
     method: Method = Method.FULL
     """What is trained: full, lora or qlora."""
@@ -195,7 +199,12 @@ class TrainingPlan:
     def __post_init__(self) -> None:
         for name in _POSITIVE:
             value = getattr(self, name)
-            if value is None and name in ("lora_alpha", "eval_accumulation_steps", "document_tokens"):
+            if value is None and name in (
+                "lora_alpha",
+                "eval_accumulation_steps",
+                "document_tokens",
+                "generation_batch",
+            ):
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise PlanError(f"{flag_for(name)} must be a positive integer, got {value!r}")
@@ -245,6 +254,7 @@ class TrainingPlan:
 
         parse_interconnect(self.interconnect)
         _check_parallel(self)
+        check_post_training_fields(self)
 
     @property
     def world_size(self) -> int:
@@ -357,9 +367,13 @@ _POSITIVE = (
     "cp",
     "tp",
     "document_tokens",
+    "num_generations",
+    "completion_len",
+    "generation_batch",
+    "num_iterations",
 )
-"""Plan fields that are positive integers (`lora_alpha`, `eval_accumulation_steps` and `document_tokens` may also
-be None)."""
+"""Plan fields that are positive integers (`lora_alpha`, `eval_accumulation_steps`, `document_tokens` and
+`generation_batch` may also be None)."""
 
 
 def _check_parallel(plan: TrainingPlan) -> None:

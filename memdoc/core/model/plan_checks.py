@@ -4,6 +4,7 @@ allows (LoRA targets, rank, context). `TrainingPlan.__post_init__` validates eac
 from __future__ import annotations
 
 from memdoc.core.model.plan import ALL_LINEAR, Attention, Checkpointing, Method, Offload, TrainingPlan, flag_for
+from memdoc.core.model.plan_post import check_post_training_request
 from memdoc.errors import PlanError, did_you_mean
 
 
@@ -13,6 +14,7 @@ def check_requested_plan(plan: TrainingPlan) -> None:
     Not in `__post_init__`: plans derived from a valid one (the ladder's rungs, the states' memo key
     with checkpointing reset) may keep a knob their other fields make irrelevant, and it is ignored there.
     """
+    check_post_training_request(plan)
     if plan.checkpoint_every > 1 and plan.checkpointing is not Checkpointing.FULL:
         raise PlanError("--checkpoint-every N needs --checkpointing full (it checkpoints every Nth decoder layer)")
     if plan.activation_offload and plan.checkpointing is not Checkpointing.FULL:
@@ -87,6 +89,14 @@ _NEEDS: tuple[tuple[tuple[str, ...], str, object, str], ...] = (
         "no evaluation (--eval-samples 0)",
     ),
     (("save_gather", "low_mem_load"), "shard", lambda p: p.shard.shards_weights, "no --shard zero3/fsdp/fsdp2"),
+    (("beta",), "task", lambda p: p.task.may_use_reference, "a task without a reference term (sft, orpo, simpo, rm)"),
+    (
+        ("num_generations", "completion_len", "generation_batch", "num_iterations"),
+        "task",
+        lambda p: p.task.is_online,
+        "a task that does not generate (only grpo, rloo and ppo do)",
+    ),
+    (("vllm_memory", "vllm_sleep"), "vllm", lambda p: p.vllm.value == "colocate", "no --vllm colocate"),
 )
 """(flags, the field they depend on, when they apply, why not): the flags that mean nothing without another."""
 

@@ -21,10 +21,18 @@ from memdoc.core.model.plan_enums import (
     Precision,
     Shard,
 )
+from memdoc.core.model.plan_post import POST_TRAINING_BOOLS, POST_TRAINING_FLOATS, Task, Vllm
 from memdoc.core.model.stack import MoeExperts
 from memdoc.errors import PlanError, did_you_mean, quoted
 
-FLAG_ALIASES = {"batch": "micro_batch", "seq": "seq_len", "accum": "grad_accum", "gpus": "gpus_per_node"}
+FLAG_ALIASES = {
+    "batch": "micro_batch",
+    "seq": "seq_len",
+    "accum": "grad_accum",
+    "gpus": "gpus_per_node",
+    "generations": "num_generations",
+    "iterations": "num_iterations",
+}
 """CLI flag (and recipe key) -> plan field, where they differ; every other flag is the field with dashes."""
 
 _ENUMS = {
@@ -41,6 +49,8 @@ _ENUMS = {
     "moe_experts": MoeExperts,
     "master_weights": MasterWeights,
     "cp_impl": CpImpl,
+    "task": Task,
+    "vllm": Vllm,
 }
 
 ENGINE_COUNTS = (
@@ -73,9 +83,18 @@ _BOOLS = (
     "low_mem_load",
     "activation_offload",
     "packing",
+    *POST_TRAINING_BOOLS,
 )
 """Plan fields that are true or false."""
-_OPTIONAL = ("lora_alpha", "eval_accumulation_steps", "save_gather", "document_tokens", *ENGINE_COUNTS)
+_OPTIONAL = (
+    "lora_alpha",
+    "eval_accumulation_steps",
+    "save_gather",
+    "document_tokens",
+    "beta",
+    "generation_batch",
+    *ENGINE_COUNTS,
+)
 """Plan fields where None means "the default rule" (2 × rank, HF's None, as emitted, DeepSpeed's "auto")."""
 
 
@@ -108,14 +127,19 @@ def coerce(name: str, value):
     if name == "interconnect":
         parse_interconnect(value)  # a one-line PlanError naming the flag
         return value.strip().lower()
-    if name == "lora_dropout":
-        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise PlanError(f"--lora-dropout must be a number in [0, 1), got {quoted(value)}")
-        try:
-            return float(value)
-        except ValueError:
-            raise PlanError(f"--lora-dropout must be a number in [0, 1), got {quoted(value)}") from None
+    if name in ("lora_dropout", *POST_TRAINING_FLOATS):
+        return _coerce_float(name, value)
     return _coerce_int(name, value)
+
+
+def _coerce_float(name: str, value) -> float:
+    """A real-number field (a number, or digits as typed); its range is the plan's to check."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise PlanError(f"{flag_for(name)} must be a number, got {quoted(value)}")
+    try:
+        return float(value)
+    except ValueError:
+        raise PlanError(f"{flag_for(name)} must be a number, got {quoted(value)}") from None
 
 
 def _coerce_enum(name: str, enum, value):

@@ -82,6 +82,10 @@ PLAN_BOUNDS: dict[str, Bound] = {
     "tp": Bound(MAX_GPUS_PER_NODE, "tensor parallelism stays in one NVLink domain: GB200 NVL72, the largest"),
     "tiled_mlp": Bound(MAX_SEQ, "one token per shard of Llama 4 Scout's context, the longest of a released model"),
     "document_tokens": Bound(MAX_SEQ, "a document within Llama 4 Scout's context, the longest of a released model"),
+    "num_generations": Bound(MAX_STEP_SEQUENCES, _STEP),
+    "completion_len": Bound(MAX_SEQ, "Llama 4 Scout's context, the longest of a released model"),
+    "generation_batch": Bound(MAX_STEP_SEQUENCES, _STEP),
+    "num_iterations": Bound(INT32_MAX, _INT32),
 }
 """Plan field -> its largest value (the smallest is 1, or 0 where the field says so)."""
 
