@@ -7,10 +7,15 @@ One source for the bill (`memdoc.core.billing.bill`), measurements
 PHASES = ("forward", "backward", "optimizer")
 """The phases of one training step, in order; memory peaks in one of them."""
 
+STEP_PHASES = ("generation", "reference", "forward", "backward", "optimizer")
+"""Every phase a step may have, in order: the post-training tasks (`plan.task`) add `generation` (online tasks
+sample their completions) and `reference` (the frozen reference's, or the old policy's, log-probabilities under
+`no_grad`) before the policy's forward; supervised fine-tuning has `PHASES` only."""
+
 LINE_ITEMS = ("weights", "gradients", "optimizer", "activations", "other")
 """The line items of per-GPU memory, in bill order."""
 
 TIMELINE_CATEGORIES = ("weights", "gradients", "optimizer", "activations+other")
 """The categories of a memory timeline (a CUDA allocator trace tells model states from the rest only)."""
 
-__all__ = ["LINE_ITEMS", "PHASES", "TIMELINE_CATEGORIES"]
+__all__ = ["LINE_ITEMS", "PHASES", "STEP_PHASES", "TIMELINE_CATEGORIES"]
