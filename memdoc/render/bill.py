@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
+from memdoc.core.billing.vocabulary import LINE_ITEMS
 from memdoc.render.common import ITEM_COLORS, duration, gib, ruled_table, table
 from memdoc.render.layout import NARROW_COLUMNS, paragraph, parts_line, stdout, title
 
@@ -50,7 +50,12 @@ def render_bill(bill, ladder, command_line=None, time=None, host=None, run=None)
     if bill.gpu is None:
         return
     render_verdict(
-        bill.fit, bill.gpu, bill.plan.world_size, peak_phase=bill.peak_phase, process_total=bill.process_total
+        bill.fit,
+        bill.gpu,
+        bill.plan.world_size,
+        peak_phase=bill.peak_phase,
+        process_total=bill.process_total,
+        name_peak=bill.plan.task.value != "sft",
     )
     if ladder:
         render_ladder(ladder)
@@ -63,6 +68,7 @@ def _bill_title(bill) -> None:
         bill.model.id,
         f"{bill.model.params.total / 1e9:.2f}B params",
         f"{plan.method.value} {plan.precision.value} {plan.optimizer.value}",
+        f"task {plan.task.value}" if plan.task.value != "sft" else "",
         f"batch {plan.micro_batch} × seq {plan.seq_len}",
         f"ckpt {plan.checkpointing.value}" if plan.checkpointing.value != "none" else "",
         f"{plan.shard.value} × {plan.world_size}" if plan.shard.value != "none" else "",
@@ -74,7 +80,8 @@ def _bill_table(bill) -> None:
     """Line items × phases (plus the offloaded host column), then one stacked bar per phase."""
     t = Table(caption_justify="left")
     t.add_column("per GPU", justify="left")
-    for phase in PHASES:
+    phases = bill.phase_names
+    for phase in phases:
         t.add_column(phase + (" ◀ peak" if phase == bill.peak_phase else ""), justify="right")
     host = f"offloaded ({bill.plan.offload_to.value})" if bill.host else None
     if host:
@@ -82,17 +89,17 @@ def _bill_table(bill) -> None:
     for item in LINE_ITEMS:
         offloaded = [gib(bill.host[item]) if item in bill.host else ""] if host else []
         t.add_row(
-            f"[{ITEM_COLORS[item]}]■[/] {item}", *[gib(getattr(bill.phases[p], item)) for p in PHASES], *offloaded
+            f"[{ITEM_COLORS[item]}]■[/] {item}", *[gib(getattr(bill.phases[p], item)) for p in phases], *offloaded
         )
     t.add_row(
         "[b]allocated[/b]",
-        *[f"[b]{gib(bill.phases[p].total)}[/b]" for p in PHASES],
+        *[f"[b]{gib(bill.phases[p].total)}[/b]" for p in phases],
         *([f"[b]{gib(bill.host_bytes)}[/b]"] if host else []),
     )
     stdout.print(t)
-    scale = max(bill.phases[p].total for p in PHASES)
+    scale = max(bill.phases[p].total for p in phases)
     scale = max(scale, bill.gpu.memory_bytes if bill.gpu else 0)
-    for phase in PHASES:
+    for phase in phases:
         stdout.print(f"  {phase:<10}{phase_bar(bill.phases[phase], scale)}")
 
 
@@ -109,6 +116,8 @@ def _bill_summary(bill, time) -> None:
     )
     if time is not None:
         render_time(time, plan.world_size, bill.gpu is None or bill.gpu.is_generic)
+    elif plan.task.value != "sft":
+        paragraph(f"step time: not modelled for --task {plan.task.value} (generation and the reference forward)")
     explained = other_explained(bill)
     if explained:
         paragraph(explained)
@@ -163,6 +172,7 @@ def render_verdict(
     peak_phase: str | None = None,
     process_total: int | None = None,
     basis: str | None = None,
+    name_peak: bool = False,
 ) -> None:
     """The one fit rule's answer (a `verdict.FitAnswer`) in one line: comfortable, close call or does not fit,
     with the margin of the card over the minimum memory against that minimum's error band.
@@ -170,7 +180,7 @@ def render_verdict(
     `process_total`: the unconstrained run's total, to say when a step fits only because the allocator
     releases its cache and retries (its total is over the card, its minimum is not). `basis`: what the
     error band rests on, when it is not the training benchmark (the inference bill, whose minimum is its
-    process total)."""
+    process total). `name_peak`: say the peak phase when it fits too (post-training, where it may be generation)."""
     from memdoc.core.billing.verdict import Fit
 
     gpus = f"{world_size} × " if world_size > 1 else ""
@@ -185,7 +195,7 @@ def render_verdict(
     else:
         head = f"[bold red]✘ does not fit[/] {where}"
     if margin >= 0:
-        amount = f"{gib(margin)} headroom per GPU"
+        amount = f"{gib(margin)} headroom per GPU" + (f", peaks in {peak_phase}" if name_peak and peak_phase else "")
     else:
         amount = f"{gib(-margin)} over per GPU" + (f", peak in {peak_phase}" if peak_phase else "")
     parts = [head, amount, _error_band(answer, basis)]

@@ -36,17 +36,20 @@ from memdoc.core.billing.activations.offload import OFFLOAD_NOTE
 from memdoc.core.billing.memo import memoized_bill
 from memdoc.core.billing.model_notes import model_notes
 from memdoc.core.billing.parallel import rank_share
+from memdoc.core.billing.posttrain.phases import PostTerms, post_phases, post_terms
+from memdoc.core.billing.posttrain.rows import policy_plan
 from memdoc.core.billing.reserved import MAX_SIMULATED_LAYERS, ReservedVerdict, reserved_verdict, unsimulated
 from memdoc.core.billing.states import ModelStates, model_states
 from memdoc.core.billing.step_events import training_events
 from memdoc.core.billing.verdict import MIN_MEMORY_ERROR, Fit, FitAnswer, bounded_fit, fit_answer
-from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
+from memdoc.core.billing.vocabulary import LINE_ITEMS, STEP_PHASES
 from memdoc.core.engines.buffers import add_engine_buffers, step_grad_bytes
 from memdoc.core.engines.host import host_items, nvme_items
 from memdoc.core.engines.layout import Engine, engine_layout
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Allocator, Method, TrainingPlan
+from memdoc.core.model.plan_post import Task
 from memdoc.core.reports.json_parts import fit_json, gpu_json, model_json
 
 PROCESS_OVERHEAD_BYTES = 804_061_184
@@ -104,6 +107,10 @@ class Bill:
     notes: tuple[str, ...] = field(default_factory=tuple)
     per_rank: Bill | None = None
     """With --cp/--tp: the bill of the plan one rank runs (`parallel.rank_share`), whose allocator this one reads."""
+    policy: Bill | None = None
+    """Post-training (`plan.task` not sft): the supervised bill of the policy's own step (`posttrain.rows`)."""
+    post: PostTerms | None = None
+    """Post-training: what the task adds to the policy's step (`posttrain.phases`)."""
 
     @property
     def host_bytes(self) -> int:
@@ -121,8 +128,14 @@ class Bill:
         return engine_layout(self.plan).engine.value
 
     @property
+    def phase_names(self) -> tuple[str, ...]:
+        """The plan's phases in step order (`STEP_PHASES`): forward, backward, optimizer for supervised
+        fine-tuning; generation and reference before them for the post-training tasks that have them."""
+        return tuple(p for p in STEP_PHASES if p in self.phases)
+
+    @property
     def peak_phase(self) -> str:
-        return max(PHASES, key=lambda p: self.phases[p].total)
+        return max(self.phase_names, key=lambda p: self.phases[p].total)
 
     @property
     def peak(self) -> PhaseBill:
@@ -138,8 +151,12 @@ class Bill:
         expandable = self.plan.allocator is Allocator.EXPANDABLE
         if self.per_rank is not None:  # the CP buffers on top count in `min_memory_bytes`, not in the simulation
             return self.per_rank.allocator
+        if self.policy is not None and (self.policy.per_rank is not None or self.post is None):
+            return self.policy.allocator  # post-training under CP/TP: the rank's policy step only
         if self.model.num_layers > MAX_SIMULATED_LAYERS:
             return unsimulated(self.peak_allocated, expandable=expandable)
+        if self.policy is not None:  # post-training: the policy's run with the task's tensors (`step_events`)
+            return reserved_verdict(training_events(self.policy, self.post), expandable=expandable)
         return reserved_verdict(training_events(self), expandable=expandable)
 
     @property
@@ -406,6 +423,8 @@ def _partial_checkpointing_phase(
 @memoized_bill
 def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = None) -> Bill:
     """The per-GPU bill of `plan` on `model` (pure arithmetic, no torch)."""
+    if plan.task is not Task.SFT:
+        return _post_training_bill(model, plan, gpu)
     if plan.cp > 1 or plan.tp > 1:
         return _parallel_bill(model, plan, gpu)
     states = model_states(model, plan)
@@ -444,6 +463,18 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
     )
 
 
+def _post_training_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> Bill:
+    """A post-training plan: its policy's supervised step (`posttrain.rows.policy_plan`) plus the task's
+    generation, reference forward and resident models, phase by phase (`posttrain.phases`)."""
+    policy = compute_bill(model, policy_plan(plan), gpu)
+    items = {name: phase.to_dict() for name, phase in policy.phases.items()}
+    terms = post_terms(model, plan, gpu, items["optimizer"])
+    phases = {name: PhaseBill(**{k: v[k] for k in LINE_ITEMS}) for name, v in post_phases(items, terms).items()}
+    return dataclasses.replace(
+        policy, plan=plan, phases=phases, notes=policy.notes + terms.notes, per_rank=None, policy=policy, post=terms
+    )
+
+
 def _parallel_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> Bill:
     """A CP/TP plan: the bill of the plan one rank runs, plus its CP buffers and replicated kv heads
     (`core/billing/parallel.py`)."""
@@ -479,7 +510,8 @@ def bill_json(bill: Bill) -> dict:
             "overhead_bytes": bill.overhead_bytes,
             "min_memory_bytes": bill.min_memory_bytes,
         },
-        "phases": {name: phase.to_dict() for name, phase in bill.phases.items()},
+        "phases": {name: bill.phases[name].to_dict() for name in bill.phase_names},
+        "phase_names": list(bill.phase_names),
         "engine": bill.engine,
         "buffers": dict(bill.buffers),
         "host_bytes": bill.host_bytes,

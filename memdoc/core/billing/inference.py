@@ -31,11 +31,11 @@ from enum import Enum
 from memdoc.core.billing.activations import eager_attention
 from memdoc.core.billing.allocator import CachingAllocator
 from memdoc.core.billing.bill import process_overhead_bytes
+from memdoc.core.billing.decode import kv_cache_bytes, prefill_activation_bytes
 from memdoc.core.billing.kbit import quantised_params, quantised_rows
 from memdoc.core.billing.reserved import MAX_SIMULATED_LAYERS
 from memdoc.core.billing.states import qlora_weight_bytes
 from memdoc.core.billing.verdict import FitAnswer, fit_answer
-from memdoc.core.model.families import Mlp
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Method, TrainingPlan
@@ -215,11 +215,6 @@ class InferenceBill:
         }
 
 
-def kv_cache_bytes(model: ModelSpec, *, batch: int, context: int, bytes_per_element: float) -> int:
-    """2 × layers × kv_heads × head_dim × context × batch × bytes (K and V of every layer)."""
-    return int(2 * model.num_layers * model.kv_dim * context * batch * bytes_per_element)
-
-
 def kv_bytes_per_element(kv: KvCache, compute_bytes: int) -> float:
     """Bytes per cached element: the compute dtype, 1 for fp8, or 4-bit codes + a scale and a
     zero-point (compute dtype) per group of 64 for transformers' quantised cache."""
@@ -251,20 +246,6 @@ def inference_weight_bytes(model: ModelSpec, weights: Weights, compute_bytes: in
         quantised = quantised_params(model)
         return (model.params.total - quantised) * compute_bytes + quantised + 4 * quantised_rows(model)
     return model.params.total * compute_bytes
-
-
-def prefill_activation_bytes(model: ModelSpec, tokens: int, compute_bytes: int) -> int:
-    """The transient peak of one prefill forward of `tokens` tokens, inside a decoder layer's MLP.
-
-    `down_proj(act(gate_proj(x)) * up_proj(x))` holds act(gate), up and their product (3 × T ×
-    intermediate); a fused `gate_up_proj` (Phi-3) keeps its whole 2 × intermediate output alive
-    under the chunks, so 4 × T × intermediate. Meanwhile four hidden-sized tensors are alive: the
-    embedding output (held by the model's forward), the layer's input (held by the caller's loop),
-    the residual after attention and the normed MLP input (4 × T × hidden). Checked against
-    fake-tensor traces of transformers' forward (benchmarks/inference.py)."""
-    width = max(model.intermediate_size, model.moe_intermediate_size * max(model.experts_per_token, 1))
-    fused = model.arch.mlp is Mlp.FUSED_GATE_UP  # Phi-3's gate_up_proj output is 2 × intermediate wide
-    return compute_bytes * tokens * ((4 if fused else 3) * width + 4 * model.hidden_size)
 
 
 def chunk_attention_bytes(model: ModelSpec, batch: int, chunk: int, context: int, compute_bytes: int) -> int:

@@ -164,6 +164,7 @@ class _TrainingRun:
         ]
         self._size_loss_head()
         self.states_made = False
+        self.after_head = 0  # a no-grad scoring forward on top of the head's forward (DPO/KTO `training_events`)
         self.grads: list[int] = []  # this step's gradient tensors, in the order backward made them
 
     def _scale_states(self, bill) -> None:
@@ -227,6 +228,7 @@ class _TrainingRun:
         x = s.alloc(self.dx_bytes)  # embedding output
         saved = [self._layer_forward(i) for i in range(self.model.num_layers)]
         head, tanh = self._head_forward()
+        self.transient(self.after_head)
         self.grads = []
         glog = self._loss_backward(head, tanh)
         dx = s.alloc(self.dx_bytes)
@@ -240,6 +242,11 @@ class _TrainingRun:
         s.free(x)
         s.free(ids)
         self._optimizer_step()
+
+    def transient(self, size: int) -> None:
+        """A block allocated and freed at once (post-training's generation and scoring forwards); none if 0."""
+        if size:
+            self.stream.free(self.stream.alloc(size))
 
     def _layer_forward(self, i: int) -> list[int]:
         """Decoder layer `i`'s forward: the tensors it keeps for backward (AMP copies, saved tensors or residual)."""
@@ -365,11 +372,22 @@ class _TrainingRun:
         s.free_all(self.grads[::-1])  # zero_grad walks parameters in module order
 
 
-def training_events(bill) -> Events:
-    """The event stream of `STEPS` training steps of `bill`'s plan (see the module docstring)."""
+def training_events(bill, post=None) -> Events:
+    """The event stream of `STEPS` training steps of `bill`'s plan (see the module docstring).
+
+    `post` (`posttrain.phases.PostTerms`, post-training): its resident tensors (frozen models, PPO's value
+    states, a vLLM pool that does not sleep) are allocated after the build; each step first generates (one block
+    for the cache or the pool, freed), then scores under no_grad (one block, freed) — after the policy's head
+    forward for DPO/KTO, before the step for the online tasks (`posttrain.phases` cites TRL's order)."""
     run = _TrainingRun(bill)
     run.build()
+    if post is not None and post.resident:
+        run.stream.alloc(post.resident)
     for _ in range(STEPS):
+        if post is not None:
+            run.transient(post.generation if post.generation > post.pool else 0)
+            run.transient(0 if post.scoring_after_forward else post.scoring)
+            run.after_head = post.scoring if post.scoring_after_forward else 0
         run.step()
     return Events(tuple(run.stream.ids), tuple(run.stream.sizes))
 

@@ -12,6 +12,7 @@ from memdoc.core.billing.steptime import StepTime, step_time
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan
+from memdoc.core.model.plan_post import Task
 from memdoc.core.remedies.climb import LadderStep, climb
 from memdoc.core.remedies.inference import InferenceStep, VllmFit, climb_inference, inference_maximum, vllm_fit
 from memdoc.core.remedies.maximum import Maximum, maximum
@@ -22,7 +23,8 @@ class BillReport:
     """One training step's bill with what `memdoc bill` adds to it."""
 
     bill: Bill
-    time: StepTime
+    time: StepTime | None
+    """None for a post-training task (`plan.task` not sft): its generation and reference forward are not timed."""
     world_size: int
     ladder: list[LadderStep]
     """The cheapest remedies, applied in order until the plan fits comfortably (empty when it does or was not
@@ -42,7 +44,7 @@ class BillReport:
 
     def to_json(self) -> dict:
         data = bill_json(self.bill)
-        data["time"] = self.time.to_json(self.world_size)
+        data["time"] = None if self.time is None else self.time.to_json(self.world_size)
         data["ladder"] = [step.to_json() for step in self.ladder]
         if self.maximum is not None:
             data["max"] = self.maximum.to_json()
@@ -68,7 +70,7 @@ def bill_report(
     the_bill = compute_bill(model, plan, gpu)
     return BillReport(
         bill=the_bill,
-        time=step_time(model, plan, gpu),
+        time=step_time(model, plan, gpu) if plan.task is Task.SFT else None,
         world_size=plan.world_size,
         ladder=[] if (not ladder or gpu is None or the_bill.comfortable) else climb(model, plan, gpu, fixed=fixed),
         max_of=max_of,
