@@ -33,6 +33,7 @@ from functools import cached_property
 
 from memdoc.core.billing.activations import Activations, estimate_activations
 from memdoc.core.billing.activations.offload import OFFLOAD_NOTE
+from memdoc.core.billing.bill_json import bill_json
 from memdoc.core.billing.memo import memoized_bill
 from memdoc.core.billing.model_notes import model_notes
 from memdoc.core.billing.parallel import rank_share
@@ -50,7 +51,6 @@ from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Allocator, Method, TrainingPlan
 from memdoc.core.model.plan_post import Task
-from memdoc.core.reports.json_parts import fit_json, gpu_json, model_json
 
 PROCESS_OVERHEAD_BYTES = 804_061_184
 """A training process's device memory outside PyTorch's allocator (CUDA context, kernels, cuBLAS
@@ -494,31 +494,4 @@ def _parallel_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) ->
     return dataclasses.replace(rank, model=model, plan=plan, phases=phases, buffers=buffers, notes=notes, per_rank=rank)
 
 
-def bill_json(bill: Bill) -> dict:
-    """The documented --json shape of a bill (bytes; per_gpu at the peak phase)."""
-    peak = bill.peak
-    return {
-        "model": model_json(bill.model, bill.states.trainable_params),
-        "gpu": gpu_json(bill.gpu, bill.plan.world_size),
-        "plan": bill.plan.to_dict(),
-        "per_gpu": {
-            **{k: getattr(peak, k) for k in LINE_ITEMS},
-            "peak_allocated": bill.peak_allocated,
-            "peak_reserved": bill.peak_reserved,
-            "process_total": bill.process_total,
-            "fragmentation_bytes": bill.fragmentation_bytes,
-            "overhead_bytes": bill.overhead_bytes,
-            "min_memory_bytes": bill.min_memory_bytes,
-        },
-        "phases": {name: bill.phases[name].to_dict() for name in bill.phase_names},
-        "phase_names": list(bill.phase_names),
-        "engine": bill.engine,
-        "buffers": dict(bill.buffers),
-        "host_bytes": bill.host_bytes,
-        "host_bytes_per_node": bill.host_bytes_per_node,
-        "host": {"device": bill.plan.offload_to.value, **bill.host} if bill.host else None,
-        "nvme": dict(bill.nvme) or None,
-        "peak_phase": bill.peak_phase,
-        **fit_json(bill.fits, bill.headroom_bytes, bill.fit),
-        "notes": list(bill.notes),
-    }
+__all__ = ["PROCESS_OVERHEAD_BYTES", "Bill", "PhaseBill", "bill_json", "compute_bill", "process_overhead_bytes"]

@@ -40,7 +40,7 @@ def kv_cache(model: ModelSpec, plan: TrainingPlan) -> int:
 
 
 def generate_transient(model: ModelSpec, plan: TrainingPlan) -> int:
-    """On top of the cache: the prefill's layer transient, or a decode step's logits (16-bit + fp32 copy), the larger."""
+    """On top of the cache: the prefill's layer transient or a decode step's logits (16-bit + fp32), the larger."""
     cb, rows = plan.precision.compute_bits // 8, rows_per_device(plan)
     prefill = prefill_activation_bytes(model, rows * plan.seq_len, cb)
     return max(prefill, rows * model.vocab_size * (cb + FP32))

@@ -39,8 +39,10 @@ class PostTerms:
     """PPO's value model: weights, gradients, optimizer states (the policy's, first-order)."""
     pool: int = 0
     """Colocated vLLM's pool held through the training phases (no sleep mode)."""
+    online: bool = False
+    """The step generates (GRPO, RLOO, PPO): it has a generation phase, empty on the training GPUs in server mode."""
     generation: int = 0
-    """What generation holds on top of the states while it runs (0: not an online task)."""
+    """What generation holds on top of the states while it runs (0: not an online task, or vLLM in server mode)."""
     scoring: int = 0
     """The no-grad scoring forward's transient (reference / old policy; 0: none runs)."""
     scoring_after_forward: bool = False
@@ -72,6 +74,7 @@ def post_terms(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None, optimi
         frozen=frozen_weight_bytes(model, plan),
         value=value if plan.task is Task.PPO else (0, 0, 0),
         pool=resident_pool(plan, gpu),
+        online=plan.task.is_online,
         generation=generation_bytes(model, plan, gpu) if plan.task.is_online else 0,
         scoring=no_grad_forward_bytes(model, scoring_plan) if scores else 0,
         scoring_after_forward=not plan.task.is_online,
@@ -93,7 +96,7 @@ def post_phases(policy: dict[str, dict[str, int]], t: PostTerms) -> dict[str, di
 
     states = held(policy["optimizer"], grads=False) | {"gradients": 0, "activations": 0, "other": 0}
     phases: dict[str, dict[str, int]] = {}
-    if t.generation:  # the pool is inside `generation` with vLLM
+    if t.online:  # the pool is inside `generation` with vLLM
         phases["generation"] = states | {"other": max(t.generation, t.pool)}
     if t.scoring:
         base = held(policy["forward"], grads=False) if t.scoring_after_forward else states | {"other": t.pool}

@@ -1,0 +1,39 @@
+"""The documented --json shape of a bill (`bill.Bill`), apart from the bill so that it stays within its size."""
+
+from __future__ import annotations
+
+from memdoc.core.billing.vocabulary import LINE_ITEMS
+from memdoc.core.reports.json_parts import fit_json, gpu_json, model_json
+
+
+def bill_json(bill) -> dict:
+    """The documented --json shape of a bill (bytes; per_gpu at the peak phase)."""
+    peak = bill.peak
+    return {
+        "model": model_json(bill.model, bill.states.trainable_params),
+        "gpu": gpu_json(bill.gpu, bill.plan.world_size),
+        "plan": bill.plan.to_dict(),
+        "per_gpu": {
+            **{k: getattr(peak, k) for k in LINE_ITEMS},
+            "peak_allocated": bill.peak_allocated,
+            "peak_reserved": bill.peak_reserved,
+            "process_total": bill.process_total,
+            "fragmentation_bytes": bill.fragmentation_bytes,
+            "overhead_bytes": bill.overhead_bytes,
+            "min_memory_bytes": bill.min_memory_bytes,
+        },
+        "phases": {name: bill.phases[name].to_dict() for name in bill.phase_names},
+        "phase_names": list(bill.phase_names),
+        "engine": bill.engine,
+        "buffers": dict(bill.buffers),
+        "host_bytes": bill.host_bytes,
+        "host_bytes_per_node": bill.host_bytes_per_node,
+        "host": {"device": bill.plan.offload_to.value, **bill.host} if bill.host else None,
+        "nvme": dict(bill.nvme) or None,
+        "peak_phase": bill.peak_phase,
+        **fit_json(bill.fits, bill.headroom_bytes, bill.fit),
+        "notes": list(bill.notes),
+    }
+
+
+__all__ = ["bill_json"]
