@@ -468,7 +468,7 @@ def _post_training_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | Non
     generation, reference forward and resident models, phase by phase (`posttrain.phases`)."""
     policy = compute_bill(model, policy_plan(plan), gpu)
     items = {name: phase.to_dict() for name, phase in policy.phases.items()}
-    terms = post_terms(model, plan, gpu, items["optimizer"])
+    terms = post_terms(model, plan, gpu, items["optimizer"], policy.acts.loss_forward_peak)
     phases = {name: PhaseBill(**{k: v[k] for k in LINE_ITEMS}) for name, v in post_phases(items, terms).items()}
     return dataclasses.replace(
         policy, plan=plan, phases=phases, notes=policy.notes + terms.notes, per_rank=None, policy=policy, post=terms

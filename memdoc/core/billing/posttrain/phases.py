@@ -47,6 +47,8 @@ class PostTerms:
     """The no-grad scoring forward's transient (reference / old policy; 0: none runs)."""
     scoring_after_forward: bool = False
     """DPO/KTO: the scoring forward runs with the policy's forward activations alive."""
+    forward_transient: int = 0
+    """The policy's loss-head transient at its forward peak, freed before the scoring forward after it runs."""
     notes: tuple[str, ...] = ()
 
     @property
@@ -55,8 +57,11 @@ class PostTerms:
         return self.frozen + self.value[0] + self.value[2] + self.pool
 
 
-def post_terms(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None, optimizer_phase: dict) -> PostTerms:
-    """The task's terms; `optimizer_phase`: the policy's optimizer phase by line item (PPO's value model copies it)."""
+def post_terms(
+    model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None, optimizer_phase: dict, forward_transient: int
+) -> PostTerms:
+    """The task's terms; `optimizer_phase`: the policy's optimizer phase by line item (PPO's value model copies it);
+    `forward_transient`: the policy's loss-head transient in its forward phase (`Activations.loss_forward_peak`)."""
     scoring_plan = policy_plan(plan)
     scores = reference_runs(plan) or old_policy_runs(plan) or plan.task is Task.KTO  # KTO: its KL rows, no_grad
     value = (optimizer_phase["weights"], optimizer_phase["gradients"], optimizer_phase["optimizer"])
@@ -78,6 +83,7 @@ def post_terms(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None, optimi
         generation=generation_bytes(model, plan, gpu) if plan.task.is_online else 0,
         scoring=no_grad_forward_bytes(model, scoring_plan) if scores else 0,
         scoring_after_forward=not plan.task.is_online,
+        forward_transient=forward_transient,
         notes=tuple(notes),
     )
 
@@ -99,7 +105,11 @@ def post_phases(policy: dict[str, dict[str, int]], t: PostTerms) -> dict[str, di
     if t.online:  # the pool is inside `generation` with vLLM
         phases["generation"] = states | {"other": max(t.generation, t.pool)}
     if t.scoring:
-        base = held(policy["forward"], grads=False) if t.scoring_after_forward else states | {"other": t.pool}
+        if t.scoring_after_forward:  # the policy's saved tensors stay, its head's transient is gone
+            base = held(policy["forward"], grads=False)
+            base["other"] -= t.forward_transient
+        else:
+            base = states | {"other": t.pool}
         phases["reference"] = base | {"other": base["other"] + t.scoring}
     phases["forward"] = held(policy["forward"], grads=False)
     phases["backward"] = held(policy["backward"], grads=True)
