@@ -32,6 +32,8 @@ def render_time(time, world_size: int, generic_gpu: bool = False) -> None:
         f"{time.tokens_per_second:,.0f} tokens/s/GPU",
         f"{duration(per_billion)} per billion tokens{gpus}",
     )
+    if time.note:
+        stdout.print(f"  ({time.note})")
     if generic_gpu:
         stdout.print("  (times at A100 rates: name the GPU, e.g. --gpu rtx-4090, for its own)")
 
@@ -116,8 +118,6 @@ def _bill_summary(bill, time) -> None:
     )
     if time is not None:
         render_time(time, plan.world_size, bill.gpu is None or bill.gpu.is_generic)
-    elif plan.task.value != "sft":
-        paragraph(f"step time: not modelled for --task {plan.task.value} (generation and the reference forward)")
     explained = other_explained(bill)
     if explained:
         paragraph(explained)

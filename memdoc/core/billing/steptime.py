@@ -160,6 +160,8 @@ class StepTime:
     """Tokens one GPU processes per optimizer step."""
     link: str | None = None
     """The slowest link of the step's collectives, in words (None on one GPU; `comm.bottleneck`)."""
+    note: str | None = None
+    """What the figure rests on when it is not the calibrated model (post-training: `posttrain.steptime`)."""
 
     @property
     def seconds(self) -> float:
@@ -179,6 +181,8 @@ class StepTime:
         }
         if world_size > 1:
             out |= {"communication_seconds": round(self.communication, 4), "link": self.link}
+        if self.note:
+            out["note"] = self.note
         return out
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, bill_json, compute_bill
 from memdoc.core.billing.inference import InferenceBill, InferencePlan, inference_bill
+from memdoc.core.billing.posttrain.steptime import post_step_time
 from memdoc.core.billing.run_phases import RunBill, run_bill
 from memdoc.core.billing.steptime import StepTime, step_time
 from memdoc.core.model.gpu import GpuSpec
@@ -23,8 +24,7 @@ class BillReport:
     """One training step's bill with what `memdoc bill` adds to it."""
 
     bill: Bill
-    time: StepTime | None
-    """None for a post-training task (`plan.task` not sft): its generation and reference forward are not timed."""
+    time: StepTime
     world_size: int
     ladder: list[LadderStep]
     """The cheapest remedies, applied in order until the plan fits comfortably (empty when it does or was not
@@ -44,7 +44,7 @@ class BillReport:
 
     def to_json(self) -> dict:
         data = bill_json(self.bill)
-        data["time"] = None if self.time is None else self.time.to_json(self.world_size)
+        data["time"] = self.time.to_json(self.world_size)
         data["ladder"] = [step.to_json() for step in self.ladder]
         if self.maximum is not None:
             data["max"] = self.maximum.to_json()
@@ -70,7 +70,7 @@ def bill_report(
     the_bill = compute_bill(model, plan, gpu)
     return BillReport(
         bill=the_bill,
-        time=step_time(model, plan, gpu) if plan.task is Task.SFT else None,
+        time=step_time(model, plan, gpu) if plan.task is Task.SFT else post_step_time(model, plan, gpu),
         world_size=plan.world_size,
         ladder=[] if (not ladder or gpu is None or the_bill.comfortable) else climb(model, plan, gpu, fixed=fixed),
         max_of=max_of,

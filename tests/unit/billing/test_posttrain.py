@@ -96,3 +96,21 @@ def test_sft_keeps_its_phases_and_json_names_them():
 def test_every_task_bills_and_simulates(task):
     b = bill(task=task, method="lora", micro_batch=2, grad_accum=4, seq_len=256, completion_len=128, gpu="h100-sxm")
     assert b.peak_phase in b.phase_names and b.peak_reserved >= b.peak_allocated
+
+
+def test_post_training_time_adds_decode_and_scoring_first_order():
+    """Decode reads the weights and the mean cache once per new token (Qwen2.5-7B's config: 28 layers, 4 kv heads
+    of 128); one reference forward is a third of the policy's forward + backward; the output says first-order."""
+    from memdoc.core.billing.posttrain.steptime import post_step_time
+    from memdoc.core.billing.steptime import MEMORY_EFFICIENCY, step_time
+
+    model, gpu = resolve_model("Qwen/Qwen2.5-7B"), resolve_gpu("h100-sxm")
+    flags = dict(task="grpo", method="lora", micro_batch=8, seq_len=256, completion_len=512)
+    plain = post_step_time(model, parse_plan(**flags), gpu)
+    policy = step_time(model, policy_plan(parse_plan(**flags)), gpu)
+    cache = 2 * 28 * 4 * 128 * 8 * (256 + 256) * 2
+    decode = 512 * (model.params.total * 2 + cache) / (gpu.memory_bandwidth_gbps * 1e9 * MEMORY_EFFICIENCY)
+    assert plain.compute == pytest.approx(policy.compute + decode)
+    with_ref = post_step_time(model, parse_plan(beta=0.04, **flags), gpu)
+    assert with_ref.compute - plain.compute == pytest.approx(policy.compute / 3)
+    assert "first-order" in plain.to_json()["note"]
