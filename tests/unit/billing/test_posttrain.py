@@ -114,3 +114,14 @@ def test_post_training_time_adds_decode_and_scoring_first_order():
     with_ref = post_step_time(model, parse_plan(beta=0.04, **flags), gpu)
     assert with_ref.compute - plain.compute == pytest.approx(policy.compute / 3)
     assert "first-order" in plain.to_json()["note"]
+
+
+def test_zero3_generation_gathers_the_whole_policy():
+    """TRL's `ds3_gather_for_generation` defaults to True: under ZeRO-3 generation holds every parameter (bf16)."""
+    from trl import GRPOConfig
+
+    assert GRPOConfig.__dataclass_fields__["ds3_gather_for_generation"].default is True
+    flags = dict(task="grpo", micro_batch=8, seq_len=256, completion_len=256, gpus_per_node=4)
+    z3 = bill(shard="zero3", **flags).phases["generation"]
+    z2 = bill(shard="zero2", **flags).phases["generation"]
+    assert z3.other - z2.other == 2 * LLAMA2_7B - 2 * LLAMA2_7B // 4

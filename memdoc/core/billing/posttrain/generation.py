@@ -10,12 +10,15 @@ TRL 1.16 (`grpo_trainer.py`):
 * `use_vllm` + `vllm_mode="colocate"` (`trl/generation/vllm_generation.py` `VLLMGeneration`): a vLLM `LLM` in
   the process takes `gpu_memory_utilization` × the card for its weights and KV cache, held in every phase unless
   `enable_sleep_mode`: then `llm.sleep(level=2)` after each generation frees both until `wake_up` before the
-  next (`sync_weights`, `_generate`); `vllm_mode="server"`: vLLM runs on other GPUs (`trl vllm-serve`).
+  next (`sync_weights`, `_generate`); `vllm_mode="server"`: vLLM runs on other GPUs (`trl vllm-serve`);
+* under ZeRO-3, transformers' generation runs inside `unwrap_model_for_generation` (trl/models/utils.py) with
+  `gather_deepspeed3_params=ds3_gather_for_generation` (default True): every parameter is gathered whole.
 """
 
 from __future__ import annotations
 
 from memdoc.core.billing.decode import kv_cache_bytes, prefill_activation_bytes
+from memdoc.core.engines.layout import Engine, engine_layout
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan
@@ -46,6 +49,15 @@ def generate_transient(model: ModelSpec, plan: TrainingPlan) -> int:
     return max(prefill, rows * model.vocab_size * (cb + FP32))
 
 
+def gathered_weights(model: ModelSpec, plan: TrainingPlan) -> int:
+    """ZeRO-3: the parameters other ranks hold, gathered for generation (`ds3_gather_for_generation`); else 0."""
+    layout = engine_layout(plan)
+    if layout.engine is not Engine.ZERO3:
+        return 0
+    whole = model.params.total * layout.gather_bits // 8
+    return whole - whole // plan.world_size
+
+
 def vllm_pool(plan: TrainingPlan, gpu: GpuSpec | None) -> int:
     """Colocated vLLM's share of the card (`vllm_gpu_memory_utilization` × its memory); 0 otherwise or without a GPU."""
     if plan.vllm is not Vllm.COLOCATE or gpu is None:
@@ -57,7 +69,7 @@ def generation_bytes(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) 
     """What generation adds on the training GPU while it runs: the cache and its transient (transformers), the pool
     (colocated vLLM), nothing (server mode)."""
     if plan.vllm is Vllm.NONE:
-        return kv_cache(model, plan) + generate_transient(model, plan)
+        return kv_cache(model, plan) + generate_transient(model, plan) + gathered_weights(model, plan)
     return vllm_pool(plan, gpu)
 
 
@@ -66,4 +78,12 @@ def resident_pool(plan: TrainingPlan, gpu: GpuSpec | None) -> int:
     return 0 if plan.vllm_sleep else vllm_pool(plan, gpu)
 
 
-__all__ = ["generate_transient", "generation_bytes", "kv_cache", "resident_pool", "rows_per_device", "vllm_pool"]
+__all__ = [
+    "gathered_weights",
+    "generate_transient",
+    "generation_bytes",
+    "kv_cache",
+    "resident_pool",
+    "rows_per_device",
+    "vllm_pool",
+]
