@@ -68,18 +68,6 @@ def anyres_features(
     return unpadded, newlines
 
 
-def mllama_canvas_tiles(height: int, width: int, max_tiles: int, tile: int) -> tuple[int, int]:
-    """(tile rows, tile columns) of the canvas a Llama-3.2-Vision image is resized onto: the smallest upscale that
-    fits, else the largest downscale, ties to the smallest area: transformers 5.24
-    `models/mllama/image_processing_pil_mllama.py` `get_optimal_tiled_canvas` (with `get_all_supported_aspect_ratios`)."""
-    arrangements = [(a, b) for a in range(1, max_tiles + 1) for b in range(1, max_tiles + 1) if a * b <= max_tiles]
-    scales = [min(a * tile / height, b * tile / width) for a, b in arrangements]
-    ups = [s for s in scales if s >= 1]
-    chosen = min(ups) if ups else max(s for s in scales if s < 1)
-    candidates = [arr for arr, s in zip(arrangements, scales) if s == chosen]
-    return min(candidates, key=lambda arr: arr[0] * arr[1])
-
-
 def idefics3_grid(height: int, width: int, longest_edge: int, tile: int, max_side: int = 4096) -> tuple[int, int]:
     """(rows, columns) of the tiles an Idefics3/SmolVLM image is split into ((0, 0): not split, one view): the
     longest edge rescaled to `longest_edge` (up or down, the other edge made even), capped at 4096 px

@@ -167,15 +167,14 @@ def _gemma3(height: int, width: int, rules: VisionRules, pan: bool) -> ImageToke
     )
 
 
-def _mllama(height: int, width: int, rules: VisionRules, _pan: bool) -> ImageTokens:
-    """Llama-3.2-Vision: the image tiled onto up to 4 tiles of 560²; pixel_values always hold `max_image_tiles`
-    tiles (`pack_images`), so the encoder runs on 4 tiles of 1600 patches + CLS, padded to a multiple of 8
+def _mllama(_height: int, _width: int, rules: VisionRules, _pan: bool) -> ImageTokens:
+    """Llama-3.2-Vision: the image tiled onto up to 4 tiles of 560² (`get_optimal_tiled_canvas`); pixel_values
+    always hold `max_image_tiles` tiles (`pack_images`), so whatever the size the encoder runs on 4 tiles of
+    1600 patches + CLS, padded to a multiple of 8
     (`MllamaVisionModel.forward`), and the cross-attention states hold 4 × 1601 per image; the text holds one
     <|image|> token (`MllamaProcessor`)."""
-    rows, cols = tiling.mllama_canvas_tiles(height, width, rules.max_tiles, rules.tile)
     per_tile = (rules.tile // rules.patch) ** 2 + int(rules.cls_token)
     padded = per_tile + (8 - per_tile % 8) % 8
-    del rows, cols  # the canvas decides the resize, not the tiles run: every image runs max_tiles tiles
     return ImageTokens(
         text=1, encoder=rules.max_tiles * padded, views=rules.max_tiles, cross=rules.max_tiles * per_tile
     )
