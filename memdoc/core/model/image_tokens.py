@@ -52,6 +52,16 @@ class VisionRules:
     video_max_pixels: int = 0
     """Qwen video processor `size["longest_edge"]`."""
 
+    @property
+    def has_pixel_bounds(self) -> bool:
+        """The processor resizes within min_pixels/max_pixels (Qwen-VL's dynamic resolution)."""
+        return self.kind == "qwen"
+
+    @property
+    def has_pan_and_scan(self) -> bool:
+        """The processor can crop extra views (Gemma 3's `do_pan_and_scan`)."""
+        return self.kind == "gemma3"
+
 
 QWEN25 = VisionRules("qwen", 14, 2, 3136, 12845056, video=True, video_min_pixels=100352, video_max_pixels=602112)
 """Qwen/Qwen2.5-VL-7B-Instruct preprocessor_config.json: min_pixels 3136, max_pixels 12845056 (28×28×16384; the
