@@ -14,6 +14,7 @@ import traceback
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+from memdoc.commands.plan_flags_vision import VISION
 from memdoc.errors import MemdocError, clip_inputs, did_you_mean
 from memdoc.render.streams import StdoutError, error_line, guarded_streams, silence_stdout
 
@@ -151,18 +152,23 @@ def reflow(doc: str) -> str:
 
 SUMMARY_MAX = 6
 """A help panel with more options than this is summarised in a command's --help (one line of names)."""
+SUMMARISED_PANELS = frozenset({VISION})
+"""Panels summarised whatever their size: plan flags that most runs leave alone (the vision-language ones)."""
 TOPIC = "plan-flags"
 """The `memdoc help` topic that shows the summarised panels in full."""
 
 
 def summarised_panels(command) -> dict[str, list]:
-    """{panel: its options} for each of `command`'s help panels (`rich_help_panel`) of more than SUMMARY_MAX options."""
+    """{panel: its options} for each of `command`'s help panels (`rich_help_panel`) of more than SUMMARY_MAX options,
+    and the `SUMMARISED_PANELS`."""
     panels: dict[str, list] = {}
     for param in command.params:
         panel = getattr(param, "rich_help_panel", None)
         if panel and not getattr(param, "hidden", False):
             panels.setdefault(panel, []).append(param)
-    return {panel: params for panel, params in panels.items() if len(params) > SUMMARY_MAX}
+    return {
+        panel: params for panel, params in panels.items() if len(params) > SUMMARY_MAX or panel in SUMMARISED_PANELS
+    }
 
 
 class MemdocCommand(TyperCommand):

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from memdoc.commands.plan_flags_post import POST_TRAINING_OPTIONS
+from memdoc.commands.plan_flags_vision import VISION_OPTIONS
 from memdoc.core.model.plan import (
     Allocator,
     Attention,
@@ -385,6 +386,7 @@ PLAN_OPTIONS = {
     "save_only_model": SaveOnlyModelOpt,
     "low_mem_load": LowMemLoadOpt,
     **POST_TRAINING_OPTIONS,
+    **VISION_OPTIONS,
     "recipe": RecipeOpt,
     "config": ConfigOpt,
     "stack": StackOpt,

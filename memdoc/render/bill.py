@@ -307,7 +307,36 @@ def render_dataset(data: dict) -> None:
         [("lengths", "left"), ("", "right")],
         rows,
     )
+    if "images" in data:
+        _render_dataset_images(data["images"])
     for p in data["prescriptions"]:
         stdout.print(f"• [b]{p['id']}[/b]: {p['action']}")
         for key, value in p["how"].items():
             stdout.print(f"    {key}: {', '.join(f'{k}: {v}' for k, v in value.items())}")
+
+
+def _render_dataset_images(images: dict) -> None:
+    """`bill --dataset` with images: image tokens per sample and the sample whose text + image tokens peak."""
+    peak = images.get("peak")
+    rows = [
+        [
+            "images",
+            f"{images['images']:,} in {images['samples_with_images']:,} samples "
+            f"(up to {images['max_images_per_sample']} per sample)",
+        ],
+        ["image tokens per sample: max", f"{images['image_tokens_max']:,} tokens"],
+        ["p99", f"{images['image_tokens_p99']:,} tokens"],
+        ["p50", f"{images['image_tokens_p50']:,} tokens"],
+        ["text + image tokens: max", f"{images['total_tokens_max']:,} tokens"],
+        ["p99", f"{images['total_tokens_p99']:,} tokens"],
+        ["vision encoder, longest sample", f"{images['encoder_tokens_max']:,} patches"],
+    ]
+    if peak is not None:
+        rows.append(
+            [
+                "the peak sample",
+                f"record {peak['record']:,}: {peak['text_tokens']:,} text + {peak['image_tokens']:,} image tokens "
+                f"({peak['images']} images)",
+            ]
+        )
+    table("image tokens (not billed yet: the fit above counts text)", [("images", "left"), ("", "right")], rows)

@@ -27,10 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memdoc.core.model.gpu import GpuSpec
+from memdoc.core.model.image_tokens import RULES
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan
 from memdoc.core.remedies.dataset_fit import dataset_fit, packed_rows
+from memdoc.core.remedies.dataset_vision import image_report, sample_images
 from memdoc.errors import DatasetError
+from memdoc.resolve.dataset_images import has_images, image_sizes
 from memdoc.resolve.inputs import MiB, open_regular, read_text, shown, size_text
 
 FORMATS = (".jsonl", ".json", ".parquet", ".csv")
@@ -50,6 +53,8 @@ class TokenCounts:
     """The field(s) read, e.g. 'messages (chat template)' or 'prompt+completion'."""
     skipped: int
     """Records without the field."""
+    rows: tuple[int, ...] = ()
+    """The record index of each count (records without text are skipped)."""
 
 
 # ------------------------------------------------------------------ reading
@@ -197,15 +202,21 @@ def load_tokenizer(name: str):
 
 
 def count_tokens(
-    path: Path, tokenizer_name: str, text_field: str | None = None, progress: Callable[[str, float], None] | None = None
+    path: Path,
+    tokenizer_name: str,
+    text_field: str | None = None,
+    progress: Callable[[str, float], None] | None = None,
+    records: list[dict] | None = None,
 ) -> TokenCounts:
-    """Tokens per sample of the dataset at `path`, tokenized in batches of `BATCH`."""
-    records = read_records(path)
+    """Tokens per sample of the dataset at `path` (its `records` when already read), tokenized in batches of
+    `BATCH`."""
+    records = read_records(path) if records is None else records
     if not records:
         raise DatasetError(f"--dataset {path} has no records")
     fields = pick_field(records[0], text_field)
     samples = [sample_of(r, fields) for r in records]
-    kept = [s for s in samples if s is not None and s != ""]
+    rows = tuple(i for i, s in enumerate(samples) if s is not None and s != "")
+    kept = [samples[i] for i in rows]
     skipped = len(samples) - len(kept)
     if not kept:
         raise DatasetError(f"no record of {path} has text in {'+'.join(fields)!r}", hint="pass --text-field NAME")
@@ -235,7 +246,7 @@ def count_tokens(
                 f"{min(start + BATCH, len(kept)):,} / {len(kept):,} samples", min(1.0, (start + BATCH) / len(kept))
             )
     name = "+".join(fields) + (" (chat template)" if chat else "")
-    return TokenCounts(counts=counts, field=name, skipped=skipped)
+    return TokenCounts(counts=counts, field=name, skipped=skipped, rows=rows)
 
 
 def dataset_section(
@@ -249,9 +260,13 @@ def dataset_section(
     seq_cap: int | None,
     progress: Callable[[str, float], None] | None = None,
 ) -> dict:
-    """`memdoc bill --dataset`: tokenize the dataset and fit its lengths to the plan; the JSON `dataset` object."""
-    tokens = count_tokens(path, tokenizer, text_field, progress=progress)
+    """`memdoc bill --dataset`: tokenize the dataset and fit its lengths to the plan; the JSON `dataset` object,
+    with an `images` object when a vision-language model's dataset carries images (the fit counts text tokens:
+    the VLM bill, which bills `dataset_vision.sample_lengths`, lands next)."""
+    records = read_records(path)
+    tokens = count_tokens(path, tokenizer, text_field, progress=progress, records=records)
     fit = dataset_fit(tokens.counts, model, plan, gpu, seq_cap=seq_cap)
+    images = dataset_images(path, records, tokens, model.model_type, plan)
     return {
         "file": str(path),
         "tokenizer": tokenizer,
@@ -260,4 +275,14 @@ def dataset_section(
         "micro_batch": plan.micro_batch,
         **fit.to_json(),
         "packed": packed_rows(tokens.counts, plan.seq_len),
+        **({"images": images} if images is not None else {}),
     }
+
+
+def dataset_images(path: Path, records: list[dict], tokens: TokenCounts, model_type: str, plan) -> dict | None:
+    """The `images` object of `bill --dataset` (`dataset_vision.image_report`), or None when the model takes no
+    images (`image_tokens.RULES`) or no record has any."""
+    if model_type not in RULES or not has_images(records):
+        return None
+    sizes = image_sizes([records[i] for i in tokens.rows], path.parent)
+    return image_report(tokens.counts, sample_images(sizes, model_type, plan), list(tokens.rows))

@@ -28,6 +28,7 @@ from memdoc.core.model.plan_enums import (
 )
 from memdoc.core.model.plan_post import PostTrainingFields, Task, Vllm, check_post_training_fields
 from memdoc.core.model.plan_values import ENGINE_COUNTS, FLAG_ALIASES, coerce, flag_for
+from memdoc.core.model.plan_vision import VisionFields, check_vision_fields
 from memdoc.core.model.ranges import check_bound, check_world
 from memdoc.core.model.stack import MoeExperts
 from memdoc.errors import PlanError
@@ -66,9 +67,10 @@ MAX_PLAN_VALUE = 2**31 - 1
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainingPlan(PostTrainingFields):
+class TrainingPlan(PostTrainingFields, VisionFields):
     """One training step's setup. All sizes are per GPU. The post-training fields (`task`, `beta`, the generation
-    knobs) are inherited from `plan_post.PostTrainingFields`."""
+    knobs) are inherited from `plan_post.PostTrainingFields`, the vision fields (`images_per_sample`, `image_size`,
+    `video_frames`, the pixel bounds) from `plan_vision.VisionFields`."""
 
     method: Method = Method.FULL
     """What is trained: full, lora or qlora."""
@@ -255,6 +257,7 @@ class TrainingPlan(PostTrainingFields):
         parse_interconnect(self.interconnect)
         _check_parallel(self)
         check_post_training_fields(self)
+        check_vision_fields(self)
 
     @property
     def world_size(self) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from memdoc.core.model.plan import ALL_LINEAR, Attention, Checkpointing, Method, Offload, TrainingPlan, flag_for
 from memdoc.core.model.plan_post import check_post_training_request
+from memdoc.core.model.plan_vision import VISION_ONLY_WITH_IMAGES, check_vision_against_model
 from memdoc.errors import PlanError, did_you_mean
 
 
@@ -51,10 +52,12 @@ def check_plan_against_model(
     max_positions: int | None,
     model_id: str,
     linear_names: frozenset[str] = frozenset(),
+    model_type: str = "",
 ) -> None:
     """Refuse plans that cannot run on this model (the model-dependent half of validation).
 
-    `linear_names` are the model's LoRA-targetable module names (empty: not known, not checked).
+    `linear_names` are the model's LoRA-targetable module names (empty: not known, not checked). `model_type`
+    (HF's; empty: not checked) decides whether images and video apply (`plan_vision.check_vision_against_model`).
     Every target must name one of them (peft only refuses a list matching nothing, so a typo next
     to a valid name would silently train fewer adapters than billed); a dotted target
     (`self_attn.q_proj`) is matched by its last part, as peft matches module-name suffixes.
@@ -76,6 +79,8 @@ def check_plan_against_model(
             f"--seq {plan.seq_len} exceeds {model_id}'s context of {max_positions} tokens "
             "(pass --allow-long if you extend it with RoPE scaling)"
         )
+    if model_type:
+        check_vision_against_model(plan, model_type, model_id)
 
 
 _NEEDS: tuple[tuple[tuple[str, ...], str, object, str], ...] = (
@@ -97,6 +102,7 @@ _NEEDS: tuple[tuple[tuple[str, ...], str, object, str], ...] = (
         "a task that does not generate (only grpo, rloo and ppo do)",
     ),
     (("vllm_memory", "vllm_sleep"), "vllm", lambda p: p.vllm.value == "colocate", "no --vllm colocate"),
+    (VISION_ONLY_WITH_IMAGES, "images_per_sample", lambda p: p.has_vision, "no images or video (the default)"),
 )
 """(flags, the field they depend on, when they apply, why not): the flags that mean nothing without another."""
 

@@ -22,6 +22,7 @@ from memdoc.core.model.plan_enums import (
     Shard,
 )
 from memdoc.core.model.plan_post import POST_TRAINING_BOOLS, POST_TRAINING_FLOATS, Task, Vllm
+from memdoc.core.model.plan_vision import VISION_BOOLS, VISION_OPTIONAL, parse_image_size
 from memdoc.core.model.stack import MoeExperts
 from memdoc.errors import PlanError, did_you_mean, quoted
 
@@ -84,6 +85,7 @@ _BOOLS = (
     "activation_offload",
     "packing",
     *POST_TRAINING_BOOLS,
+    *VISION_BOOLS,
 )
 """Plan fields that are true or false."""
 _OPTIONAL = (
@@ -93,6 +95,7 @@ _OPTIONAL = (
     "document_tokens",
     "beta",
     "generation_batch",
+    *VISION_OPTIONAL,
     *ENGINE_COUNTS,
 )
 """Plan fields where None means "the default rule" (2 × rank, HF's None, as emitted, DeepSpeed's "auto")."""
@@ -127,6 +130,9 @@ def coerce(name: str, value):
     if name == "interconnect":
         parse_interconnect(value)  # a one-line PlanError naming the flag
         return value.strip().lower()
+    if name == "image_size":
+        width, height = parse_image_size(value)  # a one-line PlanError naming the flag
+        return f"{width}x{height}"
     if name in ("lora_dropout", *POST_TRAINING_FLOATS):
         return _coerce_float(name, value)
     return _coerce_int(name, value)

@@ -86,6 +86,10 @@ PLAN_BOUNDS: dict[str, Bound] = {
     "completion_len": Bound(MAX_SEQ, "Llama 4 Scout's context, the longest of a released model"),
     "generation_batch": Bound(MAX_STEP_SEQUENCES, _STEP),
     "num_iterations": Bound(INT32_MAX, _INT32),
+    "images_per_sample": Bound(MAX_SEQ, "one token per image fills Llama 4 Scout's context, the longest"),
+    "video_frames": Bound(MAX_SEQ, "one token per frame fills Llama 4 Scout's context, the longest"),
+    "max_pixels": Bound(INT32_MAX, _INT32),
+    "min_pixels": Bound(INT32_MAX, _INT32),
 }
 """Plan field -> its largest value (the smallest is 1, or 0 where the field says so)."""
 
