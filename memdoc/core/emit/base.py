@@ -268,7 +268,8 @@ def _trl_head(plan: TrainingPlan) -> str:
     """Which TRL trainer computes the loss through its fused LM head (TRL 1.16: `add_fused_lm_head` in
     trl/trainer/{sft,dpo,kto,grpo,rloo}_trainer.py)."""
     name = {"sft": "SFT", "dpo": "DPO", "kto": "KTO", "grpo": "GRPO", "rloo": "RLOO"}.get(plan.task.value, "SFT")
-    return f"TRL ≥ 1.16's {name}Trainer computes the loss through its fused LM head (trl/trainer/{name.lower()}_trainer.py)"
+    source = f"trl/trainer/{name.lower()}_trainer.py"
+    return f"TRL ≥ 1.16's {name}Trainer computes the loss through its fused LM head ({source})"
 
 
 RM_HEAD_NOTE = (
