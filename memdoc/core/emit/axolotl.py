@@ -3,7 +3,7 @@ ZeRO stages point to the DeepSpeed JSON written next to it."""
 
 from __future__ import annotations
 
-from memdoc.core.emit.axolotl_post import axolotl_dataset, axolotl_task_keys
+from memdoc.core.emit.axolotl_post import axolotl_dataset, axolotl_schedule, axolotl_task_keys
 from memdoc.core.emit.base import (
     DATASET_PLACEHOLDER,
     DS_CONFIG_NAME,
@@ -205,6 +205,7 @@ def emit_axolotl(ctx: EmitContext) -> Emitted:
     comments = _chat_template(ctx, config, notes)
     _data_keys(ctx, config, placeholders, comments)
     config.update(_batch_and_optimizer_keys(plan))
+    axolotl_schedule(plan, config, notes)
     placeholders["learning_rate"] = "a common default for this method; tune it"
     config.update(_precision(plan, notes))
     config["attn_implementation"] = plan.attention.value

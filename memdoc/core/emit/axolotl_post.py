@@ -92,6 +92,8 @@ def axolotl_task_keys(plan: TrainingPlan, notes: list[str]) -> dict:
         out["rl_beta"] = float(beta)
     if task in (Task.DPO, Task.KTO):
         out["precompute_ref_log_probs"] = plan.precompute_ref
+    if task is Task.KTO:  # Axolotl's validator requires it for KTO (axolotl/utils/schemas/validation.py)
+        out["remove_unused_columns"] = False
     return out
 
 
@@ -117,9 +119,19 @@ def _grpo_block(plan: TrainingPlan, notes: list[str]) -> dict:
     return block
 
 
+def axolotl_schedule(plan: TrainingPlan, config: dict, notes: list[str]) -> None:
+    """Axolotl refuses `warmup_ratio` with `rl: simpo` (`axolotl/utils/schemas/validation.py`: "warmup_ratio is not
+    supported with the simpo trainer"): the warmup is dropped, with a note."""
+    if plan.task is Task.SIMPO and config.pop("warmup_ratio", None) is not None:
+        notes.append(
+            "rl: simpo: Axolotl refuses warmup_ratio with the SimPO trainer — no warmup is written; set warmup_steps "
+            "(a step count) for one"
+        )
+
+
 def axolotl_dataset(plan: TrainingPlan) -> tuple[dict, str] | None:
     """The task's `datasets` entry (without its path) and its row format; None for SFT (the chat template rows)."""
     return AXOLOTL_DATASET_TYPES.get(plan.task)
 
 
-__all__ = ["AXOLOTL_RL", "axolotl_dataset", "axolotl_task_keys"]
+__all__ = ["AXOLOTL_RL", "axolotl_dataset", "axolotl_schedule", "axolotl_task_keys"]
