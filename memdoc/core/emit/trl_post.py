@@ -72,6 +72,15 @@ UNRUNNABLE = {
 """Tasks `trl` cannot run, why, and the formats that can."""
 
 
+SELF_DESCRIBING = {
+    Task.KTO: {"desirable_weight": 1.0, "undesirable_weight": 1.0},
+    Task.RM: {"center_rewards_coefficient": None},
+    Task.RLOO: {"normalize_advantages": False},
+}
+"""Keys only the task's config class has, at TRL 1.16's defaults (`KTOConfig`, `RewardConfig`, `RLOOConfig`), so that the file
+says which class it is (memdoc's reader, `memdoc.core.user_config.trl_post`, tells the class by such keys)."""
+
+
 def trl_script(plan: TrainingPlan) -> str:
     """The TRL script (and `trl` subcommand) that trains `plan.task`; a one-line error for the tasks TRL's CLI
     cannot run."""
@@ -97,9 +106,10 @@ def trl_length_keys(plan: TrainingPlan, notes: list[str]) -> dict:
 def trl_task_keys(plan: TrainingPlan, notes: list[str]) -> dict:
     """`plan`'s post-training fields as the keys of the task's config class (TRL 1.16 `DPOConfig`, `KTOConfig`,
     `GRPOConfig`, `RLOOConfig`; `RewardConfig` has none of them). `beta` is always written, so a TRL release that
-    changes its default does not change the run."""
+    changes its default does not change the run; KTO and reward files also carry a key only their class has
+    (`SELF_DESCRIBING`)."""
     task = plan.task
-    out: dict = {}
+    out: dict = dict(SELF_DESCRIBING.get(task, {}))
     if task.may_use_reference:
         out["beta"] = float(plan.effective_beta)
     if task in (Task.DPO, Task.KTO):
