@@ -77,8 +77,9 @@ SELF_DESCRIBING = {
     Task.RM: {"center_rewards_coefficient": None},
     Task.RLOO: {"normalize_advantages": False},
 }
-"""Keys only the task's config class has, at TRL 1.16's defaults (`KTOConfig`, `RewardConfig`, `RLOOConfig`), so that the file
-says which class it is (memdoc's reader, `memdoc.core.user_config.trl_post`, tells the class by such keys)."""
+"""Keys only the task's config class has, at TRL 1.16's defaults (`KTOConfig`, `RewardConfig`, `RLOOConfig`), so
+that the file says which class it is (memdoc's reader, `memdoc.core.user_config.trl_post`, tells the class by such
+keys)."""
 
 
 def trl_script(plan: TrainingPlan) -> str:

@@ -75,8 +75,11 @@ def _axolotl_grpo(reading: ConfigReading, doc: SourceDoc, block: dict) -> None:
             reading.set(doc, f"trl.{key}", plan_field, value)
     if not get_bool(doc, "use_vllm", block, where="trl.use_vllm"):
         return
-    mode = get_choice(doc, "vllm_mode", ("colocate", "server"), block, where="trl.vllm_mode") or "colocate"
+    given = get_choice(doc, "vllm_mode", ("colocate", "server"), block, where="trl.vllm_mode")
+    mode = given or "colocate"  # None: TRL's GRPOConfig default
     reading.set(doc, "trl.use_vllm", "vllm", mode)
+    if given:
+        reading.set(doc, "trl.vllm_mode", "vllm", given)
     if mode != "colocate":
         return
     sleep = get_bool(doc, "vllm_enable_sleep_mode", block, where="trl.vllm_enable_sleep_mode")

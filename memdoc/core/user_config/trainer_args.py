@@ -322,7 +322,7 @@ def _trl_loss(doc: SourceDoc, reading: ConfigReading, stack: Stack) -> None:
     only), refusing a config that asks for the fused cross-entropy; `compute_loss` runs
     `model(**inputs, fused_lm_head=True)` for every `loss_type` ("nll", the default, and "dft"; TRL's DPO and
     GRPO trainers compute theirs through the same head)."""
-    key = "loss_type" if get_str(doc, "loss_type") is not None else "loss_type (default)"
+    key = "loss_type" if doc.data.get("loss_type") is not None else "loss_type (default)"  # DPOConfig: a list
     reading.set(doc, key, "loss", trl_sft_defaults(stack).loss.value)
     if not get_bool(doc, "use_liger_kernel"):
         return
