@@ -6,7 +6,7 @@ import dataclasses
 import os
 from pathlib import Path
 
-from memdoc.core.emit import DEFAULT_FILENAMES
+from memdoc.core.emit import default_filename
 from memdoc.core.emit.text import check_fill_in
 from memdoc.core.reports.emit import EmitResult, emit_result, plan_to_emit
 from memdoc.errors import OutputError
@@ -33,7 +33,7 @@ def emit_files(
     """
     check_fill_in("--dataset", dataset)
     check_fill_in("--output-dir", output_dir)
-    path = output_path(output, fmt)
+    path = output_path(output, fmt, setup.plan.task.value)
     chosen = plan_to_emit(setup.model, setup.plan, setup.gpu, fit=fit, fixed=setup.explicit)
     if chosen is None:
         return None
@@ -56,7 +56,7 @@ def emit_files(
     return dataclasses.replace(result, written=True)
 
 
-def output_path(raw: str | None, fmt: str) -> Path | None:
+def output_path(raw: str | None, fmt: str, task: str = "sft") -> Path | None:
     """-o as typed → the main config's path: a directory (one that exists, or any path ending in a separator, made
     when missing) gets the format's default file name inside it. Refused (one line): an empty value, control
     characters (`check_fill_in`), a name or path longer than the kernel takes (`check_length`)."""
@@ -70,6 +70,6 @@ def output_path(raw: str | None, fmt: str) -> Path | None:
     except OSError as exc:
         raise OutputError(f"cannot write {raw}: {exc.strerror or exc}") from None
     if is_dir or raw.endswith(os.sep) or (os.altsep and raw.endswith(os.altsep)):
-        path = path / DEFAULT_FILENAMES[fmt]
+        path = path / default_filename(fmt, task)
         check_length(path)
     return path

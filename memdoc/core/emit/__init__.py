@@ -14,4 +14,13 @@ DEFAULT_FILENAMES = {
 `dispatch.py` (`emit`), imported only where a config is written, so that `bill` and `plan` start without them."""
 FORMATS = tuple(DEFAULT_FILENAMES)
 
-__all__ = ["DEFAULT_FILENAMES", "FORMATS"]
+
+def default_filename(fmt: str, task: str = "sft") -> str:
+    """The config file name written by default for `fmt` and the plan's task: TRL's is named after the script
+    that runs it (`trl dpo --config dpo.yaml`, `trl reward --config reward.yaml`: `trl_post.TRL_SCRIPTS`)."""
+    if fmt == "trl" and task != "sft":
+        return f"{'reward' if task == 'rm' else task}.yaml"
+    return DEFAULT_FILENAMES[fmt]
+
+
+__all__ = ["DEFAULT_FILENAMES", "FORMATS", "default_filename"]

@@ -3,6 +3,7 @@ ZeRO stages point to the DeepSpeed JSON written next to it."""
 
 from __future__ import annotations
 
+from memdoc.core.emit.axolotl_post import axolotl_dataset, axolotl_schedule, axolotl_task_keys
 from memdoc.core.emit.base import (
     DATASET_PLACEHOLDER,
     DS_CONFIG_NAME,
@@ -134,12 +135,14 @@ def _chat_template(ctx: EmitContext, config: dict, notes: list[str]) -> dict[str
 
 def _data_keys(ctx: EmitContext, config: dict, placeholders: dict[str, str], comments: dict[str, str]) -> None:
     """The dataset and the output directory, or placeholders for them."""
-    config["datasets"] = [
-        {"path": ctx.dataset or DATASET_PLACEHOLDER, "type": "chat_template", "field_messages": "messages"}
-    ]
-    comments["datasets"] = AXOLOTL_DATASET_FORMAT
+    entry, rows = axolotl_dataset(ctx.plan) or (
+        {"type": "chat_template", "field_messages": "messages"},
+        AXOLOTL_DATASET_FORMAT,
+    )
+    config["datasets"] = [{"path": ctx.dataset or DATASET_PLACEHOLDER, **entry}]
+    comments["datasets"] = rows
     if not ctx.dataset:
-        placeholders["datasets"] = f"set path (--dataset); {AXOLOTL_DATASET_FORMAT}"
+        placeholders["datasets"] = f"set path (--dataset); {rows}"
     config["output_dir"] = ctx.output_dir or OUTPUT_DIR_PLACEHOLDER
     if not ctx.output_dir:
         placeholders["output_dir"] = "where checkpoints go (--output-dir)"
@@ -198,10 +201,11 @@ def emit_axolotl(ctx: EmitContext) -> Emitted:
     plan = ctx.plan
     notes: list[str] = []
     placeholders: dict[str, str] = {}
-    config: dict = {"base_model": ctx.model_id, **_adapter_keys(plan)}
+    config: dict = {"base_model": ctx.model_id, **axolotl_task_keys(plan, notes), **_adapter_keys(plan)}
     comments = _chat_template(ctx, config, notes)
     _data_keys(ctx, config, placeholders, comments)
     config.update(_batch_and_optimizer_keys(plan))
+    axolotl_schedule(plan, config, notes)
     placeholders["learning_rate"] = "a common default for this method; tune it"
     config.update(_precision(plan, notes))
     config["attn_implementation"] = plan.attention.value

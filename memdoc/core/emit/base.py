@@ -264,7 +264,18 @@ def uses_liger(plan: TrainingPlan) -> bool:
     return plan.loss in (Loss.FUSED, Loss.FUSED_CE)
 
 
-_TRL_HEAD = "TRL ≥ 1.16's SFTTrainer computes the loss through its fused LM head (trl/trainer/sft_trainer.py)"
+def _trl_head(plan: TrainingPlan) -> str:
+    """Which TRL trainer computes the loss through its fused LM head (TRL 1.16: `add_fused_lm_head` in
+    trl/trainer/{sft,dpo,kto,grpo,rloo}_trainer.py)."""
+    name = {"sft": "SFT", "dpo": "DPO", "kto": "KTO", "grpo": "GRPO", "rloo": "RLOO"}.get(plan.task.value, "SFT")
+    source = f"trl/trainer/{name.lower()}_trainer.py"
+    return f"TRL ≥ 1.16's {name}Trainer computes the loss through its fused LM head ({source})"
+
+
+RM_HEAD_NOTE = (
+    "task rm: TRL's RewardTrainer loads AutoModelForSequenceClassification (trl/trainer/reward_trainer.py): a scalar "
+    "score head, no vocabulary logits — --loss does not apply"
+)
 FULL_LOGITS_TRAINERS = {
     "hf": "the HF Trainer computes",
     "axolotl": "Axolotl's trainer (a transformers Trainer) computes",
@@ -277,16 +288,19 @@ def loss_path_note(fmt: str, plan: TrainingPlan) -> str | None:
     """Where the trainer of `fmt` computes the loss differently from the plan's `--loss`, the note that says so
     and what to bill: TRL ≥ 1.16 always uses its fused LM head (bill trl-fused), the other formats' trainers
     always compute the full logits or Liger's fused cross-entropy (never trl-fused)."""
+    if fmt == "trl" and plan.task.value == "rm":
+        return RM_HEAD_NOTE
+    trl_head = _trl_head(plan)
     if fmt == "trl" and plan.loss is Loss.HF:
-        return f"loss hf: {_TRL_HEAD}, never the full logits — bill --loss trl-fused for this config"
+        return f"loss hf: {trl_head}, never the full logits — bill --loss trl-fused for this config"
     if fmt == "trl" and plan.loss is Loss.FUSED:
         return (
-            f"loss fused: {_TRL_HEAD} and turns Liger's fused cross-entropy off (use_liger_kernel applies its layer "
+            f"loss fused: {trl_head} and turns Liger's fused cross-entropy off (use_liger_kernel applies its layer "
             "kernels only) — bill --loss trl-fused for this config"
         )
     if fmt == "trl" and plan.loss is Loss.FUSED_CE:
         return (
-            f"loss fused-ce: {_TRL_HEAD} and refuses liger_kernel_config with fused_linear_cross_entropy — on TRL "
+            f"loss fused-ce: {trl_head} and refuses liger_kernel_config with fused_linear_cross_entropy — on TRL "
             "≥ 1.16 drop the Liger keys and bill --loss trl-fused"
         )
     if fmt in FULL_LOGITS_TRAINERS and plan.loss is Loss.TRL_FUSED:

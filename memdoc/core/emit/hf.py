@@ -25,12 +25,19 @@ from memdoc.core.emit.kbit import kbit_prepare_clause
 from memdoc.core.emit.packing import packing_keys
 from memdoc.core.model.lora import lora_alpha
 from memdoc.core.model.plan import Loss, Method
+from memdoc.errors import PlanError
 
 
 def emit_hf(ctx: EmitContext) -> Emitted:
     plan = ctx.plan
     notes: list[str] = []
     placeholders: dict[str, str] = {}
+    if plan.task.value != "sft":
+        raise PlanError(
+            f"--task {plan.task.value} --format hf: HF TrainingArguments train with the language-modelling loss only "
+            "(no reference model, preference loss or generation)",
+            hint="use --format trl (trl dpo/kto/reward/grpo/rloo), axolotl (rl: …) or llamafactory (stage: …)",
+        )
     packing_keys("hf", plan, notes)  # refuses --packing: TrainingArguments have no key
     config = training_arguments(ctx, notes, placeholders)
     load = [f"dtype=torch.{load_dtype(plan)}", f'attn_implementation="{plan.attention.value}"']

@@ -18,6 +18,7 @@ from memdoc.core.emit.base import (
 )
 from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
 from memdoc.core.emit.kbit import kbit_notes
+from memdoc.core.emit.llamafactory_post import LF_TASK_DATASETS, lf_task_keys
 from memdoc.core.emit.packing import packing_keys
 from memdoc.core.emit.templates import chat_template
 from memdoc.core.model.lora import lora_alpha
@@ -69,7 +70,7 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
     config: dict = {
         "model_name_or_path": ctx.model_id,
         "flash_attn": "sdpa" if plan.attention.value == "sdpa" else "disabled",
-        "stage": "sft",
+        **lf_task_keys(plan, notes, placeholders),
         "do_train": True,
         "finetuning_type": "full" if plan.method is Method.FULL else "lora",
     }
@@ -81,9 +82,10 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
     if plan.method is Method.QLORA:
         config.update(quantization_bit=4, quantization_method="bnb", quantization_type="nf4", double_quantization=True)
     config["dataset"] = ctx.dataset or DATASET_PLACEHOLDER
-    comments = {"dataset": LF_DATASET_FORMAT}
+    rows = LF_TASK_DATASETS.get(plan.task, LF_DATASET_FORMAT)
+    comments = {"dataset": rows}
     if not ctx.dataset:
-        placeholders["dataset"] = f"a dataset name from your dataset_info.json (--dataset); {LF_DATASET_FORMAT}"
+        placeholders["dataset"] = f"a dataset name from your dataset_info.json (--dataset); {rows}"
     template = chat_template(ctx.model_id)
     if template is None:
         config["template"] = "default"

@@ -1,4 +1,5 @@
-"""TRL `trl sft --config` YAML: SFTConfig + ModelConfig + ScriptArguments keys in one file."""
+"""TRL `trl <task> --config` YAML: the task's config class (SFTConfig, DPOConfig, KTOConfig, RewardConfig, GRPOConfig,
+RLOOConfig) + ModelConfig + ScriptArguments keys in one file (the post-training keys: `memdoc.core.emit.trl_post`)."""
 
 from __future__ import annotations
 
@@ -20,25 +21,55 @@ from memdoc.core.emit.base import (
 from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
 from memdoc.core.emit.kbit import kbit_notes
 from memdoc.core.emit.packing import packing_keys
+from memdoc.core.emit.trl_post import (
+    REWARD_FUNCS_NOTE,
+    REWARD_FUNCS_PLACEHOLDER,
+    TRL_TASK_DATASETS,
+    TRL_TRAINERS,
+    trl_length_keys,
+    trl_script,
+    trl_task_keys,
+)
 from memdoc.core.model.lora import lora_alpha
 from memdoc.core.model.plan import Loss, Method
+from memdoc.core.model.plan_post import Task
+from memdoc.errors import PlanError
+
+
+def _task_keys(ctx: EmitContext, config: dict, notes: list[str], placeholders: dict[str, str]) -> dict[str, str]:
+    """The dataset (its rows as the task's trainer reads them), the lengths, packing and the task's own keys
+    (`trl_post`); GRPO/RLOO also `reward_funcs` (a placeholder the user must choose). Returns the key comments."""
+    plan = ctx.plan
+    rows = TRL_TASK_DATASETS.get(plan.task, TRL_DATASET_FORMAT)
+    config["dataset_name"] = ctx.dataset or DATASET_PLACEHOLDER
+    comments = {"dataset_name": rows}
+    if not ctx.dataset:
+        placeholders["dataset_name"] = f"a Hub dataset id or local path (--dataset); {rows}"
+    config.update(trl_length_keys(plan, notes))
+    if plan.packing and plan.task is not Task.SFT:
+        raise PlanError(
+            f"--packing --task {plan.task.value}: TRL's {TRL_TRAINERS[plan.task]} has no packing key",
+            hint="drop --packing (TRL packs SFT rows only)",
+        )
+    config.update(packing_keys("trl", plan, notes))
+    config.update(trl_task_keys(plan, notes))
+    if plan.task in (Task.GRPO, Task.RLOO):
+        config["reward_funcs"] = list(REWARD_FUNCS_PLACEHOLDER)
+        placeholders["reward_funcs"] = REWARD_FUNCS_NOTE
+    return comments
 
 
 def emit_trl(ctx: EmitContext) -> Emitted:
     plan = ctx.plan
+    script = trl_script(plan)
     notes: list[str] = []
     placeholders: dict[str, str] = {}
     config: dict = {
         "model_name_or_path": ctx.model_id,
         "dtype": load_dtype(plan),
         "attn_implementation": plan.attention.value,
-        "dataset_name": ctx.dataset or DATASET_PLACEHOLDER,
     }
-    comments = {"dataset_name": TRL_DATASET_FORMAT}
-    if not ctx.dataset:
-        placeholders["dataset_name"] = f"a Hub dataset id or local path (--dataset); {TRL_DATASET_FORMAT}"
-    config["max_length"] = plan.seq_len
-    config.update(packing_keys("trl", plan, notes))
+    comments = _task_keys(ctx, config, notes, placeholders)
     config.update(training_arguments(ctx, notes, placeholders))
     notes.append(precision_note(plan))
     if plan.is_peft:
@@ -65,11 +96,13 @@ def emit_trl(ctx: EmitContext) -> Emitted:
     side = distributed_side_files(ctx, notes)
     if uses_fsdp(plan):
         launch = (
-            f"accelerate launch --config_file {ctx.side_arg(FSDP_CONFIG_NAME)} -m trl.scripts.sft "
+            f"accelerate launch --config_file {ctx.side_arg(FSDP_CONFIG_NAME)} -m trl.scripts.{script} "
             f"--config {ctx.config_arg}"
         )
     elif uses_deepspeed(plan) or ctx.multi_gpu:
-        launch = f"accelerate launch --num_processes {plan.world_size} -m trl.scripts.sft --config {ctx.config_arg}"
+        launch = (
+            f"accelerate launch --num_processes {plan.world_size} -m trl.scripts.{script} --config {ctx.config_arg}"
+        )
     else:
-        launch = f"trl sft --config {ctx.config_arg}"
+        launch = f"trl {script} --config {ctx.config_arg}"
     return Emitted("trl", config, launch, notes, side, placeholders, comments)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from memdoc.core.billing.bill import Bill, compute_bill
-from memdoc.core.emit import DEFAULT_FILENAMES
+from memdoc.core.emit import default_filename
 from memdoc.core.emit.dispatch import EmitContext, emit, render_main, render_side
 from memdoc.core.emit.text import shell_join
 from memdoc.core.model.gpu import GpuSpec
@@ -113,7 +113,7 @@ def emit_result(
     asked_id: str | None = None,
 ) -> EmitResult:
     """The config of `plan` in format `fmt` and its side files, at `output` (else the format's default name)."""
-    config_path = str(output) if output else DEFAULT_FILENAMES[fmt]
+    config_path = str(output) if output else default_filename(fmt, plan.task.value)
     ctx = EmitContext(
         model_id=model.id,
         plan=plan,

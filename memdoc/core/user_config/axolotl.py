@@ -6,7 +6,8 @@ gradient_accumulation_steps, optimizer (default `adamw_torch_fused`); `config.py
 512), bf16 (default "auto"), fp16, bfloat16/float16/float32, gradient_checkpointing, attn_implementation
 and the legacy attention flags, deepspeed, fsdp/fsdp_config/fsdp_version, plugins) and from how Axolotl
 resolves them (axolotl/utils/config/__init__.py `resolve_dtype`, `normalize_config`). Plugin keys (Liger)
-are the plugin's schema: axolotl/integrations/liger/args.py.
+are the plugin's schema: axolotl/integrations/liger/args.py. The post-training keys (`rl`, `rl_beta`, `trl:`,
+`reward_model`): `rl_keys.read_axolotl_rl`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from memdoc.core.user_config.fsdp import fsdp_words, read_fsdp
 from memdoc.core.user_config.optimizers import read_optimizer
 from memdoc.core.user_config.precision import trained_precision
 from memdoc.core.user_config.reading import ConfigReading, KeyRead, SourceDoc
+from memdoc.core.user_config.rl_keys import read_axolotl_rl
 from memdoc.core.user_config.values import get_bool, get_float, get_int, get_mapping, get_str, skip_set_keys
 from memdoc.errors import quoted
 
@@ -79,6 +81,7 @@ def read_axolotl(doc: SourceDoc, stack: Stack) -> ConfigReading:
     _loss(reading, doc)
     _sharding(reading, doc, stack)
     _parallel(reading, doc)
+    read_axolotl_rl(reading, doc)
     skip_set_keys(reading, doc, NOT_BILLED)
     return reading
 

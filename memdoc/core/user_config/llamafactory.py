@@ -22,6 +22,7 @@ from memdoc.core.user_config.fsdp import fsdp_words, read_fsdp
 from memdoc.core.user_config.optimizers import read_optimizer
 from memdoc.core.user_config.precision import trained_precision
 from memdoc.core.user_config.reading import ConfigReading, KeyRead, SourceDoc
+from memdoc.core.user_config.rl_keys import read_llamafactory_rl
 from memdoc.core.user_config.values import get_bool, get_float, get_int, get_mapping, get_str, skip_set_keys
 from memdoc.errors import quoted
 
@@ -77,13 +78,11 @@ def read_llamafactory(doc: SourceDoc, stack: Stack) -> ConfigReading:
 
 
 def _stage(reading: ConfigReading, doc: SourceDoc) -> None:
-    """`stage` (default sft): pt packs by default (parser.py: packing = stage == "pt"); rm/ppo/dpo/kto hold
-    a reference, reward or value model and pairs of sequences that memdoc does not bill."""
+    """`stage` (default sft): pt packs by default (parser.py: packing = stage == "pt"); rm/ppo/dpo/kto are the
+    post-training tasks (`rl_keys.read_llamafactory_rl`)."""
     stage = (get_str(doc, "stage") or "sft").strip().lower()
     if stage in ("rm", "ppo", "dpo", "kto"):
-        reading.skip(
-            doc, "stage", f"stage {stage}: its reference/reward/value models and paired sequences are not billed"
-        )
+        read_llamafactory_rl(reading, doc, stage)
     elif stage == "pt" and doc.data.get("packing") is None:
         reading.set(doc, "stage", "packing", True)  # parser.py: packing = stage == "pt"
 

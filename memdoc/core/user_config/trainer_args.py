@@ -18,6 +18,8 @@ Keys and defaults come from the installed trainers (TRL 1.16, transformers 5.24)
 
 A document with any `ModelConfig`/`SFTConfig` key is read with TRL's defaults ("trl"), otherwise with
 TrainingArguments' ("hf"): TrainingArguments cannot say the model, its load dtype, LoRA or the length.
+The post-training task and its keys (DPOConfig, KTOConfig, RewardConfig, GRPOConfig, RLOOConfig): `trl_post`;
+GRPO/RLOO have no `max_length` (the plan's `seq_len` is their prompt length, TRL 1.16 has no key for it).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from memdoc.core.user_config.fsdp import fsdp_words, read_fsdp
 from memdoc.core.user_config.optimizers import read_optimizer
 from memdoc.core.user_config.precision import read_precision
 from memdoc.core.user_config.reading import ConfigReading, KeyRead, SourceDoc
+from memdoc.core.user_config.trl_post import POST_TRAINING_KEYS, read_trl_post
 from memdoc.core.user_config.values import (
     fail,
     get_bool,
@@ -41,30 +44,33 @@ from memdoc.core.user_config.values import (
 )
 from memdoc.errors import quoted
 
-TRL_KEYS = frozenset(
-    {
-        "model_name_or_path",
-        "dtype",
-        "torch_dtype",
-        "use_peft",
-        "lora_r",
-        "lora_alpha",
-        "lora_dropout",
-        "lora_target_modules",
-        "load_in_4bit",
-        "load_in_8bit",
-        "bnb_4bit_quant_type",
-        "use_bnb_nested_quant",
-        "max_length",
-        "max_seq_length",
-        "packing",
-        "padding_free",
-        "dataset_name",
-        "dataset_text_field",
-        "attn_implementation",
-    }
+TRL_KEYS = (
+    frozenset(
+        {
+            "model_name_or_path",
+            "dtype",
+            "torch_dtype",
+            "use_peft",
+            "lora_r",
+            "lora_alpha",
+            "lora_dropout",
+            "lora_target_modules",
+            "load_in_4bit",
+            "load_in_8bit",
+            "bnb_4bit_quant_type",
+            "use_bnb_nested_quant",
+            "max_length",
+            "max_seq_length",
+            "packing",
+            "padding_free",
+            "dataset_name",
+            "dataset_text_field",
+            "attn_implementation",
+        }
+    )
+    | POST_TRAINING_KEYS
 )
-"""Keys of TRL's ModelConfig / SFTConfig / ScriptArguments that TrainingArguments lacks."""
+"""Keys of TRL's ModelConfig / SFTConfig / ScriptArguments / post-training configs that TrainingArguments lacks."""
 
 HF_KEYS = frozenset(
     {
@@ -117,7 +123,8 @@ def read_trainer_args(doc: SourceDoc, stack: Stack) -> ConfigReading:
     _method(doc, reading, trl)
     read_precision(doc, reading, trl=trl)
     _optimizer(doc, reading, stack)
-    _length(doc, reading, trl)
+    task = read_trl_post(doc, reading) if trl else None
+    _length(doc, reading, trl and task not in ("grpo", "rloo"))
     _checkpointing(doc, reading, trl)
     if trl and trl_fused_lm_head(stack):
         _trl_loss(doc, reading, stack)
@@ -315,7 +322,7 @@ def _trl_loss(doc: SourceDoc, reading: ConfigReading, stack: Stack) -> None:
     only), refusing a config that asks for the fused cross-entropy; `compute_loss` runs
     `model(**inputs, fused_lm_head=True)` for every `loss_type` ("nll", the default, and "dft"; TRL's DPO and
     GRPO trainers compute theirs through the same head)."""
-    key = "loss_type" if get_str(doc, "loss_type") is not None else "loss_type (default)"
+    key = "loss_type" if doc.data.get("loss_type") is not None else "loss_type (default)"  # DPOConfig: a list
     reading.set(doc, key, "loss", trl_sft_defaults(stack).loss.value)
     if not get_bool(doc, "use_liger_kernel"):
         return
