@@ -189,7 +189,8 @@ def _dpo_step(model, ref, opt, plan: TrainingPlan, vocab: int, hooks: _Hooks) ->
         logps = out.log_probs.sum(dim=1)
         ref_logps = torch.zeros_like(logps)  # precomputed: read from the dataset
         if has_reference(plan):
-            hooks.forget_roots()
+            if ref is None:  # the policy's own modules run again (adapter disabled)
+                hooks.forget_roots()
             with hooks.phase("reference"):
                 ref_logps = _reference_logps(model, ref, ids, 0, autocast).sum(dim=1)
         chosen, rejected = (logps - ref_logps).chunk(2, dim=0)
