@@ -22,7 +22,12 @@ reaches `max_completion_length`, no padding (the worst case the memory must hold
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+from typing import Callable, Optional
+
+Phase = Optional[Callable[[str], contextlib.AbstractContextManager]]
+"""The tracker's phase tagging (`PhaseMemTracker.phase`), or None."""
 
 
 @dataclass(frozen=True)
@@ -82,30 +87,38 @@ def _grow(cache, tokens: int) -> None:
         del values
 
 
-def trace_generation(model, shape: GenerationShape, vocab: int, reset: callable = lambda: None) -> int:
+def trace_generation(
+    model, shape: GenerationShape, vocab: int, reset: Callable[[], None] = lambda: None, phase: Phase = None
+) -> int:
     """Run the allocations of `model.generate` for `shape` (see the module docstring); returns the cache's bytes at
-    the end. Call inside FakeTensorMode, under the tracker's `generation` phase; `reset()` runs before each forward
-    after the first (MemTracker refuses a second forward of a module otherwise)."""
+    the end. Call inside FakeTensorMode; `reset()` runs before each forward after the first (MemTracker refuses a
+    second forward of a module otherwise); `phase(name)` tags the prefill `generation:prefill` and the decode step
+    `generation`: their peaks grow at different rates with depth (transients vs the cache), so a tracer that
+    extrapolates from short models extrapolates each and keeps the larger (`tracer._merge_subphases`)."""
     import torch
     from transformers import DynamicCache
+
+    phase = phase or (lambda name: contextlib.nullcontext())
 
     training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            cache = DynamicCache(config=model.config)
-            ids = torch.randint(0, vocab, (shape.rows, shape.prompt))
-            out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-            logits = out.logits[:, -1, :].to(copy=True, dtype=torch.float32)
-            del out
-            if shape.completion >= 2:
-                _grow(cache, shape.completion - 2)
-                nxt = torch.randint(0, vocab, (shape.rows, 1))
-                reset()
-                out = model(input_ids=nxt, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            with phase("generation:prefill"):
+                cache = DynamicCache(config=model.config)
+                ids = torch.randint(0, vocab, (shape.rows, shape.prompt))
+                out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
                 logits = out.logits[:, -1, :].to(copy=True, dtype=torch.float32)
                 del out
-            del logits
+            with phase("generation"):
+                if shape.completion >= 2:
+                    _grow(cache, shape.completion - 2)
+                    nxt = torch.randint(0, vocab, (shape.rows, 1))
+                    reset()
+                    out = model(input_ids=nxt, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                    logits = out.logits[:, -1, :].to(copy=True, dtype=torch.float32)
+                    del out
+                del logits
             size = kv_cache_bytes(cache)
             del cache
     finally:

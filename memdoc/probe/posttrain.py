@@ -37,7 +37,7 @@ from memdoc.core.model.plan_post import Task, Vllm
 from memdoc.errors import ConfigError
 from memdoc.probe.build import build_model, build_optimizer, optimizer_state_bytes, torch_dtype
 from memdoc.probe.generation_trace import generation_shape, trace_generation
-from memdoc.probe.tracer import Progress, trace_training_step
+from memdoc.probe.tracer import Progress, layer_count, trace_training_step
 
 TRACED_TASKS = (Task.DPO, Task.GRPO, Task.RLOO)
 """The tasks `diagnose MODEL` traces (the others are billed only)."""
@@ -224,9 +224,9 @@ def _online_step(model, ref, opt, plan: TrainingPlan, vocab: int, hooks: _Hooks)
 
     shape = generation_shape(plan)
     keep = shape.completion
+    hooks.reset()
+    hooks.kv_bytes = trace_generation(model, shape, vocab, hooks.reset, hooks.phase)
     with hooks.phase("generation"):
-        hooks.reset()
-        hooks.kv_bytes = trace_generation(model, shape, vocab, hooks.reset)
         ids = torch.randint(0, vocab, (shape.rows, shape.prompt + shape.completion))
     old = ref_lp = None
     with hooks.phase("reference"):
@@ -287,23 +287,25 @@ def trace_posttrain_once(config: dict, plan: TrainingPlan, layers: int | None) -
         with tracker:
             step(model, ref, opt, plan, vocab, hooks)
         phases = {ph: snapshot_items(snap, optimizer_state_bytes(opt)) for ph, snap in tracker.phase_peaks.items()}
-        notes += _notes(plan, hooks, ref)
+        notes += _notes(plan, hooks, ref, (layers or layer_count(config), layer_count(config)))
         acts = hooks.acts
         del model, ref, opt, tracker, hooks
     gc.collect()
     return phases, acts, notes
 
 
-def _notes(plan: TrainingPlan, hooks: _Hooks, ref) -> list[str]:
-    """What this trace ran, in words."""
+def _notes(plan: TrainingPlan, hooks: _Hooks, ref, depth: tuple[int, int]) -> list[str]:
+    """What this trace ran, in words; `depth` is (traced layers, the model's layers): the KV cache is given at the
+    model's depth (bytes per traced layer × layers)."""
     notes = [f"task {plan.task.value}: TRL 1.16's fused LM head (chunked log-probs; Triton tile folds stood in)"]
     if plan.task is Task.DPO:
         notes.append(f"dpo: chosen + rejected concatenated: {2 * plan.micro_batch} rows of {plan.seq_len} tokens")
     else:
-        shape = generation_shape(plan)
+        shape, (traced, layers) = generation_shape(plan), depth
         notes.append(
             f"generation: {shape.rows} rows, prompt {shape.prompt} + completion {shape.completion}: prefill and the "
-            f"last decode step; KV cache {hooks.kv_bytes} bytes ({shape.cached_tokens} tokens per row)"
+            f"last decode step; KV cache {hooks.kv_bytes // traced * layers} bytes at {layers} layers "
+            f"({shape.cached_tokens} tokens per row)"
         )
         if plan.num_iterations > 1:
             notes.append(

@@ -330,6 +330,17 @@ def _agrees(pred: dict, actual: dict) -> bool:
     return True
 
 
+def _merge_subphases(phases: dict) -> dict:
+    """Parts `phase:part` of a phase, traced apart so that each part's peak grows linearly with depth (a prefill's
+    transients vs a decode step's full cache), -> `phase`, at the larger part's peak."""
+    out: dict = {}
+    for name, items in phases.items():
+        base = name.split(":")[0]
+        if base not in out or sum(items[k] for k in LINE_ITEMS) > sum(out[base][k] for k in LINE_ITEMS):
+            out[base] = items
+    return out
+
+
 def _derive_sharding_and_offload(phases: dict, plan: TrainingPlan, notes: list[str]) -> dict:
     n = plan.world_size
     out = {}
@@ -395,7 +406,7 @@ def trace_training_step(
         phases, acts = _trace_given_depth(config, plan, depth, report, notes, once)
     else:
         phases, acts = _trace_extrapolated(config, plan, ks, report, notes, once)
-    phases = _derive_sharding_and_offload(phases, plan, notes)
+    phases = _derive_sharding_and_offload(_merge_subphases(phases), plan, notes)
     notes += _emulation_notes(plan)
     clean = {
         p: {k: int(v) for k, v in items.items() if k in LINE_ITEMS} for p, items in phases.items() if p in STEP_PHASES

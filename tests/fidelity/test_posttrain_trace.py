@@ -176,12 +176,19 @@ def test_grpo_with_long_completions_peaks_in_generation():
 
 
 @pytest.mark.slow
-def test_diagnose_grpo_json_carries_the_phases():
+def test_diagnose_grpo_json_carries_the_phases_and_the_whole_cache():
+    """The CLI at the real depth (24 layers, extrapolated from short traces): the phases in --json, and a generation
+    phase that holds at least the whole KV cache of 8 rows × (256 + 1024 − 1) tokens at 24 layers — a prefill's
+    transients outweigh the cache at 2-4 layers, the cache wins at 24 (each part is extrapolated on its own)."""
     res = invoke_diagnose(
-        MODEL, "--task", "grpo", "--method", "lora", "--batch", "2", "--generations", "2", "--seq", "32",
-        "--completion-len", "64", "--beta", "0.04", "--json",
+        MODEL, "--task", "grpo", "--method", "lora", "--batch", "1", "--generation-batch", "8", "--seq", "256",
+        "--completion-len", "1024", "--beta", "0.04", "--json",
     )  # fmt: skip
     data = json.loads(res.stdout)
     assert {"generation", "reference", "forward", "backward", "optimizer"} <= set(data["phases"])
     assert set(data["billed_phases"]) == set(data["phases"])
     assert data["plan"]["task"] == "grpo"
+    config = _config()
+    head_dim = config["hidden_size"] // config["num_attention_heads"]
+    cache = config["num_hidden_layers"] * 2 * 8 * config["num_key_value_heads"] * (256 + 1024 - 1) * head_dim * 2
+    assert data["phases"]["generation"]["activations"] >= cache
