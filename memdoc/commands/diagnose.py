@@ -216,20 +216,16 @@ def _diagnose_model(target: str, *, plan: PlanFlags, json_out: bool, device: str
         )
     if not json_out:
         print_setup_notes(setup, gpu_note=False)
-    if device == "cuda":
-        from memdoc.probe.cuda_step import require_cuda
-
-        require_cuda(setup.plan)
+    trace_step = _step_tracer(setup.plan, device)
     _, config, _ = load_config(setup.model.id if setup.model.source == "catalog" else target)
     from memdoc.probe.quiet import quiet_libraries
-    from memdoc.probe.tracer import trace_training_step
 
     if json_out:
         with quiet_libraries():
-            measurement = trace_training_step(config, setup.plan)
+            measurement = trace_step(config, setup.plan)
     else:
         with render.progress_reporter(f"tracing {setup.model.id}") as progress, quiet_libraries():
-            measurement = trace_training_step(config, setup.plan, progress=progress)
+            measurement = trace_step(config, setup.plan, progress=progress)
     the_bill = compute_bill(setup.model, setup.plan, setup.gpu)
     cuda = None
     if device == "cuda":
@@ -241,6 +237,7 @@ def _diagnose_model(target: str, *, plan: PlanFlags, json_out: bool, device: str
         data = measurement.to_json()
         data["billed"] = bill_json(the_bill)["per_gpu"]
         data["bill_peak_phase"] = the_bill.peak_phase
+        data["billed_phases"] = {p: v for p, v in render.billed_phases(the_bill).items() if p in measurement.phases}
         data["model"] = model_json(setup.model, the_bill.states.trainable_params)
         data["gpu"] = gpu_json(setup.gpu, setup.plan.world_size)
         data["plan"] = setup.plan.to_dict()
@@ -251,6 +248,27 @@ def _diagnose_model(target: str, *, plan: PlanFlags, json_out: bool, device: str
         render.print_json(data)
     else:
         render.render_traced(measurement, the_bill, cuda)
+
+
+def _step_tracer(plan, device: str):
+    """The tracer of the plan's step: the supervised one (`probe/tracer.py`), or the post-training one
+    (`probe/posttrain.py`, for --task dpo|grpo|rloo: generation and reference phases); refuses what neither traces."""
+    if plan.task.value != "sft":
+        from memdoc.probe.posttrain import check_traceable, trace_posttrain_step
+
+        if device == "cuda":
+            raise PlanError(
+                f"--device cuda runs a supervised step; --task {plan.task.value} traces on fake tensors only"
+            )
+        check_traceable(plan)
+        return trace_posttrain_step
+    if device == "cuda":
+        from memdoc.probe.cuda_step import require_cuda
+
+        require_cuda(plan)
+    from memdoc.probe.tracer import trace_training_step
+
+    return trace_training_step
 
 
 class ScriptRun:

@@ -47,12 +47,33 @@ class _PhaseMixin:
         self.phase_peaks: dict[str, dict[str, int]] = {}
         self._last_phase = "forward"
         self._phase_peak_total: dict[str, int] = {}
+        self._forced_phase: str | None = None
+
+    def reset_all_mod_stats(self) -> None:
+        """`reset_mod_stats`, and forget the post-backward calls queued by forwards run without autograd.
+
+        torch's ModTracker (`_fw_pre_hook`) queues a post-backward call for every module whose inputs need no
+        gradient and runs them at the end of the next backward; after a reset, those of a generation or of a
+        reference forward under `no_grad` would look up statistics that no longer exist."""
+        self.reset_mod_stats()
+        self._mod_tracker._post_bw_callbacks_to_enqueue.clear()
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Count every op inside as phase `name` (a post-training step's `generation` or `reference`)."""
+        self._forced_phase = name
+        try:
+            yield
+        finally:
+            self._forced_phase = None
 
     @property
     def current_phase(self) -> str:
-        """Optimizer step, backward (autograd graph task running), forward (inside a module);
-        ops outside all three (between backward and the step) keep the phase they follow."""
-        if self._in_opt:
+        """A forced phase (`phase()`), else optimizer step, backward (autograd graph task running), forward
+        (inside a module); ops outside all of them (between backward and the step) keep the phase they follow."""
+        if self._forced_phase is not None:
+            phase = self._forced_phase
+        elif self._in_opt:
             phase = "optimizer"
         elif self._mod_tracker.is_bw:
             phase = "backward"

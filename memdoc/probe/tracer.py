@@ -58,7 +58,7 @@ import time
 from typing import Callable
 
 from memdoc.core.billing.measurement import Measurement
-from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
+from memdoc.core.billing.vocabulary import LINE_ITEMS, STEP_PHASES
 from memdoc.core.model.config_keys import config_value
 from memdoc.core.model.plan import (
     Loss,
@@ -75,6 +75,8 @@ EXTRAPOLATION_TOLERANCE = 1e-3
 """Relative disagreement between the 3-point check and the extrapolation that forces a full trace."""
 
 Progress = Callable[[str, float], None]
+TraceOnce = Callable[[dict, TrainingPlan, "int | None"], "tuple[dict, dict[str, int], list[str]]"]
+"""One trace at a given depth: (config, plan, layers) -> (phase -> items, module activations, notes)."""
 
 
 # ---------------------------------------------------------------------------------------- layers
@@ -328,6 +330,17 @@ def _agrees(pred: dict, actual: dict) -> bool:
     return True
 
 
+def _merge_subphases(phases: dict) -> dict:
+    """Parts `phase:part` of a phase, traced apart so that each part's peak grows linearly with depth (a prefill's
+    transients vs a decode step's full cache), -> `phase`, at the larger part's peak."""
+    out: dict = {}
+    for name, items in phases.items():
+        base = name.split(":")[0]
+        if base not in out or sum(items[k] for k in LINE_ITEMS) > sum(out[base][k] for k in LINE_ITEMS):
+            out[base] = items
+    return out
+
+
 def _derive_sharding_and_offload(phases: dict, plan: TrainingPlan, notes: list[str]) -> dict:
     n = plan.world_size
     out = {}
@@ -372,50 +385,65 @@ def trace_training_step(
     *,
     layers: int | None = None,
     progress: Progress | None = None,
+    trace_once: TraceOnce | None = None,
 ) -> Measurement:
     """Trace one steady-state training step of the model in `config` under `plan`.
 
     `config` is an HF config.json dict. `layers=None` extrapolates from short traces when the decoder
     layers repeat (checked by a third trace) and traces the whole model otherwise; `layers=k` traces
     exactly a k-layer model (no extrapolation). `progress(message, fraction)` is called as work
-    proceeds. Returns a `Measurement` in mode "traced" with per-GPU bytes.
+    proceeds. `trace_once` traces one depth (default: the supervised step, `_trace_once`; the post-training
+    steps pass theirs, `probe/posttrain.py`). Returns a `Measurement` in mode "traced" with per-GPU bytes.
     """
     report = progress or (lambda msg, frac: None)
+    once = trace_once or _trace_once
     start = time.perf_counter()
     notes: list[str] = []
     n_layers = layer_count(config)
     ks = None if layers is not None or plan.checkpoint_every > 1 else _plan_layers(config)
     if ks is None:
-        phases, acts = _trace_given_depth(config, plan, layers if layers is not None else n_layers, report, notes)
+        depth = layers if layers is not None else n_layers
+        phases, acts = _trace_given_depth(config, plan, depth, report, notes, once)
     else:
-        phases, acts = _trace_extrapolated(config, plan, ks, report, notes)
-    phases = _derive_sharding_and_offload(phases, plan, notes)
+        phases, acts = _trace_extrapolated(config, plan, ks, report, notes, once)
+    phases = _derive_sharding_and_offload(_merge_subphases(phases), plan, notes)
     notes += _emulation_notes(plan)
-    clean = {p: {k: int(v) for k, v in items.items() if k in LINE_ITEMS} for p, items in phases.items() if p in PHASES}
+    clean = {
+        p: {k: int(v) for k, v in items.items() if k in LINE_ITEMS} for p, items in phases.items() if p in STEP_PHASES
+    }
     report("done", 1.0)
     notes.append(f"trace took {time.perf_counter() - start:.1f} s")
     return Measurement.from_phases(clean, modules=_top_modules(acts), mode="traced", notes=notes)
 
 
-def _trace_given_depth(config: dict, plan: TrainingPlan, k: int, report: Progress, notes: list[str]):
+def _trace_given_depth(
+    config: dict, plan: TrainingPlan, k: int, report: Progress, notes: list[str], once: TraceOnce = _trace_once
+):
     """Trace a k-layer model (the whole model when k is the config's depth); returns (phases, module acts)."""
     n_layers = layer_count(config)
     _check_traceable(k, "its layers do not repeat, so every layer is traced")
     report(f"tracing {k} layer(s)", 0.0)
-    phases, acts, more = _trace_once(config, plan, k)
+    phases, acts, more = once(config, plan, k)
     notes += more
     notes.append(f"traced all {k} layers" if k == n_layers else f"traced a {k}-layer model (config has {n_layers})")
     return phases, acts
 
 
-def _trace_extrapolated(config: dict, plan: TrainingPlan, ks: tuple[int, ...], report: Progress, notes: list[str]):
+def _trace_extrapolated(
+    config: dict,
+    plan: TrainingPlan,
+    ks: tuple[int, ...],
+    report: Progress,
+    notes: list[str],
+    once: TraceOnce = _trace_once,
+):
     """Trace the three short models of `ks` and extrapolate linearly to the real depth when the third
     agrees with the line through the first two; otherwise trace every layer. Returns (phases, module acts)."""
     n_layers = layer_count(config)
     results = []
     for i, k in enumerate(ks):
         report(f"tracing {k} of {n_layers} layers", i / (len(ks) + 1))
-        results.append(_trace_once(config, plan, k))
+        results.append(once(config, plan, k))
     (pa, _, _), (pb, acts, _), (pc, _, more) = results
     notes += more
     predicted = _extrapolate(pa, pb, ks[0], ks[1], ks[2])
@@ -424,7 +452,7 @@ def _trace_extrapolated(config: dict, plan: TrainingPlan, ks: tuple[int, ...], r
         return _extrapolate(pb, pc, ks[1], ks[2], n_layers), acts
     _check_traceable(n_layers, "short traces did not extrapolate linearly, so every layer would be traced")
     report(f"layers not linear: tracing all {n_layers} layers", len(ks) / (len(ks) + 1))
-    phases, acts, more = _trace_once(config, plan, n_layers)
+    phases, acts, more = once(config, plan, n_layers)
     notes += more
     notes.append(f"traced all {n_layers} layers (short traces did not extrapolate linearly)")
     return phases, acts
@@ -446,7 +474,7 @@ def _emulation_notes(plan: TrainingPlan) -> list[str]:
         )
     if plan.is_peft:
         notes.append(f"lora dropout {plan.lora_dropout:g}; adapters in fp32 (peft default)")
-    if plan.loss is not Loss.HF:
+    if plan.loss is not Loss.HF and not plan.task.is_online and not plan.task.is_paired:
         notes.append(
             f"loss {plan.loss.value}: Liger's Triton kernels cannot run under fake tensors; traced transformers' "
             "loss and layers instead (the bill models Liger's), so measured logits exceed billed ones"

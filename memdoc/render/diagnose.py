@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
+from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES, STEP_PHASES
 from memdoc.render.common import ITEM_COLORS, table
 from memdoc.render.layout import markup_paragraph, paragraph, parts_line, stdout, title
 from memdoc.units import format_bytes
@@ -56,6 +56,7 @@ def render_traced(measurement, bill, cuda: dict | None = None) -> None:
         f"{plan.method.value} {plan.precision.value} {plan.optimizer.value}",
         f"batch {plan.micro_batch} × seq {plan.seq_len}",
         f"ckpt {plan.checkpointing.value}" if plan.checkpointing.value != "none" else "",
+        f"task {plan.task.value}" if plan.task.value != "sft" else "",
     )
     measured = {**measurement.line_items, "peak_allocated": measurement.peak_allocated}
     _compare_table(heading, measured, billed)
@@ -63,7 +64,9 @@ def render_traced(measurement, bill, cuda: dict | None = None) -> None:
         f"peak in [b]{measurement.peak_phase}[/b] (bill: {bill.peak_phase})",
         f"peak allocated {format_bytes(measurement.peak_allocated)} ≈ torch.cuda.max_memory_allocated()",
     )
-    if measurement.phases:
+    if set(measurement.phases) - set(PHASES):
+        _phase_table(measurement, billed_phases(bill))
+    elif measurement.phases:
         stdout.print(
             "  per phase: "
             + " · ".join(f"{p} {format_bytes(v['peak_allocated'])}" for p, v in measurement.phases.items())
@@ -81,6 +84,26 @@ def render_traced(measurement, bill, cuda: dict | None = None) -> None:
         )
     for line in measurement.notes:
         paragraph(f"note: {line}")
+
+
+def billed_phases(bill) -> dict[str, int | None]:
+    """The bill's total of every step phase (`vocabulary.STEP_PHASES`); None for a phase the bill has not."""
+    return {p: (bill.phases[p].total if p in bill.phases else None) for p in STEP_PHASES}
+
+
+def _phase_table(measurement, billed: dict[str, int | None]) -> None:
+    """A post-training step's phases in step order: traced and billed allocated at each phase's own peak
+    (the billed cells empty where the bill has no such phase)."""
+    title("Per phase: allocated at the phase's own peak")
+    t = Table()
+    for header, justify in (("phase", "left"), ("traced", "right"), ("billed", "right"), ("bill − traced", "right")):
+        t.add_column(header, justify=justify)
+    for phase, items in measurement.phases.items():
+        traced, bill = items["peak_allocated"], billed.get(phase)
+        d, pct = _delta(traced, bill)
+        label = phase + (" ◀ peak" if phase == measurement.peak_phase else "")
+        t.add_row(label, format_bytes(traced), "" if bill is None else format_bytes(bill), "" if bill is None else d)
+    stdout.print(t)
 
 
 def render_script_report(result, bill=None, *, summary: bool = False, written: list[str] | None = None) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
+from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES, STEP_PHASES
 
 MODES = ("traced", "cuda", "script")
 
@@ -41,7 +41,8 @@ class Measurement:
     other: int
     peak_allocated: int
     peak_phase: str
-    """'forward', 'backward' or 'optimizer': the phase in which `peak_allocated` happens."""
+    """The phase in which `peak_allocated` happens: 'forward', 'backward' or 'optimizer', and for a post-training
+    step also 'generation' or 'reference' (`vocabulary.STEP_PHASES`)."""
     phases: dict[str, dict[str, int]] = field(default_factory=dict)
     """phase -> {weights, gradients, optimizer, activations, other, peak_allocated} at that phase's own peak."""
     modules: list[tuple[str, int]] = field(default_factory=list)
@@ -52,8 +53,8 @@ class Measurement:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if self.peak_phase not in PHASES:
-            raise ValueError(f"peak_phase must be one of {PHASES}, got {self.peak_phase!r}")
+        if self.peak_phase not in STEP_PHASES:
+            raise ValueError(f"peak_phase must be one of {STEP_PHASES}, got {self.peak_phase!r}")
 
     @property
     def line_items(self) -> dict[str, int]:
@@ -69,9 +70,10 @@ class Measurement:
         mode: str = "traced",
         notes: list[str] | None = None,
     ) -> Measurement:
-        """Build from per-phase line items; the peak is the phase with the largest total."""
+        """Build from per-phase line items (phases of `STEP_PHASES`, in step order); the peak is the phase with the
+        largest total, the earlier one on a tie."""
         clean: dict[str, dict[str, int]] = {}
-        for phase in PHASES:
+        for phase in STEP_PHASES:
             if phase not in phases:
                 continue
             items = {k: int(phases[phase].get(k, 0)) for k in LINE_ITEMS}
@@ -79,7 +81,7 @@ class Measurement:
             clean[phase] = items
         if not clean:
             raise ValueError("no phase recorded")
-        peak_phase = max(clean, key=lambda p: (clean[p]["peak_allocated"], -PHASES.index(p)))
+        peak_phase = max(clean, key=lambda p: (clean[p]["peak_allocated"], -STEP_PHASES.index(p)))
         top = clean[peak_phase]
         return cls(
             **{k: top[k] for k in LINE_ITEMS},
@@ -103,4 +105,4 @@ class Measurement:
         }
 
 
-__all__ = ["LINE_ITEMS", "MODES", "PHASES", "Measurement"]
+__all__ = ["LINE_ITEMS", "MODES", "PHASES", "STEP_PHASES", "Measurement"]
