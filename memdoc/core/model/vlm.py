@@ -64,7 +64,7 @@ def _llava_projector(config: dict, t: Tower, out: int) -> tuple[int, int, int]:
 
 
 def _idefics3_connector(config: dict, t: Tower, out: int) -> tuple[int, int, int]:
-    """`modeling_idefics3.py` `Idefics3Connector`: pixel shuffle by `scale_factor`, then Linear(h·s², out) without bias."""
+    """`modeling_idefics3.py` `Idefics3Connector`: pixel shuffle by `scale_factor`, Linear(h·s², out) without bias."""
     s = int(config.get("scale_factor", 2))
     return t.hidden * s * s * out, s, t.hidden * s * s
 
