@@ -133,7 +133,7 @@ TEXT_DEFAULTS = {
 
 def is_vlm(config: dict) -> bool:
     """Is this config a vision-language model memdoc knows (its `model_type` in `VLMS`)?"""
-    return config.get("model_type") in VLMS
+    return isinstance(config, dict) and config.get("model_type") in VLMS
 
 
 def text_config_of(config: dict) -> dict:
@@ -173,9 +173,14 @@ def vision_spec(config: dict, text: ModelSpec) -> VisionSpec:
     if not isinstance(vision, dict):
         raise ConfigError("vision_config is not an object")
     kind = tower_kind(vision, vlm.tower)
-    tower = count_tower(vision, kind)
-    out = int(vision.get("out_hidden_size", text.hidden_size)) if kind.startswith("qwen") else text.hidden_size
-    projector, merge, width = vlm.projector(config, tower, out)
+    try:
+        tower = count_tower(vision, kind)
+        out = int(vision.get("out_hidden_size", text.hidden_size)) if kind.startswith("qwen") else text.hidden_size
+        projector, merge, width = vlm.projector(config, tower, out)
+    except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError) as exc:
+        raise ConfigError(f"vision_config of a {config['model_type']} config is malformed ({exc})") from None
+    if min(tower.layers, tower.hidden, tower.patch, out, merge) < 1:
+        raise ConfigError(f"vision_config of a {config['model_type']} config has a size below 1")
     cross = _cross_layers(text.config) if kind == "mllama" else ()
     return VisionSpec(
         kind=kind,

@@ -133,3 +133,14 @@ def test_vision_spec_shapes():
 def test_text_models_have_no_vision():
     spec = resolve_model("Qwen/Qwen2.5-7B")
     assert spec.vision is None and spec.params.total == spec.params.language == 7_615_616_512
+
+
+@pytest.mark.parametrize(
+    "vision", [{"hidden_size": "wide"}, {"depth": 0}, "not an object", {"model_type": "no_such_tower"}]
+)
+def test_malformed_vision_config_is_a_config_error(vision):
+    from memdoc.errors import ConfigError
+
+    config = catalog_config("Qwen/Qwen2.5-VL-3B-Instruct") | {"vision_config": vision}
+    with pytest.raises(ConfigError):
+        vlm_spec_from_config(config, model_id="m")
