@@ -133,7 +133,7 @@ TEXT_DEFAULTS = {
 
 def is_vlm(config: dict) -> bool:
     """Is this config a vision-language model memdoc knows (its `model_type` in `VLMS`)?"""
-    return isinstance(config, dict) and config.get("model_type") in VLMS
+    return isinstance(config, dict) and isinstance(config.get("model_type"), str) and config["model_type"] in VLMS
 
 
 def text_config_of(config: dict) -> dict:
