@@ -22,7 +22,7 @@ class VisionSpec:
     """The vision encoder and projector of a VLM: the sizes memory depends on, counts exact."""
 
     kind: str
-    """The vision tower's architecture: qwen2_5_vl, qwen3_vl, siglip, idefics3, pixtral or mllama."""
+    """The vision tower's architecture: qwen2_5_vl, qwen3_vl, siglip, idefics3, pixtral, mllama or clip."""
     layers: int
     """Encoder blocks (Llama-3.2-Vision: the local transformer; `global_layers` more follow)."""
     hidden_size: int
@@ -150,6 +150,22 @@ def _pixtral(v: dict) -> Tower:
     return Tower(layers, h, int(c["num_attention_heads"]), i, p, _size(c["image_size"]), params)
 
 
+_CLIP_DEFAULTS = _SIGLIP_DEFAULTS | {"patch_size": 32}
+"""`configuration_clip.py` `CLIPVisionConfig`'s defaults."""
+
+
+def _clip(v: dict) -> Tower:
+    """`modeling_clip.py` `CLIPVisionModel`: a class embedding, Conv2d patch embed without bias, a learned position
+    per patch and the class token, `pre_layrnorm`, SigLIP-like LayerNorm blocks, `post_layernorm`."""
+    c = _CLIP_DEFAULTS | v
+    h, i, layers = int(c["hidden_size"]), int(c["intermediate_size"]), int(c["num_hidden_layers"])
+    p, image = _size(c["patch_size"]), _size(c["image_size"])
+    block = 4 * h + 4 * _linear(h, h) + _linear(h, i) + _linear(i, h)
+    embeddings = h + int(c["num_channels"]) * p * p * h + ((image // p) ** 2 + 1) * h
+    params = embeddings + 2 * h + layers * block + 2 * h
+    return Tower(layers, h, int(c["num_attention_heads"]), i, p, image, params)
+
+
 _MLLAMA_DEFAULTS = {"hidden_size": 1280, "intermediate_size": 5120, "num_hidden_layers": 32, "num_global_layers": 8}
 _MLLAMA_DEFAULTS |= {"attention_heads": 16, "num_channels": 3, "image_size": 448, "patch_size": 14, "max_num_tiles": 4}
 """`configuration_mllama.py` `MllamaVisionConfig`'s defaults (8 supported aspect ratios)."""
@@ -175,6 +191,7 @@ def _mllama(v: dict) -> Tower:
 
 _TOWERS: dict[str, Callable[[dict], Tower]] = {
     "mllama": _mllama,
+    "clip": _clip,
     "qwen2_5_vl": _qwen2_5_vl,
     "qwen3_vl": _qwen3_vl,
     "siglip": _siglip,
@@ -187,7 +204,7 @@ def tower_kind(vision: dict, default: str) -> str:
     """The encoder architecture of a `vision_config`: by its model_type, as transformers' AutoModel picks it, else
     `default` (the VLM config class's own vision config)."""
     model_type = str(vision.get("model_type") or default)
-    for kind in ("qwen2_5_vl", "qwen3_vl", "siglip", "idefics3", "pixtral", "mllama"):
+    for kind in ("qwen2_5_vl", "qwen3_vl", "siglip", "idefics3", "pixtral", "mllama", "clip"):
         if model_type.startswith(kind):
             return kind
     raise ConfigError(f"vision_config model_type {model_type!r} is not a vision tower memdoc counts")

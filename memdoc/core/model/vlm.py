@@ -124,11 +124,17 @@ TEXT_FAMILY_TYPES = {
 `Qwen2_5_VLDecoderLayer` is Qwen2's, `modeling_qwen3_vl.py` Qwen3's, `modeling_mllama.py`'s self-attention
 layers Llama's); others (qwen2, llama, mistral, gemma3_text) are text families themselves."""
 
+_LLAMA_SIZES = {"vocab_size": 32_000, "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32}
+
 TEXT_DEFAULTS = {
+    "llama": _LLAMA_SIZES | {"intermediate_size": 11_008, "max_position_embeddings": 2048},
+    "mistral": _LLAMA_SIZES
+    | {"intermediate_size": 14_336, "num_key_value_heads": 8, "max_position_embeddings": 131_072},
     "gemma3_text": {"vocab_size": 262_208, "max_position_embeddings": 131_072, "head_dim": 256},
     "mllama_text_model": {"vocab_size": 128_256, "max_position_embeddings": 131_072},
 }
-"""Sizing keys published text_configs leave to their config class (`Gemma3TextConfig`, `MllamaTextConfig`)."""
+"""Sizing keys published text_configs leave to their config class (`LlamaConfig`, `MistralConfig`,
+`Gemma3TextConfig`, `MllamaTextConfig`): llava-1.5's `text_config` names only its vocabulary and context."""
 
 
 def is_vlm(config: dict) -> bool:

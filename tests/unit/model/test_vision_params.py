@@ -30,6 +30,7 @@ PUBLISHED = {
     "HuggingFaceTB/SmolVLM-Instruct": (2.25e9, 2, "Hub model page, safetensors: 2.25B params"),
     "mistral-community/pixtral-12b": (12.7e9, 1, "Hub model page, safetensors: 12.7B params"),
     "mistralai/Mistral-Small-3.1-24B-Instruct-2503": (24.0e9, 1, "Hub model page, safetensors: 24B params"),
+    "llava-hf/llava-1.5-7b-hf": (7.06e9, 2, "Hub model page, safetensors: 7.06B params"),
 }
 
 
