@@ -55,3 +55,16 @@ def test_local_vlm_config_resolves(tmp_path):
     model = json.loads(result.stdout)["model"]
     assert round(model["params"] / 1e9, 2) == 2.25  # the Hub page's 2.25B params
     assert model["vision_params"] > 0
+
+
+def test_tensor_parallel_rank_keeps_the_vision_parts_whole():
+    # transformers 5.24 `Qwen2_5_VLTextConfig.base_model_tp_plan` names the text layers only: the vision tower
+    # and merger are replicated on every TP rank.
+    from memdoc.core.billing.parallel import tp_rank_model
+    from memdoc.resolve.models import resolve_model
+
+    model = resolve_model("Qwen/Qwen2.5-VL-7B-Instruct")
+    rank = tp_rank_model(model, 2)
+    assert rank.vision is model.vision
+    assert (rank.params.vision, rank.params.projector) == (631_975_680, 44_574_464)  # the meta build's, per part
+    assert rank.params.language < model.params.language
