@@ -4,7 +4,8 @@
 For each ``memdoc/data/catalog/<org>--<name>.json`` this copies the file into a
 temporary directory as ``config.json``, loads it with
 ``AutoConfig.from_pretrained`` (no trust_remote_code), builds the model with
-``AutoModelForCausalLM.from_config`` (``AutoModelForMaskedLM`` for BERT) under
+``AutoModelForCausalLM.from_config`` (``AutoModelForMaskedLM`` for BERT,
+``AutoModelForImageTextToText`` for a config with a ``vision_config``) under
 ``torch.device("meta")`` and prints the file, model_type and
 ``sum(p.numel() for p in model.parameters())`` (tied weights counted once).
 
@@ -26,12 +27,14 @@ MASKED_LM_TYPES = {"bert"}
 
 def count_file(path: Path) -> tuple[str, int]:
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoModelForMaskedLM
 
     with tempfile.TemporaryDirectory() as tmp:
         shutil.copy(path, os.path.join(tmp, "config.json"))
         cfg = AutoConfig.from_pretrained(tmp)
     cls = AutoModelForMaskedLM if cfg.model_type in MASKED_LM_TYPES else AutoModelForCausalLM
+    if getattr(cfg, "vision_config", None) is not None:
+        cls = AutoModelForImageTextToText
     with torch.device("meta"):
         model = cls.from_config(cfg)
     n = sum(p.numel() for p in model.parameters())

@@ -13,11 +13,11 @@ def models(json_out: JsonOpt = False) -> None:
     Example: memdoc models --json
     """
     from memdoc import render
-    from memdoc.core.model.model_spec import spec_from_config
+    from memdoc.core.model.vlm import model_spec
     from memdoc.resolve.models import catalog_config, catalog_ids
 
     ids = sorted(set(catalog_ids().values()), key=str.lower)
-    specs = [spec_from_config(catalog_config(i), model_id=i) for i in ids]
+    specs = [model_spec(catalog_config(i), model_id=i) for i in ids]
     if json_out:
         render.print_json([s.summary() for s in specs])
         return

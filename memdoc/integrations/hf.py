@@ -416,7 +416,7 @@ class MemdocCallback(TrainerCallback):
         """The bill of the detected plan at batch `shape` (None when the model is not a billable HF model)."""
         from memdoc.core.billing.bill import compute_bill
         from memdoc.core.model.gpu import generic_gpu
-        from memdoc.core.model.model_spec import spec_from_config
+        from memdoc.core.model.vlm import model_spec
         from memdoc.errors import MemdocError
         from memdoc.probe.script.detect import (
             detect_plan,
@@ -451,7 +451,7 @@ class MemdocCallback(TrainerCallback):
 
             gpu = generic_gpu(torch.cuda.get_device_properties(args.device).total_memory / GiB)
         try:
-            spec = spec_from_config(config, model_id=model_id, source="local")
+            spec = model_spec(config, model_id=model_id, source="local")
         except MemdocError as exc:
             self.record.note(f"no bill for {model_id}: {exc}")
             return None

@@ -28,8 +28,9 @@ import threading
 from importlib import resources
 from pathlib import Path
 
-from memdoc.core.model.model_spec import ModelSpec, spec_from_config
+from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.params import UnsupportedArchitecture
+from memdoc.core.model.vlm import model_spec
 from memdoc.errors import ConfigError, UnknownModelError, quoted
 from memdoc.resolve.inputs import MiB, read_text, shown
 
@@ -228,7 +229,7 @@ def resolve_model(model: str) -> ModelSpec:
     """MODEL (id, directory or config.json) → ModelSpec; unknown architectures are counted on the meta device."""
     model_id, config, source = load_config(model)
     try:
-        spec = spec_from_config(config, model_id=model_id, source=source)
+        spec = model_spec(config, model_id=model_id, source=source)
     except UnsupportedArchitecture:
         from memdoc.resolve.meta_count import spec_with_meta_count
 

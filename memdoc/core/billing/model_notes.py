@@ -28,6 +28,8 @@ def model_notes(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> li
             f"no activation model for model_type {model.model_type!r}: activations estimated for a generic "
             "decoder layer of its sizes (parameters are exact, from the meta device)"
         )
+    if model.vision is not None:
+        notes.extend(_vision_notes(model, plan))
     if plan.method is Method.QLORA and model.is_moe and plan.moe_experts is MoeExperts.FUSED:
         notes.append(
             "QLoRA leaves the routed experts 16-bit: transformers 5 stores them as fused 3-D tensors, "
@@ -36,3 +38,16 @@ def model_notes(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> li
     elif plan.method is Method.QLORA and model.is_moe:
         notes.append("QLoRA quantises the routed experts to NF4: transformers 4.x builds them of nn.Linear modules")
     return notes
+
+
+def _vision_notes(model: ModelSpec, plan: TrainingPlan) -> list[str]:
+    """What a VLM's bill covers: every part's weights (and states when trained); text activations only, for now."""
+    p = model.params
+    cross = f", cross-attention layers {p.cross_attention / 1e9:.2f}B" if p.cross_attention else ""
+    trained = "all parts train" if plan.method is Method.FULL else "LoRA adapters on the language model's layers"
+    return [
+        f"vision-language model: weights of the vision encoder ({p.vision / 1e6:,.0f}M), projector "
+        f"({p.projector / 1e6:,.1f}M) and language model ({p.language / 1e9:.2f}B{cross}) billed; {trained}",
+        "activations are billed for the language model at the planned text tokens: image tokens and the vision "
+        "encoder's activations are not billed yet",
+    ]

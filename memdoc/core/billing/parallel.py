@@ -124,6 +124,10 @@ def tp_rank_model(model: ModelSpec, tp: int) -> ModelSpec:
     }
     rank = spec_from_config(config, model_id=model.id, source=model.source)
     params = dataclasses.replace(rank.params, head=-(-rank.params.head // tp))
+    if model.vision is not None:  # vision parts whole: only the text config has a `base_model_tp_plan` (qwen2_5_vl)
+        parts = {k: getattr(model.params, k) for k in ("vision", "projector", "cross_attention")}
+        params = dataclasses.replace(params, **parts)
+        rank = dataclasses.replace(rank, vision=model.vision, model_type=model.model_type)
     rank = dataclasses.replace(rank, params=dataclasses.replace(params, active=params.total), config_of=model.config_of)
     with _LOCK:
         _RANK_MODELS[key] = (model, rank)

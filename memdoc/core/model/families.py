@@ -213,6 +213,16 @@ _ENTRIES = (
         alternating_sliding_window=True,
     ),
     Family(
+        name="gemma3",
+        model_types=("gemma3_text",),
+        layout=Layout.LLAMA_LIKE,
+        norm=Norm.GEMMA_RMS,
+        norms_per_layer=4,
+        qk_norm=True,
+        tied_default=True,
+        alternating_sliding_window=True,
+    ),
+    Family(
         name="phi3",
         model_types=("phi3",),
         layout=Layout.LLAMA_LIKE,

@@ -14,6 +14,7 @@ from memdoc.core.model.config_check import check_config
 from memdoc.core.model.config_keys import CONFIG_KEYS, config_value
 from memdoc.core.model.families import FAMILIES, Family, HeadDim, Layout, family_of
 from memdoc.core.model.params import LayerLayout, ParamCounts, count_params, generic_layout, layer_groups, layer_layout
+from memdoc.core.model.vision import VisionSpec
 from memdoc.errors import ConfigError
 
 
@@ -51,7 +52,9 @@ class ModelSpec:
     config_of: str | None = None
     """For a fine-tuned variant billed with its base's catalog config (`id` stays the variant's): the base id."""
     config: dict = field(default_factory=dict, repr=False, compare=False)
-    """The raw config.json dict."""
+    """The raw config.json dict (a VLM's: its language model's config, `memdoc.core.model.vlm.text_config_of`)."""
+    vision: VisionSpec | None = None
+    """A VLM's vision encoder and projector (`memdoc.core.model.vlm`); None for text models."""
 
     @property
     def arch(self) -> Family:
@@ -111,7 +114,14 @@ class ModelSpec:
         return self.arch.lora_targets
 
     def summary(self) -> dict:
-        """Plain-data form for --json and `memdoc models`."""
+        """Plain-data form for --json and `memdoc models` (a VLM's also counts its parts)."""
+        parts = {}
+        if self.vision is not None:
+            parts = {
+                "vision_params": self.params.vision,
+                "projector_params": self.params.projector,
+                "language_params": self.params.language,
+            }
         return {
             "id": self.id,
             "model_type": self.model_type,
@@ -124,6 +134,7 @@ class ModelSpec:
             "vocab": self.vocab_size,
             "context": self.max_positions,
             "experts": f"{self.experts_per_token}/{self.num_experts}" if self.is_moe else None,
+            **parts,
         }
 
 

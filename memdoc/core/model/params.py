@@ -73,10 +73,21 @@ class ParamCounts:
     """LM head (0 when tied to the embedding), incl. its bias and any MLM transform."""
     active: int
     """Parameters one token touches (MoE: top-k routed experts only); = total for dense models."""
+    vision: int = 0
+    """A VLM's vision encoder (`memdoc.core.model.vision`); 0 for text models."""
+    projector: int = 0
+    """A VLM's projector / merger from the vision encoder into the language model."""
+    cross_attention: int = 0
+    """Llama-3.2-Vision's cross-attention decoder layers (inside the language model)."""
+
+    @property
+    def language(self) -> int:
+        """The language model: embeddings, decoder layers (cross-attention ones included), final norm, head."""
+        return self.embedding + self.attention + self.mlp + self.norms + self.head + self.cross_attention
 
     @property
     def total(self) -> int:
-        return self.embedding + self.attention + self.mlp + self.norms + self.head
+        return self.language + self.vision + self.projector
 
 
 def _i(config: dict, *keys: str, default=None) -> int:

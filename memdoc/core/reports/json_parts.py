@@ -23,8 +23,12 @@ __all__ = ["fit_json", "gpu_json", "model_json", "row_fit_json", "row_per_gpu_js
 
 def model_json(model: ModelSpec, trainable_params: int | None) -> dict:
     """`model`: its id, its total parameters and those the plan trains (0 for inference, None where
-    the rows of a report train different counts)."""
-    return {"id": model.id, "params": model.params.total, "trainable_params": trainable_params}
+    the rows of a report train different counts); a vision-language model's parts as well."""
+    parts = {}
+    if model.vision is not None:
+        parts = {"vision_params": model.params.vision, "projector_params": model.params.projector}
+        parts["language_params"] = model.params.language
+    return {"id": model.id, "params": model.params.total, "trainable_params": trainable_params, **parts}
 
 
 def fit_json(fits: bool | None, headroom_bytes: int | None, answer: FitAnswer | None, **verdict_options) -> dict:

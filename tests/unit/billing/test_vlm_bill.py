@@ -1,0 +1,70 @@
+"""A vision-language model's bill counts the weights and states of every part: vision encoder, projector and
+language model (cross-attention layers included), against published exact counts and the LoRA arithmetic."""
+
+from conftest import bill_plan, invoke
+
+from memdoc.resolve.models import catalog_config
+
+LLAMA_32_11B_VISION = 10_670_220_835
+"""meta-llama/Llama-3.2-11B-Vision-Instruct's model card: 10,670,220,835 parameters."""
+
+
+def test_full_fine_tuning_trains_every_part():
+    b = bill_plan("meta-llama/Llama-3.2-11B-Vision-Instruct", optimizer="adamw-foreach")
+    opt = b.phases["optimizer"]
+    assert opt.weights == 2 * LLAMA_32_11B_VISION and opt.gradients == 2 * LLAMA_32_11B_VISION
+    assert opt.optimizer == 4 * LLAMA_32_11B_VISION  # exp_avg + exp_avg_sq in bf16
+    assert b.states.trainable_params == LLAMA_32_11B_VISION
+
+
+def test_lora_adapts_the_language_model_and_loads_every_part():
+    config = catalog_config("Qwen/Qwen2.5-VL-7B-Instruct")  # the language model's sizes are top-level keys
+    h, layers = config["hidden_size"], config["num_hidden_layers"]
+    kv = config["num_key_value_heads"] * h // config["num_attention_heads"]
+    b = bill_plan("Qwen/Qwen2.5-VL-7B-Instruct", method="lora", lora_rank=16)
+    # peft's q_proj (h → h) and v_proj (h → kv) adapters: A is r × in, B is out × r, on every decoder layer
+    assert b.states.trainable_params == layers * 16 * ((h + h) + (h + kv))
+    assert b.phases["optimizer"].weights >= 2 * 8_290_000_000  # 8.29B published, all parts loaded in bf16
+
+
+def test_bill_says_what_is_not_billed_yet():
+    notes = bill_plan("google/gemma-3-4b-it").notes
+    assert any("vision encoder" in n and "projector" in n for n in notes)
+    assert any("not billed yet" in n for n in notes)
+    assert not any("vision" in n for n in bill_plan("Qwen/Qwen2.5-7B").notes)
+
+
+def test_catalog_lists_vlms_with_their_parts():
+    import json
+
+    result = invoke("models", "--json")
+    assert result.exit_code == 0
+    rows = {row["id"]: row for row in json.loads(result.stdout)}
+    smol = rows["HuggingFaceTB/SmolVLM-Instruct"]
+    assert smol["model_type"] == "idefics3"
+    assert smol["vision_params"] + smol["projector_params"] + smol["language_params"] == smol["params"]
+    assert "vision_params" not in rows["Qwen/Qwen2.5-7B"]
+
+
+def test_local_vlm_config_resolves(tmp_path):
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps(catalog_config("HuggingFaceTB/SmolVLM-Instruct")))
+    result = invoke("bill", str(tmp_path), "--gpu", "24", "--json")
+    assert result.exit_code == 0, result.output
+    model = json.loads(result.stdout)["model"]
+    assert round(model["params"] / 1e9, 2) == 2.25  # the Hub page's 2.25B params
+    assert model["vision_params"] > 0
+
+
+def test_tensor_parallel_rank_keeps_the_vision_parts_whole():
+    # transformers 5.24 `Qwen2_5_VLTextConfig.base_model_tp_plan` names the text layers only: the vision tower
+    # and merger are replicated on every TP rank.
+    from memdoc.core.billing.parallel import tp_rank_model
+    from memdoc.resolve.models import resolve_model
+
+    model = resolve_model("Qwen/Qwen2.5-VL-7B-Instruct")
+    rank = tp_rank_model(model, 2)
+    assert rank.vision is model.vision
+    assert (rank.params.vision, rank.params.projector) == (631_975_680, 44_574_464)  # the meta build's, per part
+    assert rank.params.language < model.params.language
