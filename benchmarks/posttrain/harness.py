@@ -70,40 +70,34 @@ def build_trainer(case: Case, folder: Path):
     )
 
 
-def storage_ids(tensors) -> dict[int, int]:
-    """{id of storage object: bytes} of `tensors`."""
-    return {id(t.untyped_storage()): t.untyped_storage().nbytes() for t in tensors}
+def storage_ids(live, tensors) -> set[int]:
+    """The tracker's serial numbers of `tensors`' storages."""
+    return {live.key_of(t) for t in tensors}
 
 
 def breakdown(probe, trainer) -> dict[str, dict[str, int]]:
-    """What each phase's peak holds: policy weights, reference weights, gradients, optimizer state, the rest,
-    and the rest's largest storage."""
-    weights = storage_ids(trainer.model.parameters())
+    """Map each phase's peak to what it holds: policy weights, reference weights, gradients (known at
+    `on_pre_optimizer_step`, so a gradient freed earlier counts as "other"), optimizer state, the rest,
+    and the rest's largest storage.
+    The storages are matched by the tracker's serial numbers, never by reused addresses."""
+    import torch
+
+    live = probe.done
+    weights = storage_ids(live, trainer.model.parameters())
     ref = trainer.ref_model if getattr(trainer, "ref_model", None) is not None else None
-    ref_weights = storage_ids(ref.parameters()) if ref is not None else {}
-    state = storage_ids(
-        t for s in trainer.optimizer.state.values() for t in s.values() if hasattr(t, "untyped_storage")
-    )
+    ref_weights = storage_ids(live, ref.parameters()) if ref is not None else set()
+    states = trainer.optimizer.state.values()
+    state = storage_ids(live, (t for s in states for t in s.values() if isinstance(t, torch.Tensor)))
+    owner = {k: "optimizer_state" for k in state}
+    owner |= {k: "gradients" for k in probe.grad_ids} | {k: "reference_weights" for k in ref_weights}
+    owner |= {k: "weights" for k in weights}
     out = {}
-    for phase, live in probe.done.peak_live.items():
-        grads = probe.grad_ids if phase in ("backward", "optimizer") else set()
-        parts = {"weights": 0, "reference_weights": 0, "gradients": 0, "optimizer_state": 0, "other": 0}
-        largest = 0
-        for key, nbytes in live.items():
-            part = (
-                "weights"
-                if key in weights
-                else "reference_weights"
-                if key in ref_weights
-                else "gradients"
-                if key in grads
-                else "optimizer_state"
-                if key in state
-                else "other"
-            )
-            parts[part] += nbytes
-            largest = max(largest, nbytes) if part == "other" else largest
-        out[phase] = {**parts, "largest_other": largest}
+    for phase, peak_live in live.peak_live.items():
+        parts = dict.fromkeys(("weights", "reference_weights", "gradients", "optimizer_state", "other"), 0)
+        for key, nbytes in peak_live.items():
+            parts[owner.get(key, "other")] += nbytes
+        others = [n for k, n in peak_live.items() if k not in owner]
+        out[phase] = {**parts, "largest_other": max(others, default=0)}
     return out
 
 

@@ -90,9 +90,8 @@ class PhaseProbe(TrainerCallback):
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         if self.live is not None:
-            self.grad_ids = {
-                id(p.grad.untyped_storage()) for p in self.trainer.model.parameters() if p.grad is not None
-            }
+            grads = (p.grad for p in self.trainer.model.parameters() if p.grad is not None)
+            self.grad_ids = {self.live.key_of(g) for g in grads}
             self.label("optimizer")
 
     def on_step_end(self, args, state, control, **kwargs):

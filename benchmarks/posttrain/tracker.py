@@ -12,20 +12,24 @@ highest total of live bytes seen while it was the label.
 from __future__ import annotations
 
 import gc
+import itertools
 import weakref
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+from torch.utils.weak import WeakIdKeyDictionary
 
 
 class LiveBytes(TorchDispatchMode):
-    """Live storages (id of the storage object -> bytes), their total, each phase's peak total and the live
+    """Live storages (a serial number, never reused -> bytes), their total, each phase's peak total and the live
     storages at that peak (`peak_live`, to say what dominates it)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.live: dict[int, int] = {}
+        self.keys = WeakIdKeyDictionary()
+        self._serial = itertools.count()
         self.total = 0
         self.phase = "forward"
         self.peaks: dict[str, int] = {}
@@ -36,12 +40,17 @@ class LiveBytes(TorchDispatchMode):
         if not isinstance(t, torch.Tensor) or t.is_meta or t.device.type != "cpu":
             return
         storage = t.untyped_storage()
-        key, nbytes = id(storage), storage.nbytes()
-        if key in self.live or nbytes == 0:
+        nbytes = storage.nbytes()
+        if storage in self.keys or nbytes == 0:
             return
+        key = self.keys[storage] = next(self._serial)
         self.live[key] = nbytes
         self.total += nbytes
         weakref.finalize(storage, self._drop, key)
+
+    def key_of(self, t: torch.Tensor) -> int | None:
+        """The serial number of `t`'s storage, if counted."""
+        return self.keys.get(t.untyped_storage())
 
     def _drop(self, key: int) -> None:
         self.total -= self.live.pop(key, 0)
