@@ -1,6 +1,6 @@
 """Wall time of the torch-free commands, next to `import torch` for scale.
 
-    python benchmarks/speed.py [--runs N]
+    python benchmarks/speed.py [--runs N] [--match TEXT ...]
 
 Each command runs N times (default 7) in a fresh interpreter, as a user types it; the minimum and the
 median wall time are printed (on a shared machine the minimum is the figure to compare: other load
@@ -23,6 +23,7 @@ import time
 MEMDOC = [sys.executable, "-m", "memdoc"]
 COMMANDS = [
     ("memdoc bill meta-llama/Llama-2-7b --gpu 24", [*MEMDOC, "bill", "meta-llama/Llama-2-7b", "--gpu", "24"]),
+    ("memdoc bill meta-llama/Llama-3.1-8B --gpu 24", [*MEMDOC, "bill", "meta-llama/Llama-3.1-8B", "--gpu", "24"]),
     ("memdoc bill ... --json", [*MEMDOC, "bill", "meta-llama/Llama-2-7b", "--gpu", "24", "--json"]),
     (
         "memdoc bill meta-llama/Llama-3.1-70B --gpu 8xh100",
@@ -70,12 +71,15 @@ def wall_times(argv: list[str], runs: int, env: dict[str, str]) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7, help="runs per command (default 7)")
-    runs = parser.parse_args().runs
+    parser.add_argument("--match", nargs="*", default=[], help="only the commands whose label contains one of these")
+    args = parser.parse_args()
+    runs = args.runs
+    commands = [(label, argv) for label, argv in COMMANDS if not args.match or any(m in label for m in args.match)]
     with tempfile.TemporaryDirectory(prefix="memdoc-speed-") as pycache:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         env |= {"PYTHONPYCACHEPREFIX": pycache, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         print(f"{'command':58} {'min':>7} {'median':>7}   ({runs} runs, {os.cpu_count()} CPUs)")
-        for label, argv in COMMANDS:
+        for label, argv in commands:
             times = wall_times(argv, runs, env)
             print(f"{label:58} {min(times):6.3f}s {statistics.median(times):6.3f}s")
 
