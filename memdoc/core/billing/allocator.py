@@ -137,18 +137,7 @@ class CachingAllocator:
             if i < len(keys) and keys[i] >> 128 == stream:
                 block = blocks.pop(keys.pop(i))
         if block is None:
-            alloc = (
-                K_SMALL_BUFFER
-                if small
-                else (K_LARGE_BUFFER if size < K_MIN_LARGE_ALLOC else -(-size // K_ROUND_LARGE) * K_ROUND_LARGE)
-            )  # `allocation_size`
-            block = self._alloc_block(pool, stream, size, alloc)
-            if block is None:
-                self._release_cached_blocks()
-                self.stats.num_alloc_retries += 1
-                block = self._alloc_block(pool, stream, size, alloc)
-            if block is None:
-                raise AllocatorOOM(orig_size, self.stats.allocated, self.stats.reserved)
+            block = self._new_block(pool, stream, size, orig_size)
         remaining = block.size - size
         if remaining >= K_MIN_BLOCK_SIZE if (small or self.expandable) else remaining > K_SMALL_SIZE:
             rest = block
@@ -175,9 +164,9 @@ class CachingAllocator:
     def replay(self, ids: Sequence[int], sizes: Sequence[int]) -> None:
         """Run a flat event stream on stream 0: `sizes[i] > 0` mallocs that many bytes for tensor `ids[i]` (a small
         integer ≥ 0), `sizes[i] == 0` frees tensor `ids[i]`. Event for event what `malloc` and `free` do
-        (`tests/unit/billing/test_allocator.py` runs both on bills' streams); without expandable segments the
+        (`tests/unit/billing/test_replay.py` runs both on bills' streams); without expandable segments the
         cache hits with their splits and the frees with their merges are inlined here, nearly all of a bill's
-        events (a request the cache cannot serve goes through `malloc`)."""
+        events."""
         addr = [0] * (max(ids, default=0) + 1)
         malloc, free = self.malloc, self.free
         if self.expandable or self.record:
@@ -187,7 +176,7 @@ class CachingAllocator:
                 else:
                     free(addr[tid])
             return
-        pools, active, st = (self._large, self._small), self._active, self.stats
+        pools, active, st, new_block = (self._large, self._small), self._active, self.stats, self._new_block
         for tid, orig_size in zip(ids, sizes):
             if not orig_size:
                 block = active.pop(addr[tid])
@@ -205,9 +194,9 @@ class CachingAllocator:
             keys = pool.keys
             i = bisect_left(keys, size << 64)  # `block_key(0, size, 0)`
             if i == len(keys) or keys[i] >> 128:
-                addr[tid] = malloc(orig_size)  # a new segment (or out of memory)
-                continue
-            block = pool.blocks.pop(keys.pop(i))
+                block = new_block(pool, 0, size, orig_size)
+            else:
+                block = pool.blocks.pop(keys.pop(i))
             remaining = block.size - size
             if remaining >= K_MIN_BLOCK_SIZE if small else remaining > K_SMALL_SIZE:
                 rest = block
@@ -273,6 +262,23 @@ class CachingAllocator:
         return out
 
     # -- internals (names follow the C++) -----------------------------------------------------
+    def _new_block(self, pool: Pool, stream: int, size: int, orig_size: int) -> Block:
+        """The `malloc` steps after a cache miss: `alloc_block` of `allocation_size`, else `release_cached_blocks`
+        and retry, else out of memory (AllocatorOOM for the `orig_size` request)."""
+        alloc = (
+            K_SMALL_BUFFER
+            if pool.small
+            else (K_LARGE_BUFFER if size < K_MIN_LARGE_ALLOC else -(-size // K_ROUND_LARGE) * K_ROUND_LARGE)
+        )  # `allocation_size`
+        block = self._alloc_block(pool, stream, size, alloc)
+        if block is None:
+            self._release_cached_blocks()
+            self.stats.num_alloc_retries += 1
+            block = self._alloc_block(pool, stream, size, alloc)
+        if block is None:
+            raise AllocatorOOM(orig_size, self.stats.allocated, self.stats.reserved)
+        return block
+
     def _get_free_block(self, pool: Pool, stream: int, size: int) -> Block | None:
         keys = pool.keys
         i = bisect_left(keys, block_key(stream, size, 0))

@@ -162,32 +162,40 @@ class ParameterTensors:
     trainable: list[list[int]]
 
 
+def _layout_numels(layout) -> list[int]:
+    """Element counts of one decoder layer's parameter tensors: each linear's weight (and bias), expert
+    copies as one tensor per expert unless grouped, then the norms."""
+    numels = []
+    for linear in layout.linears:
+        copies = 1 if linear.group == "experts" else linear.copies
+        numels.extend([linear.out_features * linear.in_features * linear.copies // copies] * copies)
+        if linear.bias:
+            numels.extend([linear.out_features * linear.copies // copies] * copies)
+    numels.append(layout.norm_params)
+    return numels
+
+
 def parameter_tensors(model: ModelSpec, plan: TrainingPlan) -> ParameterTensors:
-    """The plan's parameter tensors per layer (see `ParameterTensors`)."""
-    layers = []
-    for i in range(model.num_layers):
-        layout, numels = model.layouts[i], []
-        for linear in layout.linears:
-            copies = 1 if linear.group == "experts" else linear.copies
-            numels.extend([linear.out_features * linear.in_features * linear.copies // copies] * copies)
-            if linear.bias:
-                numels.extend([linear.out_features * linear.copies // copies] * copies)
-        numels.append(layout.norm_params)
-        layers.append(numels)
+    """The plan's parameter tensors per layer (see `ParameterTensors`); each distinct layer layout is
+    counted once (a layer's tensors depend on its layout alone)."""
+    layouts = [model.layouts[i] for i in range(model.num_layers)]
+    numels_of = {layout: _layout_numels(layout) for layout in dict.fromkeys(layouts)}
+    layers = [list(numels_of[layout]) for layout in layouts]
     other = model.params.total - model.params.embedding - model.params.head - sum(map(sum, layers))
     if plan.method is Method.FULL:
         trainable = layers
     else:
         targets = adapted_names(plan)
-        trainable = [
-            [
+        adapters_of = {
+            layout: [
                 n
-                for linear in model.layouts[i].linears
+                for linear in layout.linears
                 if is_trained(linear, targets)
                 for n in (plan.lora_rank * linear.in_features, linear.out_features * plan.lora_rank)
             ]
-            for i in range(model.num_layers)
-        ]
+            for layout in numels_of
+        }
+        trainable = [list(adapters_of[layout]) for layout in layouts]
     return ParameterTensors(
         embedding=model.params.embedding,
         layers=layers,

@@ -84,6 +84,24 @@ class _Stream:
         self.sizes.extend([0] * len(tids))
 
 
+def _scaled(numels, scale: float) -> list[int]:
+    """`_nbytes` of each nonzero element count × `scale` bytes, in order."""
+    return [max(int(n * scale), 1) for n in numels if n]
+
+
+def _per_distinct(layers: list[list[int]], sizes) -> list[list[int]]:
+    """`sizes(layer)` of each layer, computed once per distinct layer (decoder layers repeat one or two
+    layouts)."""
+    done: dict[tuple[int, ...], list[int]] = {}
+    out = []
+    for layer in layers:
+        key = tuple(layer)
+        if key not in done:
+            done[key] = sizes(layer)
+        out.append(done[key])
+    return out
+
+
 def _split(name: str, nbytes: int, model, T: int) -> list[int]:
     """One activation group of `layer_activations` as the tensors torch allocates for it.
 
@@ -159,9 +177,7 @@ class _TrainingRun:
         self.trainable_order = _trainable_order(self.tensors, self.full)
         self._scale_states(bill)
         # per decoder layer, its parameters' gradients in the order backward makes them
-        self.layer_grads = [
-            [_nbytes(n * self.g_scale) for n in reversed(layer) if n] for layer in self.tensors.trainable
-        ]
+        self.layer_grads = _per_distinct(self.tensors.trainable, lambda layer: _scaled(reversed(layer), self.g_scale))
         self._size_loss_head()
         self.states_made = False
         self.grads: list[int] = []  # this step's gradient tensors, in the order backward made them
@@ -210,14 +226,14 @@ class _TrainingRun:
         """Every parameter tensor in module order, then peft's fp32 adapters (added after the model is built)."""
         tensors = self.tensors
         self._weights([tensors.embedding])
-        for layer in tensors.layers:
-            self._weights(layer)
+        for nbytes in _per_distinct(tensors.layers, lambda layer: _scaled(layer, self.w_scale)):
+            self.stream.alloc_all(nbytes)
         self._weights([tensors.other, tensors.head])
         if not self.full:
             self.stream.alloc_all([_nbytes(4 * n) for layer in tensors.trainable for n in layer])
 
     def _weights(self, numels: list[int]) -> None:
-        self.stream.alloc_all([_nbytes(n * self.w_scale) for n in numels if n])
+        self.stream.alloc_all(_scaled(numels, self.w_scale))
 
     # -- one training step ---------------------------------------------------------------------
     def step(self) -> None:
