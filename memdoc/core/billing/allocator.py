@@ -163,10 +163,8 @@ class CachingAllocator:
 
     def replay(self, ids: Sequence[int], sizes: Sequence[int]) -> None:
         """Run a flat event stream on stream 0: `sizes[i] > 0` mallocs that many bytes for tensor `ids[i]` (a small
-        integer ≥ 0), `sizes[i] == 0` frees tensor `ids[i]`. Event for event what `malloc` and `free` do
-        (`tests/unit/billing/test_replay.py` runs both on bills' streams); without expandable segments the
-        cache hits with their splits and the frees with their merges are inlined here, nearly all of a bill's
-        events."""
+        integer ≥ 0), `sizes[i] == 0` frees it. Event for event what `malloc` and `free` do (tests/unit/billing/
+        test_replay.py); without expandable segments, cache hits with their splits and frees are inlined here."""
         addr = [0] * (max(ids, default=0) + 1)
         malloc, free = self.malloc, self.free
         if self.expandable or self.record:
@@ -177,11 +175,12 @@ class CachingAllocator:
                     free(addr[tid])
             return
         pools, active, st, new_block = (self._large, self._small), self._active, self.stats, self._new_block
+        allocated, peak = st.allocated, st.peak_allocated  # kept in locals, written back before a new segment
         for tid, orig_size in zip(ids, sizes):
             if not orig_size:
                 block = active.pop(addr[tid])
                 block.allocated = False
-                st.allocated -= block.size
+                allocated -= block.size
                 _merge_into_cache(block, pools[block.small])
                 continue
             size = (
@@ -194,12 +193,13 @@ class CachingAllocator:
             keys = pool.keys
             i = bisect_left(keys, size << 64)  # `block_key(0, size, 0)`
             if i == len(keys) or keys[i] >> 128:
+                st.allocated, st.peak_allocated = allocated, peak  # as out of memory reports them
                 block = new_block(pool, 0, size, orig_size)
             else:
                 block = pool.blocks.pop(keys.pop(i))
             remaining = block.size - size
             if remaining >= K_MIN_BLOCK_SIZE if small else remaining > K_SMALL_SIZE:
-                rest = block
+                rest = block  # on stream 0, as every block of this run
                 block = Block(rest.addr, size, 0, small, rest.seg)
                 prev = block.prev = rest.prev
                 if prev is not None:
@@ -208,15 +208,16 @@ class CachingAllocator:
                 rest.prev = block
                 rest.addr += size
                 rest.size = remaining
-                key = (rest.stream << 128) + (remaining << 64) + rest.addr
+                key = (remaining << 64) + rest.addr
                 insort(keys, key)
                 pool.blocks[key] = rest
             block.allocated = True
             a = addr[tid] = block.addr
             active[a] = block
-            allocated = st.allocated = st.allocated + block.size
-            if allocated > st.peak_allocated:
-                st.peak_allocated = allocated
+            allocated += block.size
+            if allocated > peak:
+                peak = allocated
+        st.allocated, st.peak_allocated = allocated, peak
 
     def free(self, addr: int) -> None:
         """`free` → `free_block`: merge with free neighbours and return the block to its pool's cache."""
