@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memdoc.core.billing.activations import layer_activations
-from memdoc.core.billing.states import ParameterTensors, parameter_tensors
+from memdoc.core.billing.states import ParameterTensors, parameter_tensors, per_layout
 from memdoc.core.model.plan import Checkpointing, Loss, Method, Optimizer
 
 FP32 = 4
@@ -132,20 +132,19 @@ def _split(name: str, nbytes: int, model, T: int) -> list[int]:
     return [nbytes]
 
 
-def _layout_items(model, plan) -> dict:
-    """Per distinct layer layout, the sizes (`_nbytes`) of the tensors its forward saves, in
-    `layer_activations` order."""
+def _layout_items(model, plan) -> list[list[int]]:
+    """Per decoder layer, the sizes (`_nbytes`) of the tensors its forward saves, in `layer_activations` order
+    (computed at the first layer of each distinct layout, `states.per_layout`)."""
     T = plan.micro_batch * plan.seq_len
-    items = {}
-    for i, layout in enumerate(model.layouts):
-        if layout not in items:
-            items[layout] = [
-                _nbytes(t)
-                for name, v in layer_activations(model, plan, i).items()
-                if v > 0
-                for t in _split(name, v, model, T)
-            ]
-    return items
+    return per_layout(
+        model,
+        lambda i, _: [
+            _nbytes(t)
+            for name, v in layer_activations(model, plan, i).items()
+            if v > 0
+            for t in _split(name, v, model, T)
+        ],
+    )
 
 
 def _trainable_order(tensors: ParameterTensors, full: bool) -> list[int]:
@@ -172,8 +171,7 @@ class _TrainingRun:
         self.full = self.plan.method is Method.FULL
         self.checkpointing = self.plan.checkpointing is not Checkpointing.NONE
         self.tokens = self.plan.micro_batch * self.plan.seq_len
-        layout_items = _layout_items(self.model, self.plan)
-        self.layer_items = [layout_items[layout] for layout in self.model.layouts]  # per decoder layer
+        self.layer_items = _layout_items(self.model, self.plan)  # per decoder layer
         self.trainable_order = _trainable_order(self.tensors, self.full)
         self._scale_states(bill)
         # per decoder layer, its parameters' gradients in the order backward makes them
