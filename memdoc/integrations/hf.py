@@ -42,6 +42,7 @@ from transformers import TrainerCallback
 from transformers.utils import logging as hf_logging
 
 from memdoc.integrations.record import RunRecord, batch_key, billed_json, oom_record
+from memdoc.probe.script.trl_phases import knobs_of, post_line, post_report, task_of, with_bill
 from memdoc.units import format_bytes
 
 logger = hf_logging.get_logger("transformers.trainer")
@@ -324,6 +325,8 @@ class MemdocCallback(TrainerCallback):
             session.roots[id(self._model)] = self._model
         if self._optimizer is not None:
             session.optimizers.append(getattr(self._optimizer, "optimizer", self._optimizer))
+        if self._trainer is not None and task_of(self._trainer) is not None:
+            session.saw_trainer(self._trainer)  # TRL's trainer: its generation and reference phases (trl_phases)
         stack = contextlib.ExitStack()
         stack.enter_context(instrument(session))  # phases, and the embedding's input shape
         if self._cuda:
@@ -360,7 +363,11 @@ class MemdocCallback(TrainerCallback):
         record.measured = measured
         if self._step_batch is None and session.first_input_shape:  # no Trainer found: the embedding's input
             self._step_batch = tuple(int(n) for n in session.first_input_shape)
+        post = post_report(session) if not self._cuda else None
         bill = self._bill(self._step_batch)
+        if post is not None:
+            record.post = with_bill(post, bill)
+            logger.info(post_line(record.post))
         if bill is not None:
             record.billed = billed_json(bill)
             gap = bill.peak_allocated / measured["peak_allocated"] - 1 if measured["peak_allocated"] else 0.0
@@ -422,6 +429,7 @@ class MemdocCallback(TrainerCallback):
             detect_plan,
             find_hf_model,
             model_identity,
+            with_task,
         )
         from memdoc.units import GiB
 
@@ -444,6 +452,9 @@ class MemdocCallback(TrainerCallback):
             cuda=self._cuda,
             fused_loss=bool(getattr(args, "use_liger_kernel", False)),
         )
+        if self._trainer is not None and task_of(self._trainer) is not None:
+            post = {"task": task_of(self._trainer), "knobs": knobs_of(self._trainer)}
+            plan, detected = with_task(plan, detected, post, shape)
         model_id, config = model_identity(hf)
         gpu = None
         if self._cuda:

@@ -1,0 +1,137 @@
+"""`memdoc diagnose train.py` and `MemdocCallback` inside TRL's post-training trainers (trl 1.16): a tiny Llama,
+2 steps on the CPU. The phases (generation, reference, forward, backward, optimizer) are reported with the
+trainer's task and knobs, against independent counts: the CPU allocator's own events (torch.profiler's memory
+records) over each generation call, and the exact parameter bytes of the policy and its reference copy."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+trl = pytest.importorskip("trl")
+
+from conftest import FIXTURES  # noqa: E402
+from conftest import invoke_diagnose as run_cli  # noqa: E402
+
+pytestmark = pytest.mark.slow
+POST = FIXTURES / "post"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The tiny Llama and tokenizer of tests/fixtures/post/tiny.py, saved once."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("post_tiny", POST / "tiny.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path = tmp_path_factory.mktemp("post") / "tiny-llama"
+    module.save(path)
+    return path, module.CONFIG
+
+
+def model_bytes(path) -> int:
+    """Parameter + buffer bytes of the saved model, built here."""
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(path)
+    return sum(t.numel() * t.element_size() for t in [*m.parameters(), *m.buffers()])
+
+
+@contextlib.contextmanager
+def allocator_windows(klass, name: str):
+    """torch.profiler's CPU memory events (allocator-level, independent of memdoc's tensor tracker) and the
+    windows of every `klass.name` call (a `record_function` around it): yields a list filled on exit with, per
+    call, the allocator's peak increase over the bytes held when the call began."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    original = klass.__dict__[name]
+
+    def marked(self, *args, **kwargs):
+        with record_function("test-window"):
+            return original(self, *args, **kwargs)
+
+    out: list[int] = []
+    setattr(klass, name, marked)
+    try:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            yield out
+    finally:
+        setattr(klass, name, original)
+    events = list(prof.profiler.kineto_results.events())
+    memory = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
+    for w in sorted((e.start_ns(), e.end_ns()) for e in events if e.name() == "test-window"):
+        held = sum(n for t, n in memory if t < w[0])
+        now = peak = held
+        for t, n in memory:
+            if w[0] <= t <= w[1]:
+                now += n
+                peak = max(peak, now)
+        out.append(peak - held)
+
+
+def diagnose(script: str, model, tmp_path) -> dict:
+    res = run_cli(str(POST / script), "--json", "--", str(model), str(tmp_path / "out"))
+    assert res.exit_code == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def test_grpo_script_generation_and_reference_phases(tiny, tmp_path):
+    path, config = tiny
+    with allocator_windows(trl.GRPOTrainer, "_generate") as rounds:
+        rep = diagnose("grpo_tiny.py", path, tmp_path)
+    post = rep["post_training"]
+    assert post["trainer"] == "GRPOTrainer" and post["task"] == "grpo"
+    # the knobs the script sets, and TRL's own defaults and derived values for the rest (GRPOConfig.__post_init__)
+    cfg = trl.GRPOConfig(
+        output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=4, num_generations=4, beta=0.1
+    )
+    for knob in ("beta", "num_generations", "loss_type", "num_iterations", "generation_batch_size", "use_vllm"):
+        assert post["knobs"][knob] == getattr(cfg, knob), knob
+    assert post["knobs"]["max_completion_length"] == 16
+    assert list(post["phases"]) == ["generation", "reference", "forward", "backward", "optimizer"]
+    # beta 0.1: TRL loads a reference copy of the policy; both are held at the reference forward
+    assert post["phases"]["reference"]["weights"] == 2 * model_bytes(path)
+    assert post["phases"]["reference"]["activations"] < post["phases"]["forward"]["activations"] / 10  # no_grad
+    # each generation call's peak over what it began with, against the CPU allocator's own count over the same
+    # call: the allocator also holds op-internal scratch no tensor tracker sees (torch's CPU sdpa kernel buffers,
+    # 20096 B × 136 in a round of this run), so it bounds the measurement from above; same shapes, same bytes
+    measured = [r["peak_allocated"] - r["start_allocated"] for r in post["generation_rounds"]]
+    assert len(measured) == len(rounds) == 2 and measured[0] == measured[1]
+    # from below: the KV cache of the generation batch at its last length (k and v, fp32, every layer)
+    head_dim = config["hidden_size"] // config["num_attention_heads"]
+    kv = 2 * config["num_hidden_layers"] * 4 * config["num_key_value_heads"] * head_dim * (12 + 16 - 1) * 4
+    for ours, allocator in zip(measured, rounds, strict=True):
+        assert kv < ours <= allocator
+        assert ours >= 0.8 * allocator
+    detected = rep["hf"]["detected_plan"]
+    assert (detected["task"], detected["num_generations"], detected["completion_len"], detected["seq_len"]) == (
+        "grpo",
+        4,
+        16,
+        12,  # the prompts' 12 words
+    )
+    billed = post["billed"]  # the bill's phases by name, None where the bill has no such phase
+    assert list(billed) == list(post["phases"]) and isinstance(billed["forward"], int)
+
+
+def test_dpo_script_reference_phase(tiny, tmp_path):
+    path, _ = tiny
+    rep = diagnose("dpo_tiny.py", path, tmp_path)
+    post = rep["post_training"]
+    assert (post["trainer"], post["task"]) == ("DPOTrainer", "dpo")
+    cfg = trl.DPOConfig(output_dir=str(tmp_path), use_cpu=True)  # TRL's defaults for what the script leaves
+    for knob in ("beta", "loss_type", "precompute_ref_log_probs", "max_length"):
+        assert post["knobs"][knob] == getattr(cfg, knob), knob
+    assert list(post["phases"]) == ["reference", "forward", "backward", "optimizer"]  # no generation in DPO
+    # the reference is a frozen copy (trl 1.16 DPOTrainer.__init__ without peft): two models' weights
+    ref, fwd = post["phases"]["reference"], post["phases"]["forward"]
+    assert ref["weights"] == 2 * model_bytes(path)
+    assert ref["gradients"] == 0 and ref["step"] == fwd["step"]
+    assert ref["activations"] < fwd["activations"] / 10  # under no_grad nothing is saved for backward
+    detected = rep["hf"]["detected_plan"]
+    # 2 pairs per device: chosen and rejected concatenated make 4 rows in the forward
+    assert (detected["task"], detected["micro_batch"], detected["beta"]) == ("dpo", 2, cfg.beta)
