@@ -363,7 +363,7 @@ class MemdocCallback(TrainerCallback):
         record.measured = measured
         if self._step_batch is None and session.first_input_shape:  # no Trainer found: the embedding's input
             self._step_batch = tuple(int(n) for n in session.first_input_shape)
-        post = post_report(session) if not self._cuda else None
+        post = post_report(session, first_step=self._step) if not self._cuda else None
         bill = self._bill(self._step_batch)
         if post is not None:
             record.post = with_bill(post, bill)

@@ -135,3 +135,60 @@ def test_dpo_script_reference_phase(tiny, tmp_path):
     detected = rep["hf"]["detected_plan"]
     # 2 pairs per device: chosen and rejected concatenated make 4 rows in the forward
     assert (detected["task"], detected["micro_batch"], detected["beta"]) == ("dpo", 2, cfg.beta)
+
+
+def test_callback_in_grpo_reports_generation_and_reference(tiny, tmp_path):
+    """`MemdocCallback` inside `GRPOTrainer` (2 steps, the 2nd measured): the report's post_training phases."""
+    from datasets import Dataset
+
+    from memdoc.integrations.hf import MemdocCallback
+
+    path, config = tiny
+    prompts = Dataset.from_dict({"prompt": [" ".join(f"w{(i * 7 + j) % 100}" for j in range(12)) for i in range(8)]})
+    args = trl.GRPOConfig(
+        output_dir=str(tmp_path / "run"),
+        use_cpu=True,
+        max_steps=2,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=16,
+        beta=0.1,
+        report_to=[],
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    report = tmp_path / "memdoc.json"
+    trainer = trl.GRPOTrainer(
+        model=str(path),
+        reward_funcs=lambda completions, **kw: [float(len(c)) for c in completions],
+        args=args,
+        train_dataset=prompts,
+        callbacks=[MemdocCallback(report=report)],
+    )
+    with allocator_windows(trl.GRPOTrainer, "_generate") as rounds:
+        trainer.train()
+    post = json.loads(report.read_text())["post_training"]
+    assert (post["trainer"], post["task"]) == ("GRPOTrainer", "grpo")
+    assert list(post["phases"]) == ["generation", "reference", "forward", "backward", "optimizer"]
+    assert {p["step"] for p in post["phases"].values()} == {2}  # the measured step
+    assert post["phases"]["reference"]["weights"] == 2 * model_bytes(path)  # policy + TRL's reference copy
+    (round2,) = post["generation_rounds"]  # one generation per step (steps_per_generation = accumulation = 1)
+    ours = round2["peak_allocated"] - round2["start_allocated"]
+    head_dim = config["hidden_size"] // config["num_attention_heads"]
+    kv = 2 * config["num_hidden_layers"] * 4 * config["num_key_value_heads"] * head_dim * (12 + 16 - 1) * 4
+    assert kv < ours <= rounds[1] and ours >= 0.8 * rounds[1]  # see test_grpo_script_generation_and_reference_phases
+    assert list(post["billed"]) == list(post["phases"]) and isinstance(post["billed"]["forward"], int)
+
+
+def test_the_knobs_read_are_the_trainers_config_fields():
+    """Every knob memdoc reads is a field of some installed TRL config, and each trainer's own knobs are its own."""
+    import dataclasses
+
+    from memdoc.probe.script.trl_phases import KNOBS, TRAINERS
+
+    configs = {"grpo": trl.GRPOConfig, "rloo": trl.RLOOConfig, "dpo": trl.DPOConfig, "kto": trl.KTOConfig}
+    names = {task: {f.name for f in dataclasses.fields(c)} for task, c in configs.items()}
+    assert set(KNOBS) <= set().union(*names.values())
+    for online in ("grpo", "rloo"):
+        assert {"num_generations", "max_completion_length", "generation_batch_size", "use_vllm"} <= names[online]
+    assert {cls for cls, _, _ in TRAINERS.values()} <= set(dir(trl))

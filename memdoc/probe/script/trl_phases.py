@@ -155,9 +155,10 @@ def unpatch(patched: list) -> None:
     patched.clear()
 
 
-def post_report(session) -> dict | None:
+def post_report(session, first_step: int = 1) -> dict | None:
     """{"trainer", "task", "knobs", "phases", "peak_phase", "generation_rounds"} of the run's TRL trainer: each
-    phase's line items at its peak (STEP_PHASES order; the tracker's buckets), None when no TRL trainer ran."""
+    phase's line items at its peak (STEP_PHASES order; the tracker's buckets), None when no TRL trainer ran.
+    `first_step`: the number of the session's first step in the run (the callback measures one later step)."""
     trainer = session.trainer
     if trainer is None:
         return None
@@ -167,7 +168,7 @@ def post_report(session) -> dict | None:
         if items:
             phases[phase] = {k: int(items.get(k, 0)) for k in LINE_ITEMS} | {
                 "peak_allocated": int(items["peak_allocated"]),
-                "step": int(items.get("step", 0)),
+                "step": int(items.get("step", 1)) - 1 + first_step,
             }
     peak = max(phases, key=lambda p: (phases[p]["peak_allocated"], -STEP_PHASES.index(p)), default=None)
     return {
@@ -176,7 +177,10 @@ def post_report(session) -> dict | None:
         "knobs": knobs_of(trainer),
         "phases": phases,
         "peak_phase": peak,
-        "generation_rounds": [{k: v for k, v in r.items() if not k.startswith("_")} for r in session.rounds],
+        "generation_rounds": [
+            {k: v for k, v in r.items() if not k.startswith("_")} | {"step": r["step"] - 1 + first_step}
+            for r in session.rounds
+        ],
     }
 
 
