@@ -125,7 +125,8 @@ def patch_trl(session, patched: list) -> None:
         wanted = dict(methods)
         if hasattr(klass, NO_GRAD_REFERENCE):
             wanted[NO_GRAD_REFERENCE] = None
-        wanted.setdefault("train", "")  # recognises the trainer (its args) without a phase of its own
+        # recognises the trainer (its args) without a phase of its own: called every step, after the patch
+        wanted.setdefault("compute_loss", "")
         for name, phase in wanted.items():
             original = getattr(klass, name, None)
             if original is None or (id(klass), name) in done or hasattr(original, _ORIGINAL):
