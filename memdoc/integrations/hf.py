@@ -41,6 +41,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 from transformers.utils import logging as hf_logging
 
+from memdoc.integrations.post_cuda import CudaPhases
 from memdoc.integrations.record import RunRecord, batch_key, billed_json, oom_record
 from memdoc.probe.script.trl_phases import knobs_of, post_line, post_report, task_of, with_bill
 from memdoc.units import format_bytes
@@ -334,6 +335,8 @@ class MemdocCallback(TrainerCallback):
 
             if self._args.skip_memory_metrics:
                 torch.cuda.reset_peak_memory_stats(self._args.device)
+                if session.trainer is not None:  # TRL's phases from the peak counters (reset per phase)
+                    session.post_listener = CudaPhases(self._args.device)
             else:
                 self.record.note(
                     "the Trainer tracks memory (skip_memory_metrics=False): the peak counters "
@@ -363,7 +366,10 @@ class MemdocCallback(TrainerCallback):
         record.measured = measured
         if self._step_batch is None and session.first_input_shape:  # no Trainer found: the embedding's input
             self._step_batch = tuple(int(n) for n in session.first_input_shape)
-        post = post_report(session, first_step=self._step) if not self._cuda else None
+        if session.post_listener is not None:
+            post = session.post_listener.report(session.trainer, self._step)
+        else:
+            post = post_report(session, first_step=self._step) if not self._cuda else None
         bill = self._bill(self._step_batch)
         if post is not None:
             record.post = with_bill(post, bill)
@@ -405,14 +411,19 @@ class MemdocCallback(TrainerCallback):
         import torch
 
         dev = self._args.device
-        peak_reserved = int(torch.cuda.max_memory_reserved(dev))
+        peak_allocated, peak_reserved = (
+            int(torch.cuda.max_memory_allocated(dev)),
+            int(torch.cuda.max_memory_reserved(dev)),
+        )
+        if session.post_listener is not None:  # the counters were reset at each post-training phase
+            peak_allocated, peak_reserved = session.post_listener.step_peaks()
         free, _total = torch.cuda.mem_get_info(dev)
         # free now, less what the allocator reserved at the peak beyond what it holds now
         self.record.headroom_bytes = int(free - (peak_reserved - torch.cuda.memory_reserved(dev)))
         weights, _grads, opt = session.state_bytes()
         return {
             "source": "cuda-allocator",
-            "peak_allocated": int(torch.cuda.max_memory_allocated(dev)),
+            "peak_allocated": peak_allocated,
             "peak_reserved": peak_reserved,
             "weights": sum(weights.values()),
             "optimizer": sum(opt.values()),

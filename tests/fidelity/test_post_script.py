@@ -100,8 +100,7 @@ def test_grpo_script_generation_and_reference_phases(tiny, tmp_path):
     measured = [r["peak_allocated"] - r["start_allocated"] for r in post["generation_rounds"]]
     assert len(measured) == len(rounds) == 2 and measured[0] == measured[1]
     # from below: the KV cache of the generation batch at its last length (k and v, fp32, every layer)
-    head_dim = config["hidden_size"] // config["num_attention_heads"]
-    kv = 2 * config["num_hidden_layers"] * 4 * config["num_key_value_heads"] * head_dim * (12 + 8 - 1) * 4
+    kv = kv_bytes(config, 4, 12 + 8 - 1)
     for ours, allocator in zip(measured, rounds, strict=True):
         assert kv < ours <= allocator
         assert ours >= 0.8 * allocator
@@ -135,17 +134,17 @@ def test_dpo_script_reference_phase(tiny, tmp_path):
     assert (detected["task"], detected["micro_batch"], detected["beta"]) == ("dpo", 2, cfg.beta)
 
 
-def test_callback_in_grpo_reports_generation_and_reference(tiny, tmp_path):
-    """`MemdocCallback` inside `GRPOTrainer` (2 steps, the 2nd measured): the report's post_training phases."""
+def grpo_with_callback(path, tmp_path, *, cpu: bool) -> trl.GRPOTrainer:
+    """A GRPOTrainer of grpo_tiny.py's settings with `MemdocCallback` writing tmp_path/memdoc.json."""
     from datasets import Dataset
 
     from memdoc.integrations.hf import MemdocCallback
 
-    path, config = tiny
     prompts = Dataset.from_dict({"prompt": [" ".join(f"w{(i * 7 + j) % 100}" for j in range(12)) for i in range(8)]})
     args = trl.GRPOConfig(
         output_dir=str(tmp_path / "run"),
-        use_cpu=True,
+        use_cpu=cpu,
+        bf16=False,
         max_steps=2,
         per_device_train_batch_size=4,
         num_generations=4,
@@ -155,27 +154,66 @@ def test_callback_in_grpo_reports_generation_and_reference(tiny, tmp_path):
         save_strategy="no",
         disable_tqdm=True,
     )
-    report = tmp_path / "memdoc.json"
-    trainer = trl.GRPOTrainer(
+    return trl.GRPOTrainer(
         model=str(path),
         reward_funcs=lambda completions, **kw: [float(len(c)) for c in completions],
         args=args,
         train_dataset=prompts,
-        callbacks=[MemdocCallback(report=report)],
+        callbacks=[MemdocCallback(report=tmp_path / "memdoc.json")],
     )
+
+
+def kv_bytes(config, rows: int, length: int, dtype_bytes: int = 4) -> int:
+    """The KV cache of `rows` sequences of `length` tokens: k and v, every layer, the config's kv heads."""
+    head_dim = config["hidden_size"] // config["num_attention_heads"]
+    return 2 * config["num_hidden_layers"] * rows * config["num_key_value_heads"] * head_dim * length * dtype_bytes
+
+
+def test_callback_in_grpo_reports_generation_and_reference(tiny, tmp_path):
+    """`MemdocCallback` inside `GRPOTrainer` (2 steps, the 2nd measured): the report's post_training phases."""
+    path, config = tiny
+    trainer = grpo_with_callback(path, tmp_path, cpu=True)
     with allocator_windows(trl.GRPOTrainer, "_generate") as rounds:
         trainer.train()
-    post = json.loads(report.read_text())["post_training"]
+    post = json.loads((tmp_path / "memdoc.json").read_text())["post_training"]
     assert (post["trainer"], post["task"]) == ("GRPOTrainer", "grpo")
     assert list(post["phases"]) == ["generation", "reference", "forward", "backward", "optimizer"]
     assert {p["step"] for p in post["phases"].values()} == {2}  # the measured step
     assert post["phases"]["reference"]["weights"] == 2 * model_bytes(path)  # policy + TRL's reference copy
     (round2,) = post["generation_rounds"]  # one generation per step (steps_per_generation = accumulation = 1)
     ours = round2["peak_allocated"] - round2["start_allocated"]
-    head_dim = config["hidden_size"] // config["num_attention_heads"]
-    kv = 2 * config["num_hidden_layers"] * 4 * config["num_key_value_heads"] * head_dim * (12 + 8 - 1) * 4
-    assert kv < ours <= rounds[1] and ours >= 0.8 * rounds[1]  # see test_grpo_script_generation_and_reference_phases
+    # see test_grpo_script_generation_and_reference_phases
+    assert kv_bytes(config, 4, 12 + 8 - 1) < ours <= rounds[1] and ours >= 0.8 * rounds[1]
     assert list(post["billed"]) == list(post["phases"]) and isinstance(post["billed"]["forward"], int)
+
+
+@pytest.mark.cuda
+def test_callback_in_grpo_on_cuda_reads_the_allocator_per_phase(tiny, tmp_path):
+    """On a GPU the phases' peaks come from the allocator's counters; the step's peak stays whole."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    path, config = tiny
+    trainer = grpo_with_callback(path, tmp_path, cpu=False)
+    starts: list[int] = []
+    original = trl.GRPOTrainer.__dict__["_generate"]
+
+    def seen(self, *args, **kwargs):
+        starts.append(torch.cuda.memory_allocated())  # the same counter, read just inside memdoc's wrapper
+        return original(self, *args, **kwargs)
+
+    trl.GRPOTrainer._generate = seen
+    try:
+        trainer.train()
+    finally:
+        trl.GRPOTrainer._generate = original
+    rep = json.loads((tmp_path / "memdoc.json").read_text())
+    post = rep["post_training"]
+    assert set(post["phases"]) == {"generation", "reference"}
+    (round2,) = post["generation_rounds"]
+    assert round2["start_allocated"] == starts[1]
+    assert round2["peak_allocated"] - round2["start_allocated"] >= kv_bytes(config, 4, 12 + 8 - 1)
+    assert rep["measured"]["peak_allocated"] == post["step_peak_allocated"]
+    assert max(p["peak_allocated"] for p in post["phases"].values()) <= rep["measured"]["peak_allocated"]
 
 
 def test_the_knobs_read_are_the_trainers_config_fields():

@@ -125,6 +125,8 @@ class Session:
         """One per generation call: {"step", "start_allocated" (allocated bytes when it began), "peak_allocated"}."""
         self.post_loss = 0
         """> 0 inside a DPO/KTO trainer's loss: a root forward there under no_grad is the reference's."""
+        self.post_listener = None
+        """`enter(phase, step)` / `leave(phase)` at each post-training phase instead of the tracker's buckets."""
         self.post_root: int | None = None
         """id of the root module whose no_grad forward is the reference phase now."""
         self.trl_patched: list = []
@@ -315,6 +317,9 @@ class Session:
     def enter_post(self, phase: str) -> None:
         self.sweep()
         self.post_phase = phase
+        if self.post_listener is not None:  # the callback on a GPU: the allocator's counters per phase
+            self.post_listener.enter(phase, self.step_index + 1)
+            return
         if phase == "generation":
             start = self.breakdown()["peak_allocated"]
             self.rounds.append(
@@ -322,6 +327,8 @@ class Session:
             )
 
     def leave_post(self) -> None:
+        if self.post_listener is not None and self.post_phase is not None:
+            self.post_listener.leave(self.post_phase)
         self.post_phase = None
 
     # ---- hooks
