@@ -23,6 +23,9 @@ What it does, with no effect on training while memory is fine:
   symptom, the prescriptions quantified on the failing batch's plan and the allocator's statistics;
   then the exception propagates unchanged (`auto_find_batch_size` still sees it). An OOM elsewhere
   (evaluation, saving) is not caught.
+- **Inside TRL's trainers** (GRPO, RLOO, DPO, KTO, reward): the measured step by phase, generation (each
+  round) and the reference forward included (`memdoc.probe.script.trl_phases`; on a GPU the allocator's counters
+  per phase, `memdoc.integrations.post_cuda`), next to the bill's phases by name: the report's `post_training`.
 - A failure inside memdoc is logged as a WARNING and training goes on (`MEMDOC_DEBUG=1` raises it).
 
 The report (default `OUTPUT_DIR/memdoc-report.json`; `.rankN` before `.json` with several
