@@ -25,7 +25,9 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from memdoc.core.billing.kbit import linear_experts, quantised_params, upcast_weight_bytes
 from memdoc.core.engines.layout import Engine, engine_layout
@@ -162,32 +164,58 @@ class ParameterTensors:
     trainable: list[list[int]]
 
 
-def parameter_tensors(model: ModelSpec, plan: TrainingPlan) -> ParameterTensors:
-    """The plan's parameter tensors per layer (see `ParameterTensors`)."""
-    layers = []
+T = TypeVar("T")
+
+
+def per_layout(model: ModelSpec, compute: Callable[[int, Any], T]) -> list[T]:
+    """`compute(i, layout)` for each decoder layer i, computed once per distinct layout (at its first layer) and
+    shared by the layers of an equal layout. A layout is hashed once per distinct object: `model.layouts[i]`
+    is one object for every layer of a one-layout model, and a layout's hash walks all its linears."""
+    by_id: dict[int, tuple[Any, T]] = {}  # (the layout itself, kept alive so that its id stays its own; value)
+    by_layout: dict[Any, T] = {}
+    out = []
     for i in range(model.num_layers):
-        layout, numels = model.layouts[i], []
-        for linear in layout.linears:
-            copies = 1 if linear.group == "experts" else linear.copies
-            numels.extend([linear.out_features * linear.in_features * linear.copies // copies] * copies)
-            if linear.bias:
-                numels.extend([linear.out_features * linear.copies // copies] * copies)
-        numels.append(layout.norm_params)
-        layers.append(numels)
+        layout = model.layouts[i]
+        if id(layout) not in by_id:
+            if layout not in by_layout:
+                by_layout[layout] = compute(i, layout)
+            by_id[id(layout)] = (layout, by_layout[layout])
+        out.append(by_id[id(layout)][1])
+    return out
+
+
+def _layout_numels(layout) -> list[int]:
+    """Element counts of one decoder layer's parameter tensors: each linear's weight (and bias), expert
+    copies as one tensor per expert unless grouped, then the norms."""
+    numels = []
+    for linear in layout.linears:
+        copies = 1 if linear.group == "experts" else linear.copies
+        numels.extend([linear.out_features * linear.in_features * linear.copies // copies] * copies)
+        if linear.bias:
+            numels.extend([linear.out_features * linear.copies // copies] * copies)
+    numels.append(layout.norm_params)
+    return numels
+
+
+def parameter_tensors(model: ModelSpec, plan: TrainingPlan) -> ParameterTensors:
+    """The plan's parameter tensors per layer (see `ParameterTensors`); each distinct layer layout is
+    counted once (a layer's tensors depend on its layout alone)."""
+    layers = [list(numels) for numels in per_layout(model, lambda _, layout: _layout_numels(layout))]
     other = model.params.total - model.params.embedding - model.params.head - sum(map(sum, layers))
     if plan.method is Method.FULL:
         trainable = layers
     else:
         targets = adapted_names(plan)
-        trainable = [
-            [
+        adapters = per_layout(
+            model,
+            lambda _, layout: [
                 n
-                for linear in model.layouts[i].linears
+                for linear in layout.linears
                 if is_trained(linear, targets)
                 for n in (plan.lora_rank * linear.in_features, linear.out_features * plan.lora_rank)
-            ]
-            for i in range(model.num_layers)
-        ]
+            ],
+        )
+        trainable = [list(row) for row in adapters]
     return ParameterTensors(
         embedding=model.params.embedding,
         layers=layers,
