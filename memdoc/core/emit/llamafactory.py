@@ -21,6 +21,7 @@ from memdoc.core.emit.kbit import kbit_notes
 from memdoc.core.emit.llamafactory_post import LF_TASK_DATASETS, lf_task_keys
 from memdoc.core.emit.packing import packing_keys
 from memdoc.core.emit.templates import chat_template
+from memdoc.core.emit.vision import LF_VISION_ROWS, is_vlm, lf_vision_keys, vision_row_length
 from memdoc.core.model.lora import lora_alpha
 from memdoc.core.model.plan import Loss, Method, Precision, Shard
 from memdoc.errors import PlanError
@@ -83,6 +84,8 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
         config.update(quantization_bit=4, quantization_method="bnb", quantization_type="nf4", double_quantization=True)
     config["dataset"] = ctx.dataset or DATASET_PLACEHOLDER
     rows = LF_TASK_DATASETS.get(plan.task, LF_DATASET_FORMAT)
+    if plan.has_vision:
+        rows = f"{rows}; {LF_VISION_ROWS}"
     comments = {"dataset": rows}
     if not ctx.dataset:
         placeholders["dataset"] = f"a dataset name from your dataset_info.json (--dataset); {rows}"
@@ -97,6 +100,10 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
         config["template"] = template.llamafactory
         comments["template"] = "the family's chat format (LLaMA-Factory's template registry)"
     config["cutoff_len"] = plan.seq_len
+    if is_vlm(ctx.model_type):
+        config.update(lf_vision_keys(plan, ctx.model_type, ctx.model_id, notes))
+        if plan.has_vision:  # the mm_plugin expands each <image> before the row is cut to cutoff_len
+            config["cutoff_len"] = vision_row_length(plan, ctx.model_type)
     config.update(packing_keys("llamafactory", plan, notes))
     args = training_arguments(ctx, notes, placeholders)
     checkpointing = args.pop("gradient_checkpointing")
