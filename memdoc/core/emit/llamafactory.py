@@ -100,10 +100,7 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
         config["template"] = template.llamafactory
         comments["template"] = "the family's chat format (LLaMA-Factory's template registry)"
     config["cutoff_len"] = plan.seq_len
-    if is_vlm(ctx.model_type):
-        config.update(lf_vision_keys(plan, ctx.model_type, ctx.model_id, notes))
-        if plan.has_vision:  # the mm_plugin expands each <image> before the row is cut to cutoff_len
-            config["cutoff_len"] = vision_row_length(plan, ctx.model_type)
+    _vision(ctx, config, notes)
     config.update(packing_keys("llamafactory", plan, notes))
     args = training_arguments(ctx, notes, placeholders)
     checkpointing = args.pop("gradient_checkpointing")
@@ -126,6 +123,16 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
     multinode_note(ctx, notes)
     side = distributed_side_files(ctx, notes)
     return Emitted("llamafactory", config, _launch(ctx), notes, side, placeholders, comments)
+
+
+def _vision(ctx: EmitContext, config: dict, notes: list[str]) -> None:
+    """A VLM's keys (`vision.lf_vision_keys`); with images, `cutoff_len` holds the whole row: the template's mm_plugin
+    expands each <image> into its tokens before the row is cut (`data/processor/supervised.py`, 0.9.5)."""
+    if not is_vlm(ctx.model_type):
+        return
+    config.update(lf_vision_keys(ctx.plan, ctx.model_type, ctx.model_id, notes))
+    if ctx.plan.has_vision:
+        config["cutoff_len"] = vision_row_length(ctx.plan, ctx.model_type)
 
 
 def _checkpointing_kwargs(kwargs: dict, notes: list[str]) -> None:
