@@ -68,6 +68,21 @@ def test_llamafactory_vlm_keys_parse(tmp_path, monkeypatch):
     assert finetuning_args.freeze_language_model is False
 
 
+def test_llamafactory_full_vlm_trains_every_part(tmp_path, monkeypatch):
+    """The VLM bill trains the tower and projector in a full fine-tune; LLaMA-Factory freezes both unless told not
+    to (`hparams/finetuning_args.py` defaults, read here from the dataclass)."""
+    parser = pytest.importorskip("llamafactory.hparams.parser")
+    from llamafactory.hparams import FinetuningArguments
+
+    defaults = FinetuningArguments()
+    assert (defaults.freeze_vision_tower, defaults.freeze_multi_modal_projector) == (True, True)
+    cfg = _emit(tmp_path, QWEN, "llamafactory", "--method", "full", "--images-per-sample", "1")
+    cfg["use_cpu"] = True
+    monkeypatch.setattr(parser, "is_torch_bf16_gpu_available", lambda: True)
+    _, _, _, finetuning_args, _ = parser.get_train_args(cfg)
+    assert (finetuning_args.freeze_vision_tower, finetuning_args.freeze_multi_modal_projector) == (False, False)
+
+
 def test_llamafactory_vlm_types_are_its_composite_models():
     """LF_VLM_TYPES: the catalogued VLM types that LLaMA-Factory registers as composite models (read from its source,
     since importing its model package needs a GPU stack)."""

@@ -19,7 +19,10 @@ from the installed trainers.
   pads to a square, a (w, h) pair resizes), `processor_kwargs` overrides the processor's settings
   (`utils/schemas/model.py`), and `chat_template` picks the processing strategy (`get_processing_strategy`).
 
-memdoc has no plan fields for freezing the vision parts: each format's own default is written and named in a note.
+memdoc has no plan fields for freezing the vision parts yet. The VLM bill (issue 26 item 3) trains the vision tower
+and projector in a full fine-tune and keeps them frozen, without adapters, under LoRA/QLoRA: LLaMA-Factory's freeze
+keys are written to match it; TRL and Axolotl have no such keys (their defaults, and where they differ from the
+bill, are notes).
 """
 
 from __future__ import annotations
@@ -105,8 +108,8 @@ def trl_vision_notes(plan: TrainingPlan, notes: list[str]) -> None:
     """What TRL trains of a VLM by default (no key in `SFTConfig`/`ModelConfig` freezes a part)."""
     if plan.method is Method.FULL:
         notes.append(
-            "VLM, full fine-tune: TRL trains every part (vision tower, projector, language model); it has no key "
-            "to freeze the vision tower"
+            "VLM, full fine-tune: TRL trains every part (vision tower, projector, language model), as billed; it has "
+            "no key to freeze the vision tower"
         )
     else:
         notes.append(f"VLM, LoRA: {lora_reach(plan)}")
@@ -114,15 +117,17 @@ def trl_vision_notes(plan: TrainingPlan, notes: list[str]) -> None:
 
 def lora_reach(plan: TrainingPlan) -> str:
     """Which parts of a VLM the plan's LoRA targets reach when the trainer matches names over the whole model (peft
-    `tuners/tuners_utils.py` `_maybe_include_all_linear_layers`: all-linear is every Linear but the output layer)."""
+    `tuners/tuners_utils.py` `_maybe_include_all_linear_layers`: all-linear is every Linear but the output layer),
+    against the bill's frozen tower without adapters."""
     if ALL_LINEAR in plan.lora_targets:
         return (
-            "all-linear wraps every Linear layer but the output layer — the vision tower's and projector's too (peft "
-            "_maybe_include_all_linear_layers); name language-model modules to keep the tower frozen"
+            "all-linear wraps every Linear layer but the output layer, the vision tower's and projector's too: their "
+            "activations are then kept for backward (more memory than billed, which has no adapters in the tower); "
+            "name language-model modules to match the bill"
         )
     return (
-        "target names are matched in every part of the model (a CLIP/SigLIP vision tower has q_proj/k_proj/v_proj "
-        "too); the base weights stay frozen either way"
+        "target names are matched in every part of the model: where the vision tower has layers of those names (a "
+        "CLIP/SigLIP tower has q_proj/k_proj/v_proj) it gets adapters too, which the bill does not count"
     )
 
 
@@ -138,7 +143,8 @@ def hf_vision_keys(plan: TrainingPlan, model_type: str, notes: list[str]) -> dic
 
 
 def lf_vision_keys(plan: TrainingPlan, model_type: str, model_id: str, notes: list[str]) -> dict:
-    """LLaMA-Factory's VLM keys: the freezing flags at their defaults (written out), and with images the pixel
+    """LLaMA-Factory's VLM keys: the freezing flags as billed (full: every part trained; LoRA: LLaMA-Factory's
+    default, tower and projector frozen and kept out of the targets), and with images the pixel
     bounds that keep the billed image size (`image_max_pixels`: the plan's `max_pixels`, else the image's area, so
     LLaMA-Factory's 768×768 default does not shrink it and larger images are downscaled to it)."""
     if model_type not in LF_VLM_TYPES:
@@ -148,11 +154,16 @@ def lf_vision_keys(plan: TrainingPlan, model_type: str, model_id: str, notes: li
             f"{model_id} ({model_type}) with images: LLaMA-Factory 0.9.5 has no multimodal template for it",
             hint="use --format trl",
         )
-    out: dict = {"freeze_vision_tower": True, "freeze_multi_modal_projector": True, "freeze_language_model": False}
-    notes.append(
-        "VLM: LLaMA-Factory's defaults written out — vision tower and projector frozen (full training and LoRA "
-        "targets reach the language model only)"
-    )
+    full = plan.method is Method.FULL
+    out: dict = {"freeze_vision_tower": not full, "freeze_multi_modal_projector": not full}
+    out["freeze_language_model"] = False
+    if full:
+        notes.append(
+            "VLM, full fine-tune: freeze_vision_tower and freeze_multi_modal_projector false (LLaMA-Factory freezes "
+            "both by default), so every part trains, as billed"
+        )
+    else:
+        notes.append("VLM, LoRA: vision tower and projector frozen, no adapters in them (LLaMA-Factory's default)")
     if not plan.has_vision:
         return out
     width, height = plan.image_wh
@@ -185,7 +196,9 @@ def axolotl_vision_keys(plan: TrainingPlan, notes: list[str]) -> dict:
     out: dict = {"processor_type": "AutoProcessor", "skip_prepare_dataset": True, "remove_unused_columns": False}
     out["sample_packing"] = False
     if plan.method is Method.FULL:
-        notes.append("VLM, full fine-tune: Axolotl trains every part (vision tower, projector, language model)")
+        notes.append(
+            "VLM, full fine-tune: Axolotl trains every part (vision tower, projector, language model), as billed"
+        )
     else:
         notes.append(f"VLM, LoRA: {lora_reach(plan)}")
     if not plan.has_vision:
