@@ -76,7 +76,9 @@ def test_llamafactory_full_vlm_trains_every_part(tmp_path, monkeypatch):
 
     defaults = FinetuningArguments()
     assert (defaults.freeze_vision_tower, defaults.freeze_multi_modal_projector) == (True, True)
-    cfg = _emit(tmp_path, QWEN, "llamafactory", "--method", "full", "--images-per-sample", "1")
+    cfg = _emit(
+        tmp_path, QWEN, "llamafactory", "--method", "full", "--precision", "amp-bf16", "--images-per-sample", "1"
+    )
     cfg["use_cpu"] = True
     monkeypatch.setattr(parser, "is_torch_bf16_gpu_available", lambda: True)
     _, _, _, finetuning_args, _ = parser.get_train_args(cfg)
