@@ -206,6 +206,7 @@ class TrainingPlan(PostTrainingFields, VisionFields):
                 "eval_accumulation_steps",
                 "document_tokens",
                 "generation_batch",
+                "prompt_len",
             ):
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -374,9 +375,10 @@ _POSITIVE = (
     "completion_len",
     "generation_batch",
     "num_iterations",
+    "prompt_len",
 )
-"""Plan fields that are positive integers (`lora_alpha`, `eval_accumulation_steps`, `document_tokens` and
-`generation_batch` may also be None)."""
+"""Plan fields that are positive integers (`lora_alpha`, `eval_accumulation_steps`, `document_tokens`,
+`generation_batch` and `prompt_len` may also be None)."""
 
 
 def _check_parallel(plan: TrainingPlan) -> None:
