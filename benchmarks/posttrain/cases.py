@@ -88,7 +88,13 @@ PLAN_BASE = {
     "loss": "trl-fused",
     "grad_accum": 1,
 }
-DPO_PLAN = {**PLAN_BASE, "task": "dpo", "micro_batch": PAIRS, "seq_len": PROMPT_LEN + COMPLETION_LEN}
+DPO_PLAN = {
+    **PLAN_BASE,
+    "task": "dpo",
+    "micro_batch": PAIRS,
+    "seq_len": PROMPT_LEN + COMPLETION_LEN,
+    "prompt_len": PROMPT_LEN,
+}
 GRPO_PLAN = {
     **PLAN_BASE,
     "task": "grpo",

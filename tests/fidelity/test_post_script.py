@@ -132,6 +132,12 @@ def test_dpo_script_reference_phase(tiny, tmp_path):
     detected = rep["hf"]["detected_plan"]
     # 2 pairs per device: chosen and rejected concatenated make 4 rows in the forward
     assert (detected["task"], detected["micro_batch"], detected["beta"]) == ("dpo", 2, cfg.beta)
+    # the bill of the detected plan per phase, against the measured step (P-fidelity): on the CPU TRL's fused head
+    # scores every position (`add_fused_lm_head`, not `compact`), as the bill does without --prompt-len, so its
+    # tile buffer (4 rows × 17 positions × 32768, bf16: 4.25 MiB) dominates both
+    for name, billed in post["billed"].items():
+        if billed is not None:
+            assert billed == pytest.approx(post["phases"][name]["peak_allocated"], rel=0.05), name
 
 
 def grpo_with_callback(path, tmp_path, *, cpu: bool) -> trl.GRPOTrainer:

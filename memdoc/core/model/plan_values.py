@@ -95,6 +95,7 @@ _OPTIONAL = (
     "document_tokens",
     "beta",
     "generation_batch",
+    "prompt_len",
     *VISION_OPTIONAL,
     *ENGINE_COUNTS,
 )
