@@ -39,7 +39,8 @@ from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, compute_bill
 from memdoc.core.billing.parallel import check_parallel_model
-from memdoc.core.billing.steptime import StepTime, step_time
+from memdoc.core.billing.posttrain.steptime import task_step_time as step_time
+from memdoc.core.billing.steptime import StepTime
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.model.model_spec import ModelSpec

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, compute_bill
-from memdoc.core.billing.steptime import StepTime, step_time
+from memdoc.core.billing.posttrain.steptime import task_step_time
+from memdoc.core.billing.steptime import StepTime
 from memdoc.core.billing.verdict import MIN_MEMORY_ERROR
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
@@ -78,7 +79,7 @@ def plan_report(
         fixed=fixed,
         candidates=found,
         base=compute_bill(model, plan, gpu),
-        time=step_time(model, plan, gpu),
+        time=task_step_time(model, plan, gpu),
         host_ram_bytes=host_ram_bytes,
         host_ram_source=host_ram_source,
     )
