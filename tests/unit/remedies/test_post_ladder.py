@@ -17,6 +17,7 @@ from memdoc.core.model.plan_post import check_post_training_request
 from memdoc.core.remedies.climb import climb
 from memdoc.core.remedies.rungs import RUNGS
 from memdoc.core.remedies.rungs_post import lean_vllm_memory
+from memdoc.errors import PlanError
 from memdoc.resolve.models import resolve_model
 from tests.conftest import invoke
 
@@ -104,7 +105,7 @@ def test_rungs_that_break_trls_rules_are_not_offered():
     with pytest.raises(ValueError):
         GRPOConfig(output_dir="/tmp/unused", per_device_train_batch_size=3, num_generations=2, use_cpu=True)
     plan = parse_plan(task="grpo", batch=3, seq=4096, num_generations=3, completion_len=4096)
-    with pytest.raises(Exception):
+    with pytest.raises(PlanError):
         check_post_training_request(plan.replace(num_generations=2))
     steps = climb(QWEN7, plan, resolve_gpu("24"))
     assert steps and all(s.plan.num_generations == 3 for s in steps)
