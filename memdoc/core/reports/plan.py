@@ -12,6 +12,7 @@ from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan
 from memdoc.core.remedies.search import Candidate, search
+from memdoc.core.remedies.search_post import suggestions
 from memdoc.core.remedies.time_band import TimeBand, time_band
 from memdoc.core.reports.json_parts import gpu_json, model_json, row_per_gpu_json, time_json
 
@@ -36,6 +37,11 @@ class PlanReport:
     """Where `host_ram_bytes` comes from, in words ("--host-ram", "this machine's RAM (/proc/meminfo)")."""
 
     @property
+    def suggestions(self) -> tuple[str, ...]:
+        """Post-training changes the search does not try, since they change the training (`search_post.suggestions`)."""
+        return suggestions(self.plan)
+
+    @property
     def band(self) -> TimeBand:
         return time_band(self.plan, self.time)
 
@@ -54,6 +60,7 @@ class PlanReport:
                 "time": time_json(self.time, self.plan.world_size, self.band),
             },
             "plans": [c.to_json() for c in self.candidates],
+            "suggestions": list(self.suggestions),
             **({"emitted": emitted} if emitted is not None else {}),
         }
 
