@@ -73,6 +73,8 @@ def apply_lever(
     rules (`check_post_training_request`). `model` and `gpu` size the vLLM fraction's 'lean'."""
     if not lever or any(key not in PLAN_LEVERS for key in lever):
         return None
+    if lever.get("vllm_sleep") and plan.vllm is not Vllm.COLOCATE:
+        return None  # sleep mode is the colocated engine's
     values = plan.to_dict() | {"lora_alpha": plan.lora_alpha}  # as given (to_dict shows the effective 2r)
     for key, value in lever.items():
         if key == "micro_batch":
