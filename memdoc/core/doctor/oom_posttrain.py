@@ -78,7 +78,8 @@ def posttrain_cause(frames: list[Frame]) -> Cause | None:
             id="reference-model",
             title="the frozen reference model: a second copy of the weights (full fine-tuning)",
             evidence="the traceback runs through the DPO/KTO trainer's reference model",
-            fix="drop the reference copy: precompute its log-probs, train LoRA (the adapter-disabled base), or shard it",
+            fix="drop the reference copy: precompute its log-probs, train LoRA (the base with the adapter disabled), "
+            "or shard it",
             prescriptions=("ref-precompute", "ref-lora", "ref-zero3"),
         )
     return None
