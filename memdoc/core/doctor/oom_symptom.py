@@ -206,8 +206,8 @@ def infer_symptom(event: OomEvent | None, log_text: str = "") -> SymptomGuess:
     Decision, first match: host kill → host-oom; NCCL → nccl-oom; vLLM KV-cache refusal →
     inference-oom; TRL's GRPO/RLOO generation frames → rl-generation-oom, its DPO/KTO reference-model frames →
     reference-model-oom (`oom_posttrain`); phase save → save-oom; eval → eval-oom; generate → inference-oom;
-    startup (loading) → startup-oom; one rank heavier (`oom_ranks`) → rank-imbalance; a training phase or no frames, with
-    the log showing the first step → startup-oom (the rigid part plus one step's activations do not
+    startup (loading) → startup-oom; one rank heavier (`oom_ranks`) → rank-imbalance; a training phase or no
+    frames, with the log showing the first step → startup-oom (the rigid part plus one step's activations do not
     fit); a large block (rule below) → long-sample-oom (also mid-run-oom); a training phase →
     mid-run-oom; no frames but a later step shown → mid-run-oom; otherwise, without frames:
     fragmentation → mid-run-oom (it builds up over steps), a size-less library failure → startup-oom
