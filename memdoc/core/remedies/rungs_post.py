@@ -45,19 +45,15 @@ VLLM_FRACTION_STEP = 0.05
 
 LIGER_ACTIONS = dict.fromkeys(
     ("dpo", "kto", "grpo", "rloo"),
-    "Liger's layer kernels (use_liger_kernel: RMSNorm, RoPE, SwiGLU); TRL keeps its own fused LM head (chunked "
-    "log-probs): its trainer runs no Liger loss",
+    "Liger's layer kernels (TRL keeps its own fused LM head: no Liger loss)",
 )
 """The Liger rung under TRL's preference and RL trainers (`dpo_trainer.py`, `kto_trainer.py`, `grpo_trainer.py`,
 `rloo_trainer.py` `__init__`: `use_liger_kernel` sets `liger_kernel_config["fused_linear_cross_entropy"] = False`,
 since Liger's loss would replace the forward TRL patches with `add_fused_lm_head`)."""
-_ADAPTER_REFERENCE = "LoRA adapters instead of full fine-tuning; the reference is the base with the adapter disabled: "
-LORA_ACTIONS = {
-    "dpo": _ADAPTER_REFERENCE + "no second copy of the weights",
-    "kto": _ADAPTER_REFERENCE + "no second copy of the weights",
-    "grpo": _ADAPTER_REFERENCE + "no second copy of the weights (with beta > 0)",
-    "rloo": _ADAPTER_REFERENCE + "no second copy of the weights",
-}
+LORA_ACTIONS = dict.fromkeys(
+    ("dpo", "kto", "grpo", "rloo"),
+    "LoRA adapters instead of full fine-tuning; the reference is the base, adapter disabled (no copy)",
+)
 """LoRA on a task with a reference: TRL builds no reference model for a PEFT policy and runs the base under
 `use_adapter(..., None)` (`dpo_trainer.py` `DPOTrainer.__init__` / `_compute_loss`)."""
 
@@ -151,16 +147,14 @@ def _shorter(p: TrainingPlan) -> TrainingPlan | None:
 POST_RUNGS: tuple[Rung, ...] = (
     Rung(
         "precompute-ref",
-        "precompute the reference log-probs once before training (precompute_ref_log_probs): no reference model "
-        "held or run in the steps",
+        "precomputed reference log-probs (--precompute-ref): no reference model in the steps",
         _precompute,
         rank=1,
         lever={"precompute_ref": (True,)},
     ),
     Rung(
         "vllm-memory",
-        "a leaner colocated vLLM (--vllm-memory): its weights and the KV cache of this GPU's whole generation "
-        "batch still fit; lower, its KV cache holds fewer concurrent sequences and generation slows",
+        "a leaner colocated vLLM (--vllm-memory) that still holds the whole generation batch",
         _colocated,
         rank=1,
         lever={"vllm_memory": ("lean",)},
@@ -168,46 +162,42 @@ POST_RUNGS: tuple[Rung, ...] = (
     ),
     Rung(
         "generation-batch",
-        "a smaller generation batch (--generation-batch, TRL's steps_per_generation): a smaller KV cache, "
-        "more and smaller generations per step",
+        "a smaller generation batch (--generation-batch): a smaller KV cache, more generations",
         _smaller_generation,
         rank=2,
         lever={"generation_batch": ("smallest",)},
     ),
     Rung(
         "vllm-sleep",
-        "vLLM sleep mode (--vllm-sleep): its weights and KV cache leave the card while the policy trains, "
-        "reloaded every step",
+        "vLLM sleep mode (--vllm-sleep): its memory freed while the policy trains",
         _sleep,
         rank=2,
         lever={"vllm_sleep": (True,)},
     ),
     Rung(
         "vllm-server",
-        "vLLM in server mode on another GPU (--vllm server, trl vllm-serve): no generation memory on the "
-        "training GPUs, one more GPU",
+        "vLLM in server mode on another GPU (--vllm server): no generation on the training GPUs",
         _server,
         rank=7,
         lever={"vllm": ("server",)},
     ),
     Rung(
         "beta-0",
-        "beta 0: no reference model and no KL term — a change of the objective",
+        "beta 0: no reference model and no KL term (changes the objective)",
         _beta_zero,
         rank=9,
         lever={"beta": (0.0,)},
     ),
     Rung(
         "fewer-generations",
-        "half the completions per prompt (--generations): a smaller group, a noisier advantage — a change of "
-        "the training",
+        "half the completions per prompt (--generations; changes the training)",
         _fewer_generations,
         rank=9,
         lever={"num_generations": ("half",)},
     ),
     Rung(
         "shorter-completions",
-        "half the completion length (--completion-len): longer answers are truncated — a change of the training",
+        "half the completion length (--completion-len; changes the training)",
         _shorter,
         rank=9,
         lever={"completion_len": ("half",)},
