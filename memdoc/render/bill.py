@@ -101,8 +101,9 @@ def _bill_table(bill) -> None:
     stdout.print(t)
     scale = max(bill.phases[p].total for p in phases)
     scale = max(scale, bill.gpu.memory_bytes if bill.gpu else 0)
+    width = max(len(p) for p in phases) + 1  # "generation" needs eleven columns
     for phase in phases:
-        stdout.print(f"  {phase:<10}{phase_bar(bill.phases[phase], scale)}")
+        stdout.print(f"  {phase:<{width}}{phase_bar(bill.phases[phase], scale)}")
 
 
 def _bill_summary(bill, time) -> None:
@@ -241,7 +242,7 @@ def render_ladder(ladder) -> None:
         change = step.fixed_change
         t.add_row(
             str(i),
-            step.rung.action + (f" — [yellow]needs a change you fixed: {escape(change)}[/]" if change else ""),
+            step.action + (f" — [yellow]needs a change you fixed: {escape(change)}[/]" if change else ""),
             gib(step.bill.peak_allocated),
             gib(step.bill.process_total),
             gib(step.saved_bytes),
