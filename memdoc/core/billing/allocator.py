@@ -35,7 +35,7 @@ from bisect import bisect_left, insort
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from memdoc.core.billing.allocator_blocks import Block, Pool, Segment, block_key
+from memdoc.core.billing.allocator_blocks import Block, Pool, Segment, block_key, merge_into_cache
 
 MiB = 1024 * 1024
 K_MIN_BLOCK_SIZE = 512
@@ -163,16 +163,12 @@ class CachingAllocator:
 
     def replay(self, ids: Sequence[int], sizes: Sequence[int]) -> None:
         """Run a flat event stream on stream 0: `sizes[i] > 0` mallocs that many bytes for tensor `ids[i]` (a small
-        integer ≥ 0), `sizes[i] == 0` frees it. Event for event what `malloc` and `free` do (tests/unit/billing/
-        test_replay.py); without expandable segments, cache hits with their splits and frees are inlined here."""
+        integer ≥ 0), `sizes[i] == 0` frees it, a negative size is `empty_cache`. Event for event what `malloc`,
+        `free` and `empty_cache` do (tests/unit/billing/test_replay.py); without expandable segments, cache hits
+        with their splits and frees are inlined here."""
         addr = [0] * (max(ids, default=0) + 1)
-        malloc, free = self.malloc, self.free
         if self.expandable or self.record:
-            for tid, size in zip(ids, sizes):
-                if size:
-                    addr[tid] = malloc(size)
-                else:
-                    free(addr[tid])
+            self._replay_per_event(ids, sizes, addr)
             return
         pools, active, st, new_block = (self._large, self._small), self._active, self.stats, self._new_block
         allocated, peak = st.allocated, st.peak_allocated  # kept in locals, written back before a new segment
@@ -181,7 +177,11 @@ class CachingAllocator:
                 block = active.pop(addr[tid])
                 block.allocated = False
                 allocated -= block.size
-                _merge_into_cache(block, pools[block.small])
+                merge_into_cache(block, pools[block.small])
+                continue
+            if orig_size < 0:
+                st.allocated, st.peak_allocated = allocated, peak
+                self.empty_cache()
                 continue
             size = (
                 K_MIN_BLOCK_SIZE
@@ -218,6 +218,16 @@ class CachingAllocator:
             if allocated > peak:
                 peak = allocated
         st.allocated, st.peak_allocated = allocated, peak
+
+    def _replay_per_event(self, ids: Sequence[int], sizes: Sequence[int], addr: list[int]) -> None:
+        """`replay` through `malloc`, `free` and `empty_cache`, one call per event (expandable segments, recording)."""
+        for tid, size in zip(ids, sizes):
+            if size > 0:
+                addr[tid] = self.malloc(size)
+            elif size:
+                self.empty_cache()
+            else:
+                self.free(addr[tid])
 
     def free(self, addr: int) -> None:
         """`free` → `free_block`: merge with free neighbours and return the block to its pool's cache."""
@@ -470,30 +480,3 @@ class CachingAllocator:
 
 
 __all__ = ["AllocatorOOM", "AllocatorStats", "CachingAllocator", "allocation_size", "round_size"]
-
-
-def _merge_into_cache(block: Block, pool: Pool) -> None:
-    """`free_block` of a freed block whose segment is all mapped (no expandable segments): `try_merge_blocks`
-    with each free neighbour, then the merged block into the pool's cache (`CachingAllocator.free` inlined)."""
-    keys, blocks = pool.keys, pool.blocks
-    prev, nxt = block.prev, block.next
-    if prev is not None and not prev.allocated:
-        key = (prev.stream << 128) + (prev.size << 64) + prev.addr
-        del keys[bisect_left(keys, key)]
-        del blocks[key]
-        block.addr = prev.addr
-        block.size += prev.size
-        before = block.prev = prev.prev
-        if before is not None:
-            before.next = block
-    if nxt is not None and not nxt.allocated:
-        key = (nxt.stream << 128) + (nxt.size << 64) + nxt.addr
-        del keys[bisect_left(keys, key)]
-        del blocks[key]
-        block.size += nxt.size
-        after = block.next = nxt.next
-        if after is not None:
-            after.prev = block
-    key = (block.stream << 128) + (block.size << 64) + block.addr
-    insort(keys, key)
-    blocks[key] = block

@@ -80,4 +80,31 @@ class Pool:
         del self.unmapped_blocks[key]
 
 
-__all__ = ["Block", "Pool", "Segment", "block_key"]
+__all__ = ["Block", "Pool", "Segment", "block_key", "merge_into_cache"]
+
+
+def merge_into_cache(block: Block, pool: Pool) -> None:
+    """`free_block` of a freed block whose segment is all mapped (no expandable segments): `try_merge_blocks`
+    with each free neighbour, then the merged block into the pool's cache (`CachingAllocator.free` inlined)."""
+    keys, blocks = pool.keys, pool.blocks
+    prev, nxt = block.prev, block.next
+    if prev is not None and not prev.allocated:
+        key = (prev.stream << 128) + (prev.size << 64) + prev.addr
+        del keys[bisect_left(keys, key)]
+        del blocks[key]
+        block.addr = prev.addr
+        block.size += prev.size
+        before = block.prev = prev.prev
+        if before is not None:
+            before.next = block
+    if nxt is not None and not nxt.allocated:
+        key = (nxt.stream << 128) + (nxt.size << 64) + nxt.addr
+        del keys[bisect_left(keys, key)]
+        del blocks[key]
+        block.size += nxt.size
+        after = block.next = nxt.next
+        if after is not None:
+            after.prev = block
+    key = (block.stream << 128) + (block.size << 64) + block.addr
+    insort(keys, key)
+    blocks[key] = block

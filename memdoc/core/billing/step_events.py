@@ -43,10 +43,15 @@ STEPS = 2
 
 @dataclass(frozen=True)
 class Events:
-    """A flat allocation sequence: `sizes[i] > 0` allocates tensor `ids[i]`, `sizes[i] == 0` frees it."""
+    """A flat allocation sequence: `sizes[i] > 0` allocates tensor `ids[i]`, `sizes[i] == 0` frees it,
+    `sizes[i] == EMPTY_CACHE` is `torch.cuda.empty_cache()` (`ids[i]` unused)."""
 
     ids: tuple[int, ...]
     sizes: tuple[int, ...]
+
+
+EMPTY_CACHE = -1
+"""The size of an `Events` entry that empties the allocator's cache (`CachingAllocator.replay`)."""
 
 
 def _nbytes(size: float) -> int:
@@ -78,6 +83,10 @@ class _Stream:
     def free(self, tid: int) -> None:
         self.ids.append(tid)
         self.sizes.append(0)
+
+    def empty_cache(self) -> None:
+        self.ids.append(0)
+        self.sizes.append(EMPTY_CACHE)
 
     def free_all(self, tids: list[int], reverse: bool = False) -> None:
         self.ids.extend(reversed(tids) if reverse else tids)
@@ -399,6 +408,8 @@ def training_events(bill, post=None) -> Events:
         run.stream.alloc(post.resident)
     for _ in range(STEPS):
         if post is not None:
+            if post.wakes_vllm:
+                run.stream.empty_cache()
             run.transient(post.generation if post.generation > post.pool else 0)
             run.transient(0 if post.scoring_after_forward else post.scoring)
             run.after_head = post.scoring if post.scoring_after_forward else 0
@@ -406,4 +417,4 @@ def training_events(bill, post=None) -> Events:
     return Events(tuple(run.stream.ids), tuple(run.stream.sizes))
 
 
-__all__ = ["Events", "STEPS", "training_events"]
+__all__ = ["EMPTY_CACHE", "Events", "STEPS", "training_events"]

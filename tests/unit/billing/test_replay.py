@@ -17,7 +17,7 @@ from conftest import FIXTURES
 
 from memdoc.core.billing.allocator import AllocatorOOM, CachingAllocator
 from memdoc.core.billing.bill import compute_bill
-from memdoc.core.billing.step_events import training_events
+from memdoc.core.billing.step_events import EMPTY_CACHE, training_events
 from memdoc.core.model.gpu import resolve_gpu
 from memdoc.core.model.plan import parse_plan
 from memdoc.resolve.models import resolve_model
@@ -35,18 +35,28 @@ PLANS = [
     ("Qwen/Qwen2.5-0.5B", {"method": "full", "loss": "fused", "allocator": "expandable"}),
     ("google/gemma-2-2b", {"method": "full", "micro_batch": 2, "seq_len": 2048}),
     ("meta-llama/Llama-3.1-70B", {"gpus_per_node": 8, "shard": "zero3"}),
+    (  # post-training with a sleeping colocated vLLM: each generation empties the cache first
+        "Qwen/Qwen2.5-0.5B",
+        {"method": "full", "task": "grpo", "grad_accum": 8, "vllm": "colocate", "vllm_sleep": True},
+    ),
+    (
+        "Qwen/Qwen2.5-0.5B",
+        {"task": "grpo", "grad_accum": 8, "vllm": "colocate", "vllm_sleep": True, "allocator": "expandable"},
+    ),
 ]
 
 
 def per_event(events, **kw):
-    """The stream through `malloc` and `free`, one call per event: (allocator, the request that ran out of memory
+    """The stream through `malloc`, `free` and `empty_cache`, one call per event: (allocator, the request that ran out of memory
     with the allocated and reserved bytes then, or None)."""
     alloc = CachingAllocator(**kw)
     addr = {}
     for tid, size in zip(events.ids, events.sizes):
         try:
-            if size:
+            if size > 0:
                 addr[tid] = alloc.malloc(size)
+            elif size == EMPTY_CACHE:
+                alloc.empty_cache()
             else:
                 alloc.free(addr[tid])
         except AllocatorOOM as exc:
@@ -71,7 +81,7 @@ def state(alloc):
 @functools.cache
 def events_of(model, plan_items):
     bill = compute_bill(resolve_model(model), parse_plan(**dict(plan_items)), resolve_gpu("h100"))
-    return training_events(bill)
+    return training_events(bill.policy, bill.post) if bill.post is not None else training_events(bill)
 
 
 @pytest.mark.parametrize(("model", "values"), PLANS)
@@ -89,6 +99,21 @@ def test_replay_is_malloc_and_free_event_by_event(model, values):
         assert oom_a == oom_b, capacity
         assert state(a) == state(b), capacity
     assert oom_a is not None  # under the tensors alone: out of memory, at the same request
+
+
+def test_a_sleeping_vllm_empties_the_cache_before_each_generation():
+    """TRL 1.16 (`trl/generation/vllm_generation.py`) calls `torch.cuda.empty_cache()` before vLLM wakes up: after
+    that event the allocator holds only segments with a live block (torch's `release_cached_blocks`)."""
+    model, values = PLANS[-2]
+    events = events_of(model, tuple(values.items()))
+    first = events.sizes.index(EMPTY_CACHE)
+    assert events.sizes.count(EMPTY_CACHE) == 2  # one per simulated step
+    alloc, _ = per_event(type(events)(events.ids[: first + 1], events.sizes[: first + 1]))
+    segments = alloc.segments()
+    assert all(any(b["allocated"] for b in seg["blocks"]) for seg in segments)
+    assert alloc.stats.reserved == sum(seg["total_size"] for seg in segments)
+    awake = dict(values, vllm_sleep=False)
+    assert EMPTY_CACHE not in events_of(model, tuple(awake.items())).sizes
 
 
 def test_some_capacity_between_the_peaks_releases_the_cache():
