@@ -41,13 +41,12 @@ def model_notes(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> li
 
 
 def _vision_notes(model: ModelSpec, plan: TrainingPlan) -> list[str]:
-    """What a VLM's bill covers: every part's weights (and states when trained); text activations only, for now."""
+    """What a VLM's bill covers: every part's weights (and states when trained); the activations of image rows are
+    `vision_bill.vision_notes`'s."""
     p = model.params
     cross = f", cross-attention layers {p.cross_attention / 1e9:.2f}B" if p.cross_attention else ""
     trained = "all parts train" if plan.method is Method.FULL else "LoRA adapters on the language model's layers"
     return [
         f"vision-language model: weights of the vision encoder ({p.vision / 1e6:,.0f}M), projector "
         f"({p.projector / 1e6:,.1f}M) and language model ({p.language / 1e9:.2f}B{cross}) billed; {trained}",
-        "activations are billed for the language model at the planned text tokens: image tokens and the vision "
-        "encoder's activations are not billed yet",
     ]

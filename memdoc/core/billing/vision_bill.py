@@ -1,0 +1,73 @@
+"""A vision-language model's step: the language model's bill at text + image tokens, plus the vision side.
+
+The rows of a VLM step carry image (and video) placeholders: the language model runs at `plan_vision.row_tokens`
+tokens per row (the text tokens + `ImageTokens.text` per image), billed as any text step (`text_plan`). The vision
+encoder and projector run first; their saved tensors (`activations.vision`) stay until backward reaches the tower,
+last: they add to every forward and backward moment. Their forward transient (one block's tensors) is a moment of
+its own, before the language model's activations exist. The allocator simulation is the language model's (like
+`parallel`'s per-rank bills: `Bill.per_rank`), the vision bytes added on top of its minimum.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from memdoc.core.billing.activations.vision import VisionActivations, vision_activations
+from memdoc.core.model.model_spec import ModelSpec
+from memdoc.core.model.plan import Method, TrainingPlan
+from memdoc.core.model.plan_vision import plan_image_tokens, row_tokens
+
+GIB = 1024**3
+
+
+def text_plan(model: ModelSpec, plan: TrainingPlan) -> TrainingPlan:
+    """The plan the language model runs: rows of text + image tokens, no images left to bill."""
+    return plan.replace(seq_len=row_tokens(plan, model.model_type, plan.seq_len), images_per_sample=0, video_frames=0)
+
+
+def vision_bill(model: ModelSpec, plan: TrainingPlan, lm):
+    """`lm` (the `Bill` of `text_plan`) with the vision encoder's and projector's activations added to its phases
+    (module doc); `plan` the user's plan, kept on the bill."""
+    va = vision_activations(model, plan)
+    assert va is not None
+    phases = dict(lm.phases)
+    forward = dataclasses.replace(phases["forward"], activations=phases["forward"].activations + va.saved)
+    encoder = dataclasses.replace(phases["forward"], activations=va.saved, other=va.transient)
+    phases["forward"] = max((forward, encoder), key=lambda phase: phase.total)
+    phases["backward"] = dataclasses.replace(phases["backward"], activations=phases["backward"].activations + va.saved)
+    acts = dataclasses.replace(lm.acts, vision=va)
+    notes = lm.notes + tuple(vision_notes(model, plan, va))
+    return dataclasses.replace(lm, plan=plan, acts=acts, phases=phases, notes=notes, per_rank=lm)
+
+
+def vision_notes(model: ModelSpec, plan: TrainingPlan, va: VisionActivations) -> list[str]:
+    """What the bill says about the image tokens and the vision activations."""
+    image, video = plan_image_tokens(plan, model.model_type)
+    image_part = plan.images_per_sample * image.text + (video.text if video else 0)
+    notes = [
+        f"rows of {plan.seq_len:,} text + {image_part:,} image tokens: the language model is billed at "
+        f"{plan.seq_len + image_part:,} tokens per row ({image.text:,} per {plan.image_size} image)"
+    ]
+    if va.trained:
+        notes.append(
+            f"vision encoder: {va.encoder_tokens:,} patch tokens per micro-batch, trained: "
+            f"{va.saved / GIB:.2f} GiB saved for backward with the projector"
+        )
+    else:
+        notes.append(
+            f"vision encoder frozen ({plan.method.value}: no adapters in it): {va.encoder_tokens:,} patch tokens run "
+            f"without saving for backward ({va.transient / GIB:.2f} GiB transient)"
+        )
+    if image.cross:
+        notes.append(
+            f"cross-attention layers attend to {image.cross:,} vision states per image: their keys/values over the "
+            "image tokens are not billed yet"
+        )
+    if plan.method is Method.QLORA:
+        notes.append(
+            "QLoRA: the vision encoder and projector are billed 16-bit; NF4 covers the language model's linears"
+        )
+    return notes
+
+
+__all__ = ["text_plan", "vision_bill", "vision_notes"]
