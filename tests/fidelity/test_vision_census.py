@@ -1,0 +1,112 @@
+"""The vision encoder's activation model against autograd itself: a census of what a real CPU forward saves.
+
+Tiny random VLMs of transformers 5.24 (Qwen2.5-VL: RMSNorm blocks with window attention; Gemma 3: SigLIP;
+Idefics3: its SigLIP-like tower) run their vision tower and projector forward under
+`torch.autograd.graph.saved_tensors_hooks` (`conftest.saved_storages`), at two image sizes each. Each encoder
+block's distinct saved storages must equal `activations.vision.block_saved` exactly; the whole tower and projector
+(a second forward, one census, no per-block hooks: shared tensors counted once) must equal the blocks plus
+`outside_blocks_saved` (patch embedding's input, final norm, rotary tables, projector) within 3%, the issue's bound
+(the tiny towers have 3-4 blocks, so the outside part weighs more here than in a 24-32-block tower). The SigLIP-like cases run in fp32: on the
+CPU, LayerNorm saves its mean and rstd in the input's dtype (bf16), on CUDA in fp32 (its accumulation type),
+which the bill follows; Qwen2.5-VL has no LayerNorm and runs in bf16.
+"""
+
+import pytest
+from conftest import saved_storages
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.slow  # six tiny VLM forwards, twice each: ~15 s
+
+from memdoc.core.billing.activations.saved import FP32  # noqa: E402
+from memdoc.core.billing.activations.vision import block_saved, outside_blocks_saved  # noqa: E402
+from memdoc.core.model.vlm import model_spec  # noqa: E402
+
+TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+TEXT |= dict(vocab_size=300, head_dim=16)
+SIGLIP = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4)
+
+
+def _qwen(size: tuple[int, int]):
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    vision = dict(depth=4, hidden_size=64, intermediate_size=96, num_heads=4, out_hidden_size=64, window_size=56)
+    config = Qwen2_5_VLConfig(text_config=TEXT, vision_config=vision | dict(fullatt_block_indexes=[3]))
+    model = Qwen2_5_VLForConditionalGeneration(config).to(torch.bfloat16)
+    gh, gw = size[1] // 14, size[0] // 14
+    pixels = torch.randn(gh * gw, 3 * 2 * 14 * 14, dtype=torch.bfloat16)
+
+    def run():
+        return model.model.visual(pixels, grid_thw=torch.tensor([[1, gh, gw]]))
+
+    return config, model, model.model.visual.blocks, run, gh * gw
+
+
+def _siglip_like(family: str, size: int):
+    from transformers import (
+        Gemma3Config,
+        Gemma3ForConditionalGeneration,
+        Idefics3Config,
+        Idefics3ForConditionalGeneration,
+    )
+
+    if family == "gemma3":
+        vision = SIGLIP | dict(image_size=size, patch_size=14, vision_use_head=False)
+        config = Gemma3Config(text_config=TEXT, vision_config=vision, mm_tokens_per_image=16)
+        model = Gemma3ForConditionalGeneration(config)
+        tower, projector = model.model.vision_tower, model.model.multi_modal_projector
+    else:
+        config = Idefics3Config(text_config=TEXT, vision_config=SIGLIP | dict(image_size=size, patch_size=16))
+        model = Idefics3ForConditionalGeneration(config)
+        tower, projector = model.model.vision_model, model.model.connector
+    pixels = torch.randn(2, 3, size, size)
+
+    def run():
+        return projector(tower(pixel_values=pixels).last_hidden_state)
+
+    blocks = next(m for name, m in tower.named_modules() if name.endswith("encoder.layers"))
+    return config, model, blocks, run, 2 * (size // config.vision_config.patch_size) ** 2
+
+
+def census(model, blocks, run) -> list[int]:
+    """The bytes each block saves, from autograd's own saved tensors."""
+    per_block = []
+    for block in blocks:
+        forward = block.forward
+
+        def counted(*args, _forward=forward, **kwargs):
+            with saved_storages(model) as seen:  # the innermost hooks win: the outer census skips the block
+                out = _forward(*args, **kwargs)
+            per_block.append(sum(seen.values()))
+            return out
+
+        block.forward = counted
+    run()
+    for block in blocks:
+        del block.forward
+    return per_block
+
+
+def whole(model, run) -> int:
+    """The bytes the tower and projector save in all, each storage once."""
+    with saved_storages(model) as seen:
+        run()
+    return sum(seen.values())
+
+
+CASES = [("qwen2_5_vl", (224, 224)), ("qwen2_5_vl", (448, 308))]
+CASES += [("gemma3", 224), ("gemma3", 112), ("idefics3", 128), ("idefics3", 64)]
+
+
+@pytest.mark.parametrize(("family", "size"), CASES)
+def test_vision_blocks_save_what_the_bill_says(family, size):
+    torch.manual_seed(0)
+    built = _qwen(size) if family == "qwen2_5_vl" else _siglip_like(family, size)
+    config, model, blocks, run, tokens = built
+    model.train()
+    vision = model_spec(config.to_dict(), model_id=f"tiny-{family}").vision
+    dt = 2 if family == "qwen2_5_vl" else FP32
+    expected = block_saved(vision, tokens, dt=dt)
+    rotary = 2 * FP32 * tokens * (vision.hidden_size // vision.num_heads) if family == "qwen2_5_vl" else 0
+    assert census(model, blocks, run) == [expected + rotary] * len(blocks)  # a block's census sees the shared cos/sin
+    billed = len(blocks) * expected + outside_blocks_saved(vision, tokens, dt=dt)
+    assert billed == pytest.approx(whole(model, run), rel=0.03)
