@@ -6,9 +6,9 @@ Idefics3: its SigLIP-like tower) run their vision tower and projector forward un
 block's distinct saved storages must equal `activations.vision.block_saved` exactly; the whole tower and projector
 (a second forward, one census, no per-block hooks: shared tensors counted once) must equal the blocks plus
 `outside_blocks_saved` (patch embedding's input, final norm, rotary tables, projector) within 3%, the issue's bound
-(the tiny towers have 3-4 blocks, so the outside part weighs more here than in a 24-32-block tower). The SigLIP-like cases run in fp32: on the
-CPU, LayerNorm saves its mean and rstd in the input's dtype (bf16), on CUDA in fp32 (its accumulation type),
-which the bill follows; Qwen2.5-VL has no LayerNorm and runs in bf16.
+(the tiny towers have 3-4 blocks, so the outside part weighs more here than in a 24-32-block tower).
+The SigLIP-like cases run in fp32: on the CPU, LayerNorm saves its mean and rstd in the input's dtype (bf16), on
+CUDA in fp32 (its accumulation type), which the bill follows; Qwen2.5-VL has no LayerNorm and runs in bf16.
 """
 
 import pytest
