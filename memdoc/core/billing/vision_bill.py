@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from memdoc.core.billing.activations.vision import VisionActivations, vision_activations
+from memdoc.core.billing.vision_parts import FULL
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Method, TrainingPlan
 from memdoc.core.model.plan_vision import plan_image_tokens, row_tokens
@@ -48,15 +49,18 @@ def vision_notes(model: ModelSpec, plan: TrainingPlan, va: VisionActivations) ->
         f"rows of {plan.seq_len:,} text + {image_part:,} image tokens: the language model is billed at "
         f"{plan.seq_len + image_part:,} tokens per row ({image.text:,} per {plan.image_size} image)"
     ]
+    parts = va.parts
     if va.trained:
+        how = "trained" if parts.tower == FULL else "LoRA on " + ", ".join(sorted(parts.tower_adapted))
         notes.append(
-            f"vision encoder: {va.encoder_tokens:,} patch tokens per micro-batch, trained: "
+            f"vision encoder ({how}): {va.encoder_tokens:,} patch tokens per micro-batch, "
             f"{va.saved / GIB:.2f} GiB saved for backward with the projector"
         )
     else:
+        kept = f", the projector's {va.saved / GIB:.2f} GiB saved" if va.saved else ""
         notes.append(
-            f"vision encoder frozen ({plan.method.value}: no adapters in it): {va.encoder_tokens:,} patch tokens run "
-            f"without saving for backward ({va.transient / GIB:.2f} GiB transient)"
+            f"vision encoder frozen: {va.encoder_tokens:,} patch tokens run without saving for backward "
+            f"({va.transient / GIB:.2f} GiB transient){kept}"
         )
     if image.cross:
         notes.append(

@@ -17,11 +17,12 @@ transformers 5.24 vision code, for N encoder tokens (patches of every image and 
 * Pixtral (`PixtralAttentionLayer`) and Llama-3.2-Vision (`MllamaVisionEncoderLayer`, local and global layers):
   the RMSNorm gated-MLP block and the LayerNorm block with separate q/k/v; not checked against a census yet.
 
-Saved only when gradients flow through the tower: it trains (full fine-tuning). A frozen tower (LoRA on the
-language model: peft freezes every base weight, and the pixel values need no gradient) saves nothing; its forward
-is a transient of about one block's tensors, before the language model runs. With gradient checkpointing every
-`GradientCheckpointingLayer` block keeps only its input (all the towers above but mllama's, whose
-`MllamaVisionEncoderLayer` is a plain `nn.Module`). The projector: Qwen's merger (RMSNorm on the encoder tokens,
+Saved only when gradients flow through the tower (`vision_parts.part_training`): its weights train (full
+fine-tuning) or LoRA adapters sit on some of its linears (then frozen linears keep nothing of their input). A frozen
+tower (LLaMA-Factory's default; LoRA whose targets miss its linears: the pixel values need no gradient) saves
+nothing; its forward is a transient of about one block's tensors, before the language model runs. With gradient
+checkpointing every `GradientCheckpointingLayer` block keeps only its input (all the towers above but mllama's,
+whose `MllamaVisionEncoderLayer` is a plain `nn.Module`). The projector: Qwen's merger (RMSNorm on the encoder tokens,
 then an MLP on merged tokens); the others an MLP-like map on the merged tokens (input and activation input kept).
 """
 
@@ -30,8 +31,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memdoc.core.billing.activations.saved import FP32
+from memdoc.core.billing.vision_parts import FROZEN, FULL, PartTraining, part_training
 from memdoc.core.model.model_spec import ModelSpec
-from memdoc.core.model.plan import Checkpointing, Method, TrainingPlan
+from memdoc.core.model.plan import Checkpointing, TrainingPlan
 from memdoc.core.model.plan_vision import plan_image_tokens
 from memdoc.core.model.vision import VisionSpec
 
@@ -56,7 +58,9 @@ class VisionActivations:
     transient: int
     """The encoder's forward working set on top of `saved`: one block's tensors (before the language model)."""
     trained: bool
-    """Gradients flow through the tower (it trains)."""
+    """Gradients flow through the tower (its weights or adapters train)."""
+    parts: PartTraining
+    """How the tower and projector train (`vision_parts.part_training`)."""
 
 
 def encoder_tokens(model: ModelSpec, plan: TrainingPlan) -> int:
@@ -66,58 +70,86 @@ def encoder_tokens(model: ModelSpec, plan: TrainingPlan) -> int:
     return plan.micro_batch * per_row
 
 
-def block_saved(vision: VisionSpec, tokens: int, *, dt: int) -> int:
-    """Bytes one encoder block of `vision` saves for N = `tokens` when its weights train (see the module's doc)."""
+def block_saved(
+    vision: VisionSpec, tokens: int, *, dt: int, adapted: frozenset[str] | None = None, rank: int = 0
+) -> int:
+    """Bytes one encoder block of `vision` saves for N = `tokens` (see the module's doc). `adapted`: None when the
+    block's weights train; else the names of its linears with LoRA adapters of rank `rank` over frozen weights — a
+    frozen linear keeps nothing of its input, an adapted one keeps it (peft's `lora_A`) and its r-wide output
+    (`lora_B`'s input), and a frozen norm weight keeps no normalised output."""
     n, h, i = tokens, vision.hidden_size, vision.intermediate_size
     nh = n * h
+
+    def trains(*names: str) -> bool:
+        return adapted is None or any(name in adapted for name in names)
+
     lse = FP32 * vision.num_heads * n
-    if vision.kind in _RMS_GATED:
-        norms = 2 * (FP32 * nh + FP32 * n + dt * nh)  # fp32 input copy, rsqrt, normalised output
-        mlp = dt * nh + 4 * dt * n * i  # input; gate (SiLU's input), SiLU's output, up, down's input
-    else:
-        norms = 2 * (dt * nh + 2 * FP32 * n)  # LayerNorm inputs, fp32 mean and rstd
-        mlp = dt * nh + 2 * dt * n * i  # fc1's input, GELU's input, fc2's input
-    if vision.kind in _QWEN_ATTENTION:
-        attention = dt * nh + 3 * dt * nh + 2 * dt * nh + 2 * dt * nh + lse  # qkv in, qkv out, q/k rotated, out, cat
-    else:
-        attention = dt * nh + 3 * dt * nh + dt * nh + lse  # q/k/v input, q, k, v, output (= out_proj's input)
-    return norms + attention + mlp
+    lora = 0 if adapted is None else dt * n * rank * len(adapted)
+    if vision.kind in _QWEN_ATTENTION:  # qkv's input, its output (v is a view), q/k rotated, SDPA's out, the cat
+        attention = dt * nh * (trains("qkv") + 3 + 2 + 1 + trains("proj")) + lse
+    else:  # q/k/v's input; q, k, v and SDPA's output (= out_proj's input)
+        attention = dt * nh * (trains("q_proj", "k_proj", "v_proj") + 4) + lse
+    if vision.kind in _RMS_GATED:  # fp32 input copy, rsqrt, normalised output (when the weight trains)
+        norms = 2 * (FP32 * nh + FP32 * n) + (2 * dt * nh if adapted is None else 0)
+        # the MLP's input; gate (SiLU's input), SiLU's output and up (both saved by their product); down's input
+        mlp = dt * nh * trains("gate_proj", "up_proj") + dt * n * i * (3 + trains("down_proj"))
+    else:  # LayerNorm inputs, fp32 mean and rstd; fc1's input, GELU's input, fc2's input
+        norms = 2 * (dt * nh + 2 * FP32 * n)
+        fc1, fc2 = ("linear_fc1", "linear_fc2") if vision.kind == "qwen3_vl" else ("fc1", "fc2")
+        mlp = dt * nh * trains(fc1) + dt * n * i * (1 + trains(fc2))
+    return norms + attention + mlp + lora
 
 
-def outside_blocks_saved(vision: VisionSpec, tokens: int, *, dt: int) -> int:
-    """The patch embedding's input (the pixels: channels × temporal × patch² per token), the final norm, the
-    rotary tables (Qwen-VL, Pixtral: cos and sin, fp32) and the projector, for N = `tokens`."""
+def _outside_blocks(vision: VisionSpec, tokens: int, *, dt: int) -> tuple[int, int, int]:
+    """(the patch embedding's input, the final norm's and rotary tables' tensors, the projector's) for N = `tokens`:
+    the pixels (channels × temporal × patch² per token), the final LayerNorm (not Qwen2.5-VL's), the rotary cos and
+    sin (fp32: Qwen-VL, Pixtral), and Qwen's merger (ln_q on the encoder tokens, GELU's and the second linear's
+    inputs) or the others' MLP-like map on the merged tokens (its input and activation's input)."""
     n, h = tokens, vision.hidden_size
     pixels = dt * n * 3 * vision.temporal_patch_size * vision.patch_size**2
     merged = n // max(vision.merge, 1) ** 2
+    rotary = 2 * FP32 * n * (h // vision.num_heads) if vision.kind in (*_QWEN_ATTENTION, "pixtral") else 0
+    post = dt * n * h + 2 * FP32 * n if vision.kind not in _RMS_GATED else 0
     if vision.kind in _QWEN_ATTENTION:
-        rotary = 2 * FP32 * n * (h // vision.num_heads)
-        projector = FP32 * n * h + FP32 * n + 3 * dt * n * h  # ln_q, then GELU's and the second linear's inputs
-        post = 0
+        projector = FP32 * n * h + FP32 * n + 3 * dt * n * h
     else:
-        rotary = 2 * FP32 * n * (h // vision.num_heads) if vision.kind == "pixtral" else 0
         projector = 2 * dt * merged * vision.projector_in
-        post = dt * n * h + 2 * FP32 * n
-    return pixels + rotary + post + projector
+    return pixels, rotary + post, projector
+
+
+def outside_blocks_saved(vision: VisionSpec, tokens: int, *, dt: int) -> int:
+    """Everything the tower and projector save outside the blocks when all of them train (`_outside_blocks`)."""
+    return sum(_outside_blocks(vision, tokens, dt=dt))
 
 
 def vision_activations(model: ModelSpec, plan: TrainingPlan) -> VisionActivations | None:
-    """The vision encoder's and projector's activations for the plan; None for a text model or text-only rows."""
-    vision = model.vision
-    if vision is None or not plan.has_vision:
+    """The vision encoder's and projector's activations for the plan; None for a text model or text-only rows.
+
+    The tower saves when it trains (weights or adapters: `vision_parts.part_training`); the projector when it
+    trains or the tower below it does (the gradient passes through it); neither, when both are frozen."""
+    vision, parts = model.vision, part_training(model, plan)
+    if vision is None or parts is None or not plan.has_vision:
         return None
     dt = plan.precision.compute_bits // 8
     n = encoder_tokens(model, plan)
     layers = vision.layers + vision.global_layers
-    block = block_saved(vision, n, dt=dt)
-    trained = plan.method is Method.FULL
-    if not trained:
-        return VisionActivations(encoder_tokens=n, block_saved=0, saved=0, transient=block, trained=False)
+    adapted = None if parts.tower == FULL else parts.tower_adapted
+    block = block_saved(vision, n, dt=dt, adapted=adapted, rank=plan.lora_rank)
+    pixels, edges, projector = _outside_blocks(vision, n, dt=dt)
+    tower, through = parts.tower != FROZEN, parts.tower != FROZEN or parts.projector != FROZEN
     checkpointed = plan.checkpointing is not Checkpointing.NONE and vision.kind not in _NOT_CHECKPOINTED
-    blocks = layers * (dt * n * vision.hidden_size if checkpointed else block)
-    saved = blocks + outside_blocks_saved(vision, n, dt=dt)
+    saved = projector if through else 0
+    if tower:
+        saved += layers * (dt * n * vision.hidden_size if checkpointed else block) + edges
+        saved += pixels if parts.tower == FULL else 0  # the patch embedding's weight trains: it keeps the pixels
+    transient = block_saved(vision, n, dt=dt) if not tower or checkpointed else 0
     return VisionActivations(
-        encoder_tokens=n, block_saved=block, saved=saved, transient=block if checkpointed else 0, trained=True
+        encoder_tokens=n,
+        block_saved=block if tower else 0,
+        saved=saved,
+        transient=transient,
+        trained=tower,
+        parts=parts,
     )
 
 
