@@ -110,3 +110,38 @@ def test_vision_blocks_save_what_the_bill_says(family, size):
     assert census(model, blocks, run) == [expected + rotary] * len(blocks)  # a block's census sees the shared cos/sin
     billed = len(blocks) * expected + outside_blocks_saved(vision, tokens, dt=dt)
     assert billed == pytest.approx(whole(model, run), rel=0.03)
+
+
+LORA_CASES = [
+    ("gemma3", 112, ["q_proj", "v_proj"]),  # peft matches SigLIP's q_proj/v_proj too: the tower gets adapters
+    ("idefics3", 64, ["q_proj", "k_proj", "v_proj", "fc1"]),
+    ("qwen2_5_vl", (224, 224), "all-linear"),  # every nn.Linear but lm_head: the tower's and the merger's
+    ("qwen2_5_vl", (224, 224), ["q_proj", "v_proj", "gate_proj", "down_proj"]),  # the vision MLP's names match
+]
+
+
+@pytest.mark.parametrize(("family", "size", "targets"), LORA_CASES)
+def test_lora_reaches_the_vision_linears_peft_adapts_and_saves_what_the_bill_says(family, size, targets):
+    from peft import LoraConfig, get_peft_model
+
+    from memdoc.core.billing.vision_parts import part_training
+    from memdoc.core.model.plan import parse_plan
+
+    torch.manual_seed(0)
+    built = _qwen(size) if family == "qwen2_5_vl" else _siglip_like(family, size)
+    config, model, blocks, run, tokens = built
+    spec = model_spec(config.to_dict(), model_id=f"tiny-{family}")
+    model = get_peft_model(model, LoraConfig(r=8, target_modules=targets))  # peft's default: fp32 adapters
+    model.train()
+    lora_targets = targets if isinstance(targets, list) else [targets]
+    parts = part_training(spec, parse_plan(method="lora", lora_rank=8, lora_targets=lora_targets))
+    adapted = {name.split(".")[-1] for name, module in blocks.named_modules() if hasattr(module, "lora_A")}
+    assert parts.tower_adapted == adapted
+    merger = getattr(model.base_model.model.model.visual, "merger", None) if family == "qwen2_5_vl" else None
+    in_merger = {n.split(".")[-1] for n, m in merger.named_modules() if hasattr(m, "lora_A")} if merger else set()
+    assert parts.projector_adapted == in_merger
+    dt, cast = (2, FP32) if family == "qwen2_5_vl" else (FP32, 0)  # bf16 weights: peft casts x to fp32 for lora_A
+    expected = block_saved(spec.vision, tokens, dt=dt, adapted=frozenset(adapted), rank=8, cast=cast)
+    rotary = 2 * FP32 * tokens * (spec.vision.hidden_size // spec.vision.num_heads) if family == "qwen2_5_vl" else 0
+    # block 0's input needs no gradient (its norm keeps nothing): the blocks above save the bill's per-block bytes
+    assert census(model, blocks, run)[1:] == [expected + rotary] * (len(blocks) - 1)

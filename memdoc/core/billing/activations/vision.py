@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memdoc.core.billing.activations.saved import FP32
-from memdoc.core.billing.vision_parts import FROZEN, FULL, PartTraining, part_training
+from memdoc.core.billing.vision_parts import FROZEN, FULL, PartTraining, part_training, tower_linears
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Checkpointing, TrainingPlan
 from memdoc.core.model.plan_vision import plan_image_tokens
@@ -71,20 +71,31 @@ def encoder_tokens(model: ModelSpec, plan: TrainingPlan) -> int:
 
 
 def block_saved(
-    vision: VisionSpec, tokens: int, *, dt: int, adapted: frozenset[str] | None = None, rank: int = 0
+    vision: VisionSpec,
+    tokens: int,
+    *,
+    dt: int,
+    adapted: frozenset[str] | None = None,
+    rank: int = 0,
+    cast: int = 0,
 ) -> int:
     """Bytes one encoder block of `vision` saves for N = `tokens` (see the module's doc). `adapted`: None when the
-    block's weights train; else the names of its linears with LoRA adapters of rank `rank` over frozen weights — a
-    frozen linear keeps nothing of its input, an adapted one keeps it (peft's `lora_A`) and its r-wide output
-    (`lora_B`'s input), and a frozen norm weight keeps no normalised output."""
+    block's weights train; else the names of its linears with LoRA adapters of rank `rank` over frozen weights —
+    a frozen linear keeps nothing of its input and a frozen norm weight no normalised output; an adapter keeps its
+    input (`lora_A`) and r-wide output (`lora_B`'s input), as `adapters.lora_saved` bills the language model's:
+    `cast` bytes per element of its own copy of the input (peft casts it to the adapter's dtype: fp32 adapters
+    over 16-bit weights, 4; under AMP, 2), or 0 for no cast (fp32), where adapters share the block's tensors."""
     n, h, i = tokens, vision.hidden_size, vision.intermediate_size
     nh = n * h
 
     def trains(*names: str) -> bool:
-        return adapted is None or any(name in adapted for name in names)
+        return adapted is None or (not cast and any(name in adapted for name in names))
 
     lse = FP32 * vision.num_heads * n
-    lora = 0 if adapted is None else dt * n * rank * len(adapted)
+    lora = 0
+    for name, width, _ in tower_linears(vision) if adapted is not None else ():
+        if name in adapted:
+            lora += (cast or dt) * n * rank + cast * n * width
     if vision.kind in _QWEN_ATTENTION:  # qkv's input, its output (v is a view), q/k rotated, SDPA's out, the cat
         attention = dt * nh * (trains("qkv") + 3 + 2 + 1 + trains("proj")) + lse
     else:  # q/k/v's input; q, k, v and SDPA's output (= out_proj's input)
@@ -134,7 +145,8 @@ def vision_activations(model: ModelSpec, plan: TrainingPlan) -> VisionActivation
     n = encoder_tokens(model, plan)
     layers = vision.layers + vision.global_layers
     adapted = None if parts.tower == FULL else parts.tower_adapted
-    block = block_saved(vision, n, dt=dt, adapted=adapted, rank=plan.lora_rank)
+    cast = 0 if dt == FP32 else (2 if plan.precision.is_amp else FP32)
+    block = block_saved(vision, n, dt=dt, adapted=adapted, rank=plan.lora_rank, cast=cast)
     pixels, edges, projector = _outside_blocks(vision, n, dt=dt)
     tower, through = parts.tower != FROZEN, parts.tower != FROZEN or parts.projector != FROZEN
     checkpointed = plan.checkpointing is not Checkpointing.NONE and vision.kind not in _NOT_CHECKPOINTED
