@@ -120,9 +120,8 @@ def check_vision_fields(plan) -> None:
 
 def check_vision_against_model(plan, model_type: str, model_id: str) -> None:
     """Refuse images or video for a model whose processor takes none (`model_type` not in `image_tokens.RULES`),
-    video for a family without a video processor, and processor knobs the family lacks."""
-    if not plan.has_vision:
-        return
+    video for a family without a video processor, processor knobs the family lacks, and a vision part's policy
+    on a text model."""
     rules = RULES.get(model_type)
     for name in VISION_POLICIES:
         if rules is None and getattr(plan, name) is not PartPolicy.AUTO:

@@ -111,3 +111,41 @@ def test_tensor_parallel_rank_keeps_the_vision_parts_whole():
     assert rank.vision is model.vision
     assert (rank.params.vision, rank.params.projector) == (631_975_680, 44_574_464)  # the meta build's, per part
     assert rank.params.language < model.params.language
+
+
+QWEN_VL_7B_TOWER, QWEN_VL_7B_MERGER = 631_975_680, 44_574_464
+"""Qwen2.5-VL-7B's vision encoder and merger, counted on its meta-device build (`test_vision_params`)."""
+
+
+def test_frozen_parts_have_no_gradients_or_optimizer_states():
+    # LLaMA-Factory's freeze_vision_tower / freeze_multi_modal_projector: the parts' weights load, nothing else
+    flags = dict(method="full", optimizer="adamw-foreach")
+    trained = bill_plan("Qwen/Qwen2.5-VL-7B-Instruct", **flags)
+    tower = bill_plan("Qwen/Qwen2.5-VL-7B-Instruct", vision_tower="frozen", **flags)
+    both = bill_plan("Qwen/Qwen2.5-VL-7B-Instruct", vision_tower="frozen", projector="frozen", **flags)
+    assert trained.states.trainable_params - tower.states.trainable_params == QWEN_VL_7B_TOWER
+    assert tower.states.trainable_params - both.states.trainable_params == QWEN_VL_7B_MERGER
+    assert tower.states.weights == trained.states.weights  # bf16 weights of every part
+    assert trained.states.gradients - tower.states.gradients == 2 * QWEN_VL_7B_TOWER  # bf16 gradients
+    assert trained.states.optimizer - tower.states.optimizer == 4 * QWEN_VL_7B_TOWER  # two bf16 AdamW states
+
+
+def test_frozen_tower_saves_nothing_but_a_trained_projector_does():
+    flags = dict(method="full", images_per_sample=1, vision_tower="frozen")
+    only_projector = bill_plan("Qwen/Qwen2.5-VL-7B-Instruct", **flags).acts.vision
+    nothing = bill_plan("Qwen/Qwen2.5-VL-7B-Instruct", projector="frozen", **flags).acts.vision
+    assert not only_projector.trained and 0 < only_projector.saved < 1024**3
+    assert nothing.saved == 0 and nothing.transient > 0
+
+
+def test_lora_default_targets_reach_siglips_attention():
+    # peft matches q_proj/v_proj on every module: Gemma 3's SigLIP attention gets adapters (27 blocks, 1152 wide)
+    lora = bill_plan("google/gemma-3-4b-it", method="lora", lora_rank=16)
+    frozen = bill_plan("google/gemma-3-4b-it", method="lora", lora_rank=16, vision_tower="frozen")
+    assert lora.states.trainable_params - frozen.states.trainable_params == 27 * 2 * 16 * (1152 + 1152)
+
+
+def test_vision_policy_on_a_text_model_is_refused():
+    result = invoke("bill", "Qwen/Qwen2.5-7B", "--gpu", "24", "--vision-tower", "frozen")
+    assert result.exit_code != 0
+    assert "text model" in result.output and "Traceback" not in result.output
