@@ -26,10 +26,11 @@ def text_plan(model: ModelSpec, plan: TrainingPlan) -> TrainingPlan:
     return plan.replace(seq_len=row_tokens(plan, model.model_type, plan.seq_len), images_per_sample=0, video_frames=0)
 
 
-def vision_bill(model: ModelSpec, plan: TrainingPlan, lm):
+def vision_bill(model: ModelSpec, plan: TrainingPlan, lm, sample: tuple[int, int] | None = None):
     """`lm` (the `Bill` of `text_plan`) with the vision encoder's and projector's activations added to its phases
-    (module doc); `plan` the user's plan, kept on the bill."""
-    va = vision_activations(model, plan)
+    (module doc); `plan` the user's plan, kept on the bill. `sample`: (image tokens, encoder tokens) of one row
+    when a dataset's sample sets them (`bill --dataset`), else the plan's images make them."""
+    va = vision_activations(model, plan, None if sample is None else sample[1])
     assert va is not None
     phases = dict(lm.phases)
     forward = dataclasses.replace(phases["forward"], activations=phases["forward"].activations + va.saved)
@@ -37,17 +38,19 @@ def vision_bill(model: ModelSpec, plan: TrainingPlan, lm):
     phases["forward"] = max((forward, encoder), key=lambda phase: phase.total)
     phases["backward"] = dataclasses.replace(phases["backward"], activations=phases["backward"].activations + va.saved)
     acts = dataclasses.replace(lm.acts, vision=va)
-    notes = lm.notes + tuple(vision_notes(model, plan, va))
+    notes = lm.notes + tuple(vision_notes(model, plan, va, None if sample is None else sample[0]))
     return dataclasses.replace(lm, plan=plan, acts=acts, phases=phases, notes=notes, per_rank=lm)
 
 
-def vision_notes(model: ModelSpec, plan: TrainingPlan, va: VisionActivations) -> list[str]:
-    """What the bill says about the image tokens and the vision activations."""
+def vision_notes(model: ModelSpec, plan: TrainingPlan, va: VisionActivations, image_part: int | None) -> list[str]:
+    """What the bill says about the image tokens (`image_part`: a row's, else the plan's) and vision activations."""
     image, video = plan_image_tokens(plan, model.model_type)
-    image_part = plan.images_per_sample * image.text + (video.text if video else 0)
+    each = f" ({image.text:,} per {plan.image_size} image)" if image_part is None else " (a dataset's sample)"
+    if image_part is None:
+        image_part = plan.images_per_sample * image.text + (video.text if video else 0)
     notes = [
         f"rows of {plan.seq_len:,} text + {image_part:,} image tokens: the language model is billed at "
-        f"{plan.seq_len + image_part:,} tokens per row ({image.text:,} per {plan.image_size} image)"
+        f"{plan.seq_len + image_part:,} tokens per row{each}"
     ]
     parts = va.parts
     if va.trained:
@@ -62,7 +65,7 @@ def vision_notes(model: ModelSpec, plan: TrainingPlan, va: VisionActivations) ->
             f"vision encoder frozen: {va.encoder_tokens:,} patch tokens run without saving for backward "
             f"({va.transient / GIB:.2f} GiB transient){kept}"
         )
-    if image.cross:
+    if image.cross and plan.images_per_sample:
         notes.append(
             f"cross-attention layers attend to {image.cross:,} vision states per image: their keys/values over the "
             "image tokens are not billed yet"

@@ -133,16 +133,17 @@ def outside_blocks_saved(vision: VisionSpec, tokens: int, *, dt: int) -> int:
     return sum(_outside_blocks(vision, tokens, dt=dt))
 
 
-def vision_activations(model: ModelSpec, plan: TrainingPlan) -> VisionActivations | None:
+def vision_activations(model: ModelSpec, plan: TrainingPlan, encoder: int | None = None) -> VisionActivations | None:
     """The vision encoder's and projector's activations for the plan; None for a text model or text-only rows.
 
     The tower saves when it trains (weights or adapters: `vision_parts.part_training`); the projector when it
-    trains or the tower below it does (the gradient passes through it); neither, when both are frozen."""
+    trains or the tower below it does (the gradient passes through it); neither, when both are frozen. `encoder`:
+    one row's encoder tokens when given (a dataset's sample), else the plan's images'."""
     vision, parts = model.vision, part_training(model, plan)
     if vision is None or parts is None or not plan.has_vision:
         return None
     dt = plan.precision.compute_bits // 8
-    n = encoder_tokens(model, plan)
+    n = plan.micro_batch * encoder if encoder is not None else encoder_tokens(model, plan)
     layers = vision.layers + vision.global_layers
     adapted = None if parts.tower == FULL else parts.tower_adapted
     cast = 0 if dt == FP32 else (2 if plan.precision.is_amp else FP32)
