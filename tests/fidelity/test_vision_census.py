@@ -145,3 +145,22 @@ def test_lora_reaches_the_vision_linears_peft_adapts_and_saves_what_the_bill_say
     rotary = 2 * FP32 * tokens * (spec.vision.hidden_size // spec.vision.num_heads) if family == "qwen2_5_vl" else 0
     # block 0's input needs no gradient (its norm keeps nothing): the blocks above save the bill's per-block bytes
     assert census(model, blocks, run)[1:] == [expected + rotary] * (len(blocks) - 1)
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "gemma3", "idefics3"])
+def test_qlora_quantises_the_vision_linears_transformers_converts(family):
+    # transformers 5.24 `quantizers/base.py` `get_keys_to_not_convert`: bitsandbytes replaces every nn.Linear but
+    # tied weights, the last parameter's module and the output embedding — the vision tower's and projector's too
+    from transformers.quantizers.base import get_keys_to_not_convert
+
+    from memdoc.core.billing.kbit import quantised_params
+
+    built = _qwen((224, 224)) if family == "qwen2_5_vl" else _siglip_like(family, 64)
+    config, model = built[0], built[1]
+    skipped = get_keys_to_not_convert(model)
+    converted = sum(
+        m.weight.numel()
+        for name, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and not any(name == k or name.endswith("." + k) for k in skipped)
+    )
+    assert quantised_params(model_spec(config.to_dict(), model_id=f"tiny-{family}")) == converted

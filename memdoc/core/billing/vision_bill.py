@@ -15,7 +15,7 @@ import dataclasses
 from memdoc.core.billing.activations.vision import VisionActivations, vision_activations
 from memdoc.core.billing.vision_parts import FULL
 from memdoc.core.model.model_spec import ModelSpec
-from memdoc.core.model.plan import Method, TrainingPlan
+from memdoc.core.model.plan import TrainingPlan
 from memdoc.core.model.plan_vision import plan_image_tokens, row_tokens
 
 GIB = 1024**3
@@ -69,10 +69,6 @@ def vision_notes(model: ModelSpec, plan: TrainingPlan, va: VisionActivations, im
         notes.append(
             f"cross-attention layers attend to {image.cross:,} vision states per image: their keys/values over the "
             "image tokens are not billed yet"
-        )
-    if plan.method is Method.QLORA:
-        notes.append(
-            "QLoRA: the vision encoder and projector are billed 16-bit; NF4 covers the language model's linears"
         )
     return notes
 

@@ -99,6 +99,15 @@ def frozen_vision_params(model: ModelSpec, plan: TrainingPlan) -> int:
     return frozen + (model.params.projector if parts.projector == FROZEN else 0)
 
 
+def vision_linear_params(model: ModelSpec) -> int:
+    """Weights of the vision tower's and projector's `nn.Linear`s (biases excluded); 0 for a text model."""
+    if model.vision is None:
+        return 0
+    layers = model.vision.layers + model.vision.global_layers
+    tower = sum(i * o for _, i, o in tower_linears(model.vision))
+    return layers * tower + sum(i * o for _, i, o in projector_linears(model))
+
+
 def vision_adapter_shapes(model: ModelSpec, plan: TrainingPlan) -> Counter:
     """LoRA: {(in, out): count} of the vision linears with adapters (tower blocks × layers, projector once)."""
     parts = part_training(model, plan)
@@ -125,4 +134,5 @@ __all__ = [
     "projector_linears",
     "tower_linears",
     "vision_adapter_shapes",
+    "vision_linear_params",
 ]
