@@ -108,7 +108,7 @@ def test_vision_blocks_save_what_the_bill_says(family, size):
     expected = block_saved(vision, tokens, dt=dt)
     rotary = 2 * FP32 * tokens * (vision.hidden_size // vision.num_heads) if family == "qwen2_5_vl" else 0
     assert census(model, blocks, run) == [expected + rotary] * len(blocks)  # a block's census sees the shared cos/sin
-    billed = len(blocks) * expected + outside_blocks_saved(vision, tokens, dt=dt)
+    billed = len(blocks) * expected + outside_blocks_saved(family, vision, tokens, dt=dt)
     assert billed == pytest.approx(whole(model, run), rel=0.03)
 
 
@@ -145,6 +145,32 @@ def test_lora_reaches_the_vision_linears_peft_adapts_and_saves_what_the_bill_say
     rotary = 2 * FP32 * tokens * (spec.vision.hidden_size // spec.vision.num_heads) if family == "qwen2_5_vl" else 0
     # block 0's input needs no gradient (its norm keeps nothing): the blocks above save the bill's per-block bytes
     assert census(model, blocks, run)[1:] == [expected + rotary] * (len(blocks) - 1)
+
+
+@pytest.mark.parametrize(("family", "size"), [("qwen2_5_vl", (224, 224)), ("gemma3", 112), ("idefics3", 64)])
+def test_a_frozen_tower_under_gradient_checkpointing_still_saves_its_block_inputs(family, size):
+    # gradient_checkpointing_enable -> enable_input_require_grads: the patch embedding's output requires grad, so
+    # the frozen tower's checkpointed blocks keep their inputs and the frozen projector what its backward needs
+    from memdoc.core.billing.activations.vision import vision_activations
+    from memdoc.core.model.plan import parse_plan
+
+    torch.manual_seed(0)
+    built = _qwen(size) if family == "qwen2_5_vl" else _siglip_like(family, size)
+    config, model, blocks, run, tokens = built
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    model.train()
+    assert whole(model, run) == 0  # frozen, no checkpointing: nothing saved
+    model.gradient_checkpointing_enable()
+    spec = model_spec(config.to_dict(), model_id=f"tiny-{family}")
+    dtype = "bf16" if family == "qwen2_5_vl" else "fp32"
+    width, height = size if isinstance(size, tuple) else (size, size)
+    frozen = dict(method="lora", lora_targets=["down_proj"], vision_tower="frozen", projector="frozen")
+    plan = parse_plan(
+        precision=dtype, checkpointing="full", images_per_sample=1, image_size=f"{width}x{height}", **frozen
+    )
+    billed = vision_activations(spec, plan, encoder=tokens)
+    assert billed.saved == pytest.approx(whole(model, run), rel=0.03)
 
 
 @pytest.mark.parametrize("family", ["qwen2_5_vl", "gemma3", "idefics3"])

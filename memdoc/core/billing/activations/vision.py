@@ -111,54 +111,75 @@ def block_saved(
     return norms + attention + mlp + lora
 
 
-def _outside_blocks(vision: VisionSpec, tokens: int, *, dt: int) -> tuple[int, int, int]:
-    """(the patch embedding's input, the final norm's and rotary tables' tensors, the projector's) for N = `tokens`:
-    the pixels (channels × temporal × patch² per token), the final LayerNorm (not Qwen2.5-VL's), the rotary cos and
-    sin (fp32: Qwen-VL, Pixtral), and Qwen's merger (ln_q on the encoder tokens, GELU's and the second linear's
-    inputs) or the others' MLP-like map on the merged tokens (its input and activation's input)."""
+def _edges(vision: VisionSpec, tokens: int, *, dt: int) -> tuple[int, int, int]:
+    """(the patch embedding's input, the final norm's tensors, the rotary tables) for N = `tokens`: the pixels
+    (channels × temporal × patch² per token), the final LayerNorm (not Qwen2.5-VL's, not Pixtral's) and the rotary
+    cos and sin (fp32: Qwen-VL, Pixtral; the blocks' rotary multiplications save them, checkpointed blocks not)."""
     n, h = tokens, vision.hidden_size
     pixels = dt * n * 3 * vision.temporal_patch_size * vision.patch_size**2
-    merged = n // max(vision.merge, 1) ** 2
     rotary = 2 * FP32 * n * (h // vision.num_heads) if vision.kind in (*_QWEN_ATTENTION, "pixtral") else 0
     post = dt * n * h + 2 * FP32 * n if vision.kind not in _RMS_GATED else 0
-    if vision.kind in _QWEN_ATTENTION:
-        projector = FP32 * n * h + FP32 * n + 3 * dt * n * h
-    else:
-        projector = 2 * dt * merged * vision.projector_in
-    return pixels, rotary + post, projector
+    return pixels, post, rotary
 
 
-def outside_blocks_saved(vision: VisionSpec, tokens: int, *, dt: int) -> int:
-    """Everything the tower and projector save outside the blocks when all of them train (`_outside_blocks`)."""
-    return sum(_outside_blocks(vision, tokens, dt=dt))
+def projector_saved(model_type: str, vision: VisionSpec, tokens: int, *, dt: int, trained: bool) -> int:
+    """What the projector saves for N = `tokens` encoder tokens, its weights trained or not (frozen, the gradient
+    passing through to a tower that trains). m = N / merge² merged tokens:
+    * Qwen-VL's merger (`Qwen2_5_VLPatchMerger`): RMSNorm `ln_q` on the N tokens (fp32 copy, rsqrt; the normalised
+      output when trained), GELU's input, the linears' inputs when trained (m × 4h = N × h each);
+    * Gemma 3 (`Gemma3MultiModalProjector`): the average pool's input, its RMSNorm on m tokens (fp32; (1 + w)'s
+      fp32 normalised output and the matmul's input when trained);
+    * Idefics3's connector and Llama-3.2-Vision's projection: one linear (its input when trained);
+    * LLaVA's and Mistral 3's MLP: GELU's input, the linears' inputs when trained."""
+    n, h, m = tokens, vision.hidden_size, tokens // max(vision.merge, 1) ** 2
+    pin, out = vision.projector_in, vision.projector_out
+    if model_type in ("qwen2_5_vl", "qwen3_vl"):
+        return FP32 * n * h + FP32 * n + dt * n * h * (3 if trained else 1)
+    if model_type == "gemma3":
+        return dt * n * h + FP32 * m * h + FP32 * m + ((FP32 + dt) * m * h if trained else 0)
+    if model_type in ("idefics3", "mllama"):
+        return dt * m * pin if trained else 0
+    return dt * m * out + (dt * m * (pin + out) if trained else 0)
+
+
+def outside_blocks_saved(model_type: str, vision: VisionSpec, tokens: int, *, dt: int) -> int:
+    """Everything the tower and projector save outside the blocks when all of them train."""
+    return sum(_edges(vision, tokens, dt=dt)) + projector_saved(model_type, vision, tokens, dt=dt, trained=True)
 
 
 def vision_activations(model: ModelSpec, plan: TrainingPlan, encoder: int | None = None) -> VisionActivations | None:
     """The vision encoder's and projector's activations for the plan; None for a text model or text-only rows.
 
-    The tower saves when it trains (weights or adapters: `vision_parts.part_training`); the projector when it
-    trains or the tower below it does (the gradient passes through it); neither, when both are frozen. `encoder`:
-    one row's encoder tokens when given (a dataset's sample), else the plan's images'."""
+    Gradients reach the tower when it trains (weights or adapters: `vision_parts.part_training`) or, frozen, under
+    gradient checkpointing: `gradient_checkpointing_enable` calls `enable_input_require_grads` (the VLM's
+    `main_input_name` is input_ids), whose hook makes every sub-model's input embeddings — the vision tower's patch
+    embedding among them — output a tensor that requires grad (transformers 5.24 `modeling_utils.py`). The
+    projector saves when gradients pass it. `encoder`: one row's encoder tokens when given (a dataset's sample),
+    else the plan's images'."""
     vision, parts = model.vision, part_training(model, plan)
     if vision is None or parts is None or not plan.has_vision:
         return None
     dt = plan.precision.compute_bits // 8
     n = plan.micro_batch * encoder if encoder is not None else encoder_tokens(model, plan)
     layers = vision.layers + vision.global_layers
+    checkpointing = plan.checkpointing is not Checkpointing.NONE
+    checkpointed = checkpointing and vision.kind not in _NOT_CHECKPOINTED
+    tower = parts.tower != FROZEN
     adapted = None if parts.tower == FULL else parts.tower_adapted
     cast = 0 if dt == FP32 else (2 if plan.precision.is_amp else FP32)
     block = block_saved(vision, n, dt=dt, adapted=adapted, rank=plan.lora_rank, cast=cast)
-    pixels, edges, projector = _outside_blocks(vision, n, dt=dt)
-    tower, through = parts.tower != FROZEN, parts.tower != FROZEN or parts.projector != FROZEN
-    checkpointed = plan.checkpointing is not Checkpointing.NONE and vision.kind not in _NOT_CHECKPOINTED
-    saved = projector if through else 0
-    if tower:
-        saved += layers * (dt * n * vision.hidden_size if checkpointed else block) + edges
+    pixels, post, rotary = _edges(vision, n, dt=dt)
+    grads = tower or checkpointing  # the tower's output requires grad
+    saved = 0
+    if grads:
+        saved += layers * dt * n * vision.hidden_size + post if checkpointed else layers * block + post + rotary
         saved += pixels if parts.tower == FULL else 0  # the patch embedding's weight trains: it keeps the pixels
+    if grads or parts.projector != FROZEN:
+        saved += projector_saved(model.model_type, vision, n, dt=dt, trained=parts.projector != FROZEN)
     transient = block_saved(vision, n, dt=dt) if not tower or checkpointed else 0
     return VisionActivations(
         encoder_tokens=n,
-        block_saved=block if tower else 0,
+        block_saved=block if grads else 0,
         saved=saved,
         transient=transient,
         trained=tower,
@@ -166,4 +187,11 @@ def vision_activations(model: ModelSpec, plan: TrainingPlan, encoder: int | None
     )
 
 
-__all__ = ["VisionActivations", "block_saved", "encoder_tokens", "outside_blocks_saved", "vision_activations"]
+__all__ = [
+    "VisionActivations",
+    "block_saved",
+    "encoder_tokens",
+    "outside_blocks_saved",
+    "projector_saved",
+    "vision_activations",
+]
