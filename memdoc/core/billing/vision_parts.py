@@ -28,6 +28,13 @@ FULL, ADAPTERS, FROZEN = "full", "adapters", "frozen"
 """How a part trains: its weights, LoRA adapters on some of its linears, or not at all."""
 
 
+PROJECTOR_KINDS = {"qwen2_5_vl": "merger", "qwen3_vl": "merger", "gemma3": "pool", "idefics3": "linear"}
+PROJECTOR_KINDS |= {"mllama": "linear"}
+"""The projector's shape by VLM model_type (transformers 5.24): Qwen-VL's patch merger (a norm, then an MLP on merged
+tokens), Gemma 3's average pool + norm + projection matrix, a single linear (Idefics3's connector, Llama-3.2-Vision's
+projection); the others (LLaVA, Mistral 3) a two-linear MLP ("mlp")."""
+
+
 def tower_linears(vision: VisionSpec) -> list[tuple[str, int, int]]:
     """(name, in, out) of one encoder block's linears (`modeling_*.py` of each tower kind)."""
     h, i = vision.hidden_size, vision.intermediate_size
@@ -126,6 +133,7 @@ def vision_adapter_shapes(model: ModelSpec, plan: TrainingPlan) -> Counter:
 
 __all__ = [
     "ADAPTERS",
+    "PROJECTOR_KINDS",
     "FROZEN",
     "FULL",
     "PartTraining",

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memdoc.core.billing.activations.saved import FP32
-from memdoc.core.billing.vision_parts import FROZEN, FULL, PartTraining, part_training, tower_linears
+from memdoc.core.billing.vision_parts import FROZEN, FULL, PROJECTOR_KINDS, PartTraining, part_training, tower_linears
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Checkpointing, TrainingPlan
 from memdoc.core.model.plan_vision import plan_image_tokens
@@ -133,11 +133,12 @@ def projector_saved(model_type: str, vision: VisionSpec, tokens: int, *, dt: int
     * LLaVA's and Mistral 3's MLP: GELU's input, the linears' inputs when trained."""
     n, h, m = tokens, vision.hidden_size, tokens // max(vision.merge, 1) ** 2
     pin, out = vision.projector_in, vision.projector_out
-    if model_type in ("qwen2_5_vl", "qwen3_vl"):
+    kind = PROJECTOR_KINDS.get(model_type, "mlp")
+    if kind == "merger":
         return FP32 * n * h + FP32 * n + dt * n * h * (3 if trained else 1)
-    if model_type == "gemma3":
+    if kind == "pool":
         return dt * n * h + FP32 * m * h + FP32 * m + ((FP32 + dt) * m * h if trained else 0)
-    if model_type in ("idefics3", "mllama"):
+    if kind == "linear":
         return dt * m * pin if trained else 0
     return dt * m * out + (dt * m * (pin + out) if trained else 0)
 
