@@ -149,3 +149,16 @@ def test_vision_policy_on_a_text_model_is_refused():
     result = invoke("bill", "Qwen/Qwen2.5-7B", "--gpu", "24", "--vision-tower", "frozen")
     assert result.exit_code != 0
     assert "text model" in result.output and "Traceback" not in result.output
+
+
+def test_step_time_runs_the_language_model_at_text_plus_image_tokens():
+    from memdoc.core.billing.steptime import step_time
+    from memdoc.core.model.gpu import resolve_gpu
+    from memdoc.core.model.plan import parse_plan
+    from memdoc.resolve.models import resolve_model
+
+    model, gpu = resolve_model("Qwen/Qwen2.5-VL-7B-Instruct"), resolve_gpu("h100")
+    text_tokens, _ = _qwen_1024_tokens()
+    with_image = step_time(model, parse_plan(method="lora", seq_len=512, images_per_sample=1), gpu)
+    as_text = step_time(model, parse_plan(method="lora", seq_len=512 + text_tokens), gpu)
+    assert with_image == as_text and with_image.tokens == 512 + 1369
