@@ -190,3 +190,34 @@ def test_qlora_quantises_the_vision_linears_transformers_converts(family):
         if isinstance(m, torch.nn.Linear) and not any(name == k or name.endswith("." + k) for k in skipped)
     )
     assert quantised_params(model_spec(config.to_dict(), model_id=f"tiny-{family}")) == converted
+
+
+def test_mllama_cross_attention_layers_save_what_the_bill_says():
+    from transformers import MllamaConfig, MllamaForConditionalGeneration
+
+    from memdoc.core.billing.activations.cross_attention import cross_layer_saved
+
+    torch.manual_seed(0)
+    text = TEXT | dict(num_hidden_layers=4, cross_attention_layers=[1, 3], pad_token_id=0)
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_global_layers=1, attention_heads=4)
+    vision |= dict(image_size=56, patch_size=14, max_num_tiles=4, vision_output_dim=64, intermediate_layers_indices=[0])
+    vision |= dict(supported_aspect_ratios=[[1, 1], [1, 2], [2, 1], [2, 2]])
+    config = MllamaConfig(text_config=text, vision_config=vision, image_token_index=299)
+    config._attn_implementation = "sdpa"
+    model = MllamaForConditionalGeneration(config).to(torch.bfloat16)
+    model.train()
+    seq = 40
+    ids = torch.randint(0, 200, (1, seq))
+    ids[0, 1] = 299
+    layers = [layer for layer in model.model.language_model.layers if type(layer).__name__.startswith("MllamaCross")]
+
+    def run():
+        pixels = torch.randn(1, 1, 4, 3, 56, 56, dtype=torch.bfloat16)
+        ratio = dict(aspect_ratio_ids=torch.tensor([[4]]), aspect_ratio_mask=torch.ones(1, 1, 4, dtype=torch.long))
+        mask = torch.ones(1, seq, 1, 4, dtype=torch.long)
+        model(input_ids=ids, pixel_values=pixels, cross_attention_mask=mask, **ratio)
+
+    spec = model_spec(config.to_dict(), model_id="tiny-mllama")
+    cross = 4 * ((56 // 14) ** 2 + 1)  # 4 tiles × (16 patches + the class token), padding sliced off
+    gates = 2 * 2  # the two tanh'd bf16 gate scalars
+    assert census(model, layers, run) == [cross_layer_saved(spec, seq, cross, dt=2) + gates] * 2

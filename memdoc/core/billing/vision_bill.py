@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from memdoc.core.billing.activations.cross_attention import cross_attention_saved
 from memdoc.core.billing.activations.vision import VisionActivations, vision_activations
 from memdoc.core.billing.vision_parts import FULL
 from memdoc.core.model.model_spec import ModelSpec
@@ -32,13 +33,17 @@ def vision_bill(model: ModelSpec, plan: TrainingPlan, lm, sample: tuple[int, int
     when a dataset's sample sets them (`bill --dataset`), else the plan's images make them."""
     va = vision_activations(model, plan, None if sample is None else sample[1])
     assert va is not None
+    cross = cross_attention_saved(
+        model, lm.plan, plan.images_per_sample * plan_image_tokens(plan, model.model_type)[0].cross
+    )
+    saved = va.saved + cross
     phases = dict(lm.phases)
-    forward = dataclasses.replace(phases["forward"], activations=phases["forward"].activations + va.saved)
+    forward = dataclasses.replace(phases["forward"], activations=phases["forward"].activations + saved)
     encoder = dataclasses.replace(phases["forward"], activations=va.saved, other=va.transient)
     phases["forward"] = max((forward, encoder), key=lambda phase: phase.total)
-    phases["backward"] = dataclasses.replace(phases["backward"], activations=phases["backward"].activations + va.saved)
-    acts = dataclasses.replace(lm.acts, vision=va)
-    notes = lm.notes + tuple(vision_notes(model, plan, va, None if sample is None else sample[0]))
+    phases["backward"] = dataclasses.replace(phases["backward"], activations=phases["backward"].activations + saved)
+    acts = dataclasses.replace(lm.acts, vision=dataclasses.replace(va, cross_attention=cross))
+    notes = lm.notes + tuple(vision_notes(model, plan, acts.vision, None if sample is None else sample[0]))
     return dataclasses.replace(lm, plan=plan, acts=acts, phases=phases, notes=notes, per_rank=lm)
 
 
@@ -67,8 +72,8 @@ def vision_notes(model: ModelSpec, plan: TrainingPlan, va: VisionActivations, im
         )
     if image.cross and plan.images_per_sample:
         notes.append(
-            f"cross-attention layers attend to {image.cross:,} vision states per image: their keys/values over the "
-            "image tokens are not billed yet"
+            f"cross-attention layers attend to {image.cross:,} vision states per image: "
+            f"{va.cross_attention / GIB:.2f} GiB saved for backward"
         )
     return notes
 

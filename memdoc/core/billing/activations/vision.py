@@ -61,6 +61,8 @@ class VisionActivations:
     """Gradients flow through the tower (its weights or adapters train)."""
     parts: PartTraining
     """How the tower and projector train (`vision_parts.part_training`)."""
+    cross_attention: int = 0
+    """Llama-3.2-Vision: the cross-attention layers' saved bytes (`cross_attention.py`), in the phases too."""
 
 
 def encoder_tokens(model: ModelSpec, plan: TrainingPlan) -> int:
