@@ -340,4 +340,13 @@ def _render_dataset_images(images: dict) -> None:
                 f"({peak['images']} images)",
             ]
         )
-    table("image tokens (not billed yet: the fit above counts text)", [("images", "left"), ("", "right")], rows)
+    bill = (peak or {}).get("bill")
+    if bill is not None:
+        rows.append(
+            [
+                "the peak sample, billed",
+                f"{bill['peak_allocated'] / 1024**3:.2f} GiB peak allocated, "
+                f"vision encoder {bill['vision_saved'] / 1024**3:.2f} GiB saved",
+            ]
+        )
+    table("image tokens (the fit above counts text + image tokens)", [("images", "left"), ("", "right")], rows)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from memdoc.core.billing.kbit import linear_experts, quantised_params, upcast_weight_bytes
+from memdoc.core.billing.vision_parts import frozen_vision_params, vision_adapter_shapes
 from memdoc.core.engines.layout import Engine, engine_layout
 from memdoc.core.model.lora import adapted_names, is_trained
 from memdoc.core.model.model_spec import ModelSpec
@@ -70,6 +71,7 @@ def _lora_params(model: ModelSpec, plan: TrainingPlan) -> tuple[int, Shapes]:
         for linear in layout.linears:
             if is_trained(linear, targets):
                 shapes[(linear.in_features, linear.out_features)] += layers
+    shapes += vision_adapter_shapes(model, plan)  # a VLM's tower and projector linears the targets reach
     return sum(plan.lora_rank * (a + b) * k for (a, b), k in shapes.items()), shapes
 
 
@@ -87,9 +89,9 @@ def qlora_weight_bytes(model: ModelSpec, base_bytes: int, *, experts: bool = Fal
 
 
 def trainable_params(model: ModelSpec, plan: TrainingPlan) -> int:
-    """Trainable parameters: all for full fine-tuning, the adapters for LoRA/QLoRA."""
+    """Trainable parameters: all for full fine-tuning (a VLM's frozen vision parts aside), the adapters for LoRA."""
     if plan.method is Method.FULL:
-        return model.params.total
+        return model.params.total - frozen_vision_params(model, plan)
     return _lora_params(model, plan)[0]
 
 
@@ -126,8 +128,9 @@ def _optimizer_bytes(plan: TrainingPlan, shapes: Shapes, state_bytes: int) -> tu
     raise AssertionError(opt)
 
 
-def _param_shapes(model: ModelSpec) -> Shapes:
-    """{(rows, cols): count} of the model's parameter tensors; biases and norms as vectors (n, 1)."""
+def _param_shapes(model: ModelSpec, frozen: int = 0) -> Shapes:
+    """{(rows, cols): count} of the model's trained parameter tensors; biases and norms as vectors (n, 1); the rest
+    (a VLM's vision parts among it) as one vector, less `frozen` parameters (`vision_parts.frozen_vision_params`)."""
     out: Shapes = Counter()
     for _, layout, layers in model.layer_groups:
         for linear in layout.linears:
@@ -138,8 +141,8 @@ def _param_shapes(model: ModelSpec) -> Shapes:
     out[(model.vocab_size, model.params.embedding // model.vocab_size)] += 1
     if model.params.head:
         out[(model.vocab_size, model.params.head // model.vocab_size)] += 1
-    rest = model.params.total - sum(
-        r * c * k for (r, c), k in out.items()
+    rest = (
+        model.params.total - frozen - sum(r * c * k for (r, c), k in out.items())
     )  # final norm, position embeddings, head bias
     if rest:
         out[(rest, 1)] += 1
@@ -247,10 +250,11 @@ def _model_states(model: ModelSpec, plan: TrainingPlan) -> ModelStates:
     if plan.method is Method.FULL and layout.engine is not Engine.DDP:
         # the engine's layout (`core/engines/layout.py`): the master copy is billed with the optimizer
         # states (it is the optimizer's); the step's fp32 gradient is a step temporary (DeepSpeed)
-        total = model.params.total
-        states, _ = _optimizer_bytes(plan, _param_shapes(model), layout.state_bits // 8)
+        frozen = frozen_vision_params(model, plan)
+        total = model.params.total - frozen
+        states, _ = _optimizer_bytes(plan, _param_shapes(model, frozen), layout.state_bits // 8)
         return ModelStates(
-            weights=total * layout.weight_bits // 8,
+            weights=model.params.total * layout.weight_bits // 8,
             gradients=total * layout.grad_bits // 8,
             optimizer=total * layout.master_bits // 8 + states,
             optimizer_step_temp=total * layout.step_grad_bits // 8,
@@ -258,13 +262,14 @@ def _model_states(model: ModelSpec, plan: TrainingPlan) -> ModelStates:
             largest_layer_params=largest_layer,
         )
     if plan.method is Method.FULL:
-        states, temp = _optimizer_bytes(plan, _param_shapes(model), param_bytes)
+        frozen = frozen_vision_params(model, plan)
+        states, temp = _optimizer_bytes(plan, _param_shapes(model, frozen), param_bytes)
         return ModelStates(
             weights=model.params.total * param_bytes,
-            gradients=model.params.total * param_bytes,
+            gradients=(model.params.total - frozen) * param_bytes,
             optimizer=states,
             optimizer_step_temp=temp,
-            trainable_params=model.params.total,
+            trainable_params=model.params.total - frozen,
             largest_layer_params=largest_layer,
         )
     adapters, shapes = _lora_params(model, plan)
