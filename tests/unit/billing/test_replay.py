@@ -47,8 +47,8 @@ PLANS = [
 
 
 def per_event(events, **kw):
-    """The stream through `malloc`, `free` and `empty_cache`, one call per event: (allocator, the request that ran out of memory
-    with the allocated and reserved bytes then, or None)."""
+    """The stream through `malloc`, `free` and `empty_cache`, one call per event: (allocator, the request that ran
+    out of memory with the allocated and reserved bytes then, or None)."""
     alloc = CachingAllocator(**kw)
     addr = {}
     for tid, size in zip(events.ids, events.sizes):
