@@ -266,7 +266,7 @@ def dataset_section(
     sample that peaks, its vision encoder included (`peak_sample_bill`)."""
     records = read_records(path)
     tokens = count_tokens(path, tokenizer, text_field, progress=progress, records=records)
-    images, counts = dataset_images(path, records, tokens, model.model_type, plan)
+    images, counts = dataset_images(path, records, tokens, model.image_family, plan)
     if images is not None:
         if "peak" in images and gpu is not None:
             images["peak"]["bill"] = peak_sample_bill(model, plan, gpu, images["peak"])

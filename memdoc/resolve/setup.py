@@ -141,7 +141,7 @@ def _setup_on(inputs: _Inputs, gpu: str | None, *, need_gpu: bool) -> Setup:
         max_positions=spec.max_positions,
         model_id=spec.id,
         linear_names=spec.linear_names,
-        model_type=spec.model_type,
+        model_type=spec.image_family,
     )
     if card is None and need_gpu:
         card = detect_local_gpu()

@@ -156,7 +156,42 @@ def test_pixtral_rows(family, edge, patch, merge, width, height):
     got = image_tokens(family, width, height)
     assert got.text == len(text)
     assert got.encoder == (resized_h // patch) * (resized_w // patch)
-    assert image_tokens("llava", width, height) == image_tokens("pixtral", width, height)
+
+
+@pytest.mark.parametrize(("width", "height"), SIZES)
+def test_llava15_is_one_clip_view(width, height):
+    """llava-hf/llava-1.5-7b-hf: CLIPImageProcessor (shortest edge 336, center crop 336²), then `LlavaProcessor`'s
+    expansion (`processing_llava.py`: patches + 1 additional token, minus the CLS with strategy "default")."""
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+    from transformers.models.llava.processing_llava import LlavaProcessor
+
+    processor = CLIPImageProcessorPil(size={"shortest_edge": 336}, crop_size={"height": 336, "width": 336})
+    out = processor(images=[_image(width, height)], return_tensors="np")
+    height_px, width_px = (int(v) for v in out["pixel_values"][0].shape[-2:])
+    stand_in = SimpleNamespace(
+        patch_size=14, num_additional_image_tokens=1, vision_feature_select_strategy="default", image_token="a"
+    )
+    text = LlavaProcessor.replace_image_token(stand_in, out, 0)
+    got = image_tokens("llava", width, height)
+    assert got.text == len(text) == 576
+    assert got.encoder == (height_px // 14) * (width_px // 14) + 1  # CLIP's patches + its CLS
+
+
+def test_image_family_tells_pixtral_and_smolvlm_apart():
+    """Pixtral-12B loads as `llava` with a pixtral tower, SmolVLM v1 as `idefics3` with 384-px tiles: each follows its
+    own processor's rule (the catalog's configs)."""
+    from memdoc.resolve.models import resolve_model
+
+    families = {
+        m: resolve_model(m).image_family
+        for m in (
+            "mistral-community/pixtral-12b",
+            "llava-hf/llava-1.5-7b-hf",
+            "HuggingFaceTB/SmolVLM-Instruct",
+            "HuggingFaceM4/Idefics3-8B-Llama3",
+        )
+    }
+    assert list(families.values()) == ["pixtral", "llava", "smolvlm", "idefics3"]
 
 
 def _pixtral_processor_class():

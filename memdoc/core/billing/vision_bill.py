@@ -24,7 +24,7 @@ GIB = 1024**3
 
 def text_plan(model: ModelSpec, plan: TrainingPlan) -> TrainingPlan:
     """The plan the language model runs: rows of text + image tokens, no images left to bill."""
-    return plan.replace(seq_len=row_tokens(plan, model.model_type, plan.seq_len), images_per_sample=0, video_frames=0)
+    return plan.replace(seq_len=row_tokens(plan, model.image_family, plan.seq_len), images_per_sample=0, video_frames=0)
 
 
 def vision_bill(model: ModelSpec, plan: TrainingPlan, lm, sample: tuple[int, int] | None = None):
@@ -34,7 +34,7 @@ def vision_bill(model: ModelSpec, plan: TrainingPlan, lm, sample: tuple[int, int
     va = vision_activations(model, plan, None if sample is None else sample[1])
     assert va is not None
     cross = cross_attention_saved(
-        model, lm.plan, plan.images_per_sample * plan_image_tokens(plan, model.model_type)[0].cross
+        model, lm.plan, plan.images_per_sample * plan_image_tokens(plan, model.image_family)[0].cross
     )
     saved = va.saved + cross
     phases = dict(lm.phases)
@@ -49,7 +49,7 @@ def vision_bill(model: ModelSpec, plan: TrainingPlan, lm, sample: tuple[int, int
 
 def vision_notes(model: ModelSpec, plan: TrainingPlan, va: VisionActivations, image_part: int | None) -> list[str]:
     """What the bill says about the image tokens (`image_part`: a row's, else the plan's) and vision activations."""
-    image, video = plan_image_tokens(plan, model.model_type)
+    image, video = plan_image_tokens(plan, model.image_family)
     each = f" ({image.text:,} per {plan.image_size} image)" if image_part is None else " (a dataset's sample)"
     if image_part is None:
         image_part = plan.images_per_sample * image.text + (video.text if video else 0)

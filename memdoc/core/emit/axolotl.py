@@ -204,7 +204,7 @@ def _vision(ctx: EmitContext, config: dict, notes: list[str], comments: dict[str
     `MultiModalChatDataCollator.process_rows`): a note says longer rows run longer than billed."""
     config.update(axolotl_vision_keys(ctx.plan, notes))
     if ctx.plan.has_vision:
-        length = vision_row_length(ctx.plan, ctx.model_type)
+        length = vision_row_length(ctx.plan, ctx.image_family or ctx.model_type)
         config["sequence_len"] = length
         comments["datasets"] = AXOLOTL_VISION_ROWS
         notes.append(

@@ -87,6 +87,8 @@ class EmitContext:
     """MODEL as the user typed it, when the catalog names the repository differently (an alias)."""
     model_type: str | None = None
     """The model's `model_type` (a VLM's own, e.g. qwen2_5_vl: `memdoc.core.emit.vision`); None: unknown."""
+    image_family: str | None = None
+    """The image processor's rules (`ModelSpec.image_family`: pixtral for a `llava` with a Pixtral tower)."""
 
     @property
     def multi_gpu(self) -> bool:

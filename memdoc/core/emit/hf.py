@@ -55,7 +55,7 @@ def emit_hf(ctx: EmitContext) -> Emitted:
         f'{auto}.from_pretrained("{ctx.model_id}", {", ".join(load)}) — {precision_note(plan)}'
     )
     if is_vlm(ctx.model_type) and plan.has_vision:
-        config.update(hf_vision_keys(plan, ctx.model_type, notes))
+        config.update(hf_vision_keys(plan, ctx.image_family or ctx.model_type, notes))
     if plan.is_peft:
         targets = '"all-linear"' if all_linear(plan) else repr(list(plan.lora_targets))
         notes.append(

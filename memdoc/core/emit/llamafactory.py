@@ -132,7 +132,7 @@ def _vision(ctx: EmitContext, config: dict, notes: list[str]) -> None:
         return
     config.update(lf_vision_keys(ctx.plan, ctx.model_type, ctx.model_id, notes))
     if ctx.plan.has_vision:
-        config["cutoff_len"] = vision_row_length(ctx.plan, ctx.model_type)
+        config["cutoff_len"] = vision_row_length(ctx.plan, ctx.image_family or ctx.model_type)
 
 
 def _checkpointing_kwargs(kwargs: dict, notes: list[str]) -> None:

@@ -50,7 +50,7 @@ def _task_keys(ctx: EmitContext, config: dict, notes: list[str], placeholders: d
         placeholders["dataset_name"] = f"a Hub dataset id or local path (--dataset); {rows}"
     config.update(trl_length_keys(plan, notes))
     if is_vlm(ctx.model_type):
-        config.update(trl_vision_keys(plan, ctx.model_type, notes))
+        config.update(trl_vision_keys(plan, ctx.image_family or ctx.model_type, notes))
         trl_vision_notes(plan, notes)
     if plan.packing and plan.task is not Task.SFT:
         raise PlanError(

@@ -26,7 +26,7 @@ class VisionRules:
     """One family's image-processor settings (the fields a family does not use stay at their defaults)."""
 
     kind: str
-    """Which rule applies: qwen, anyres, gemma3, mllama, idefics3 or pixtral."""
+    """Which rule applies: qwen, anyres, gemma3, mllama, idefics3, pixtral or fixed (one view at `tile`²)."""
     patch: int
     """The vision encoder's patch edge in pixels."""
     merge: int = 1
@@ -93,8 +93,23 @@ RULES: dict[str, VisionRules] = {
     "mistral3": VisionRules("pixtral", 14, 2, longest_edge=1540),
     # mistralai/Mistral-Small-3.1-24B-Instruct-2503: longest_edge 1540, patch 14, spatial_merge_size 2.
 }
-RULES["llava"] = RULES["pixtral"]  # the Pixtral checkpoints load as LlavaForConditionalGeneration
-"""HF model_type -> the image-processor settings its published checkpoints ship."""
+RULES["llava"] = VisionRules("fixed", 14, tile=336, tokens_per_view=576, cls_token=True)
+"""HF model_type -> the image-processor settings its published checkpoints ship. `llava`: llava-hf/llava-1.5-7b-hf,
+CLIPImageProcessor resize (shortest edge 336) + center crop 336², CLIP's 24×24 patches + CLS, the CLS dropped
+(`vision_feature_select_strategy` "default"): 576 tokens whatever the size. Pixtral's checkpoints also load as `llava`,
+with a pixtral tower: `image_family` tells them apart."""
+
+
+CHECKPOINT_RULES: dict[tuple[str, str | int], str] = {("llava", "pixtral"): "pixtral", ("idefics3", 384): "smolvlm"}
+"""(model_type, the vision tower's kind or image size) -> the key of `RULES` its checkpoints follow, where the
+model_type alone does not say: mistral-community/pixtral-12b is a `llava` with a pixtral tower; SmolVLM v1
+(HuggingFaceTB/SmolVLM-Instruct) an `idefics3` with 384-px tiles (SmolVLM's processor rule)."""
+
+
+def image_family(model_type: str, tower: str | None = None, tile: int | None = None) -> str:
+    """The key of `RULES` a VLM's checkpoints follow (`CHECKPOINT_RULES`, else its model_type)."""
+    return CHECKPOINT_RULES.get((model_type, tower)) or CHECKPOINT_RULES.get((model_type, tile)) or model_type
+
 
 GEMMA3_PAN_AND_SCAN = (256, 4, 1.2)
 """google/gemma-3-4b-it preprocessor_config.json: pan_and_scan_min_crop_size, _max_num_crops, _min_ratio_to_activate."""
@@ -212,4 +227,19 @@ def _pixtral(height: int, width: int, rules: VisionRules, _pan: bool) -> ImageTo
     return ImageTokens(text=rows * (cols + 1), encoder=patches, views=1)
 
 
-_BY_KIND = {"anyres": _anyres, "gemma3": _gemma3, "mllama": _mllama, "idefics3": _idefics3, "pixtral": _pixtral}
+def _fixed(_height: int, _width: int, rules: VisionRules, _pan: bool) -> ImageTokens:
+    """One view resized and cropped to `tile`² (LLaVA-1.5's CLIPImageProcessor): its patches (+ CLS) through the
+    encoder, `tokens_per_view` into the text (`LlavaProcessor`, the CLS dropped)."""
+    return ImageTokens(
+        text=rules.tokens_per_view, encoder=(rules.tile // rules.patch) ** 2 + int(rules.cls_token), views=1
+    )
+
+
+_BY_KIND = {
+    "anyres": _anyres,
+    "gemma3": _gemma3,
+    "mllama": _mllama,
+    "idefics3": _idefics3,
+    "pixtral": _pixtral,
+    "fixed": _fixed,
+}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from memdoc.core.model.config_check import check_config
 from memdoc.core.model.config_keys import CONFIG_KEYS, config_value
 from memdoc.core.model.families import FAMILIES, Family, HeadDim, Layout, family_of
+from memdoc.core.model.image_tokens import image_family
 from memdoc.core.model.params import LayerLayout, ParamCounts, count_params, generic_layout, layer_groups, layer_layout
 from memdoc.core.model.vision import VisionSpec
 from memdoc.errors import ConfigError
@@ -107,6 +108,13 @@ class ModelSpec:
                 if linear.adaptable:
                     names.add(linear.name.split(".")[-1])
         return frozenset(names)
+
+    @property
+    def image_family(self) -> str:
+        """The image processor's rules this model's checkpoints follow (`image_tokens.image_family`)."""
+        if self.vision is None:
+            return self.model_type
+        return image_family(self.model_type, self.vision.kind, self.vision.image_size)
 
     @property
     def default_lora_targets(self) -> tuple[str, ...]:

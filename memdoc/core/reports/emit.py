@@ -129,6 +129,7 @@ def emit_result(
         config_of=model.config_of,
         asked_id=asked_id,
         model_type=model.model_type,
+        image_family=model.image_family,
     )
     emitted = emit(fmt, ctx)
     files = [(Path(config_path), render_main(ctx, emitted))]
