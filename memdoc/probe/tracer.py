@@ -74,6 +74,7 @@ from memdoc.core.model.vlm import is_vlm, text_config_of
 from memdoc.errors import ConfigError
 from memdoc.probe.build import build_model, build_optimizer, optimizer_state_bytes, torch_dtype
 from memdoc.probe.memtrack_names import top_modules
+from memdoc.probe.vlm_depth import trace_both_depths
 from memdoc.probe.vlm_inputs import vlm_step_inputs
 
 EXTRAPOLATION_TOLERANCE = 1e-3
@@ -395,9 +396,12 @@ def trace_training_step(
     notes: list[str] = []
     n_layers = layer_count(config)
     ks = None if layers is not None or plan.checkpoint_every > 1 else _plan_layers(config)
+    both = ks and is_vlm(config) and trace_both_depths(config, plan, ks, n_layers, once, notes)
     if ks is None:
         depth = layers if layers is not None else n_layers
         phases, acts = _trace_given_depth(config, plan, depth, report, notes, once)
+    elif both:  # a VLM: its vision tower extrapolated too (`probe/vlm_depth.py`)
+        phases, acts = both
     else:
         phases, acts = _trace_extrapolated(config, plan, ks, report, notes, once)
     phases = _derive_sharding_and_offload(_merge_subphases(phases), plan, notes)
