@@ -48,8 +48,8 @@ def _config(model: str) -> dict:
 
 
 def _cut(config: dict, layers: int, blocks: int) -> dict:
-    """The config with `layers` decoder layers and `blocks` vision blocks (Qwen2.5-VL's full-attention block indexes
-    kept below the cut); keys as the config classes name them (`Qwen2_5_VLVisionConfig.depth`, others
+    """The config with `layers` decoder layers and `blocks` vision blocks (Qwen2.5-VL's last block full-attention, as
+    every 8th is in the checkpoint); keys as the config classes name them (`Qwen2_5_VLVisionConfig.depth`, others
     `num_hidden_layers`; Qwen2.5-VL's text keys at the top level)."""
     out = copy.deepcopy(config)
     text = out.get("text_config") if isinstance(out.get("text_config"), dict) else out
@@ -57,17 +57,16 @@ def _cut(config: dict, layers: int, blocks: int) -> dict:
     if isinstance(text.get("layer_types"), list):
         text["layer_types"] = text["layer_types"][:layers]
     vision = out["vision_config"]
-    if out["model_type"] == "qwen2_5_vl":
+    if out["model_type"] == "qwen2_5_vl":  # the last block attends fully, the others in windows
         vision["depth"] = blocks
-        vision["fullatt_block_indexes"] = [i for i in vision["fullatt_block_indexes"] if i < blocks]
+        vision["fullatt_block_indexes"] = [blocks - 1]
     else:
         vision["num_hidden_layers"] = blocks
     return out
 
 
-SHORT = {"qwen2_5_vl": (2, 8), "gemma3": (4, 1), "idefics3": (2, 1), "llava": (2, 1)}
-"""(decoder layers, vision blocks) of the short model: two layer periods (Gemma 3 alternates 2 kinds), one block
-period (Qwen2.5-VL: a full-attention block every 8th)."""
+SHORT = {"qwen2_5_vl": (2, 2), "gemma3": (2, 1), "idefics3": (2, 1), "llava": (2, 1)}
+"""(decoder layers, vision blocks) of the short model: Qwen2.5-VL's two blocks one windowed, one full-attention."""
 
 
 def _flags(method: str, size: str) -> dict:
@@ -77,7 +76,7 @@ def _flags(method: str, size: str) -> dict:
         "images_per_sample": 1,
         "image_size": size.removesuffix(" pan"),
         "pan_and_scan": pan,
-        "seq": 256,
+        "seq": 128,
         "batch": 1,
     }
 
