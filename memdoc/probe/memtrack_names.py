@@ -11,6 +11,7 @@ def _clean_module_name(name: str) -> str:
     if name in ("base_model", "base_model.model"):
         return ""  # peft's wrappers around the whole model
     name = name.removeprefix("base_model.model.")
+    name = re.sub(r"\.visual\.blocks\.\d+(?=\.|$)", ".visual.blocks.*", name)  # Qwen-VL's vision blocks
     return re.sub(r"\.layers\.\d+(?=\.|$)", ".layers.*", name)
 
 
@@ -24,6 +25,7 @@ def top_modules(acts: dict[str, int], limit: int = 12) -> list[tuple[str, int]]:
         merged[name] = max(merged.get(name, 0), b)
     # containers of the decoder stack grow with depth: report per-instance modules only
     stacks = {name.split(".layers.*")[0] for name in merged if ".layers.*" in name or name.startswith("layers.*")}
+    stacks |= {name.split(".blocks.*")[0] for name in merged if ".blocks.*" in name}  # Qwen-VL's vision tower
     merged = {k: v for k, v in merged.items() if k not in stacks and not any(s.startswith(k + ".") for s in stacks)}
     return sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
 
