@@ -11,6 +11,7 @@ import functools
 from memdoc.core.model.lora import lora_alpha, peft_target_modules
 from memdoc.core.model.plan import Attention, Checkpointing, Method, Optimizer, TrainingPlan
 from memdoc.errors import ConfigError
+from memdoc.probe.vlm_freeze import freeze_parts
 
 
 def torch_dtype(name: str):
@@ -116,6 +117,8 @@ def build_model(config: dict, plan: TrainingPlan, layers: int | None = None, not
     model.train()
     if plan.checkpointing is not Checkpointing.NONE:
         _enable_checkpointing(model, plan)
+    if not plan.is_peft and notes is not None and (frozen := freeze_parts(model, plan)):
+        notes.append(f"frozen (no gradients, no optimizer states): {', '.join(frozen)}")
     if plan.is_peft:
         model = _apply_lora(model, plan)
     return model
@@ -213,29 +216,12 @@ def _apply_lora(model, plan: TrainingPlan):
 
 
 def _lora_targets(model, plan: TrainingPlan) -> str | list[str]:
-    """peft's `target_modules`: the plan's names; in a VLM, only the language model's linears of those names (a
-    regex peft full-matches against module paths, `peft/tuners/tuners_utils.py` `check_target_module_exists`,
-    peft 0.21): the bill's default policy adapts the language model, while peft's names alone would also catch
-    the vision tower's q_proj/fc1/gate_proj and "all-linear" every linear of the tower and projector."""
-    import re
+    """peft's `target_modules`: the plan's names, or in a VLM with a trained or frozen tower/projector the paths of
+    the linears those policies adapt (`probe/vlm_freeze.py`)."""
+    from memdoc.probe.vlm_freeze import part_targets, policies
 
-    from torch import nn
-
-    targets = peft_target_modules(plan)
-    names = [n for n, _ in model.named_modules()]
-    stack = next((n for n in names if n.rsplit(".", 1)[-1] in ("language_model", "text_model")), None)
-    if stack is None or not any(re.search(r"\.(visual|vision_tower|vision_model)$", n) for n in names):
-        return targets
-    leaves = {
-        n.rsplit(".", 1)[-1]
-        for n, m in model.named_modules()
-        if n.startswith(stack + ".")
-        and isinstance(m, nn.Linear)
-        and (targets == "all-linear" or n.rsplit(".", 1)[-1] in targets)
-    }
-    if not leaves:
-        return targets  # peft reports the plan's names as not found
-    return rf"{re.escape(stack)}\..*\.({'|'.join(sorted(map(re.escape, leaves)))})"
+    parts = policies(plan)
+    return part_targets(model, peft_target_modules(plan), parts["vision_tower"], parts["projector"])
 
 
 def build_optimizer(model, plan: TrainingPlan):

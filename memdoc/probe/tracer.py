@@ -30,7 +30,8 @@ How each knob is realised:
   saved state, like CUDA flash/mem-efficient) or "eager" (s² probabilities saved).
 - images (VLMs, `--images-per-sample`): the VLM built with `AutoModelForImageTextToText`, pixel inputs and image
   tokens as the family's processor makes them (`memdoc.probe.vlm_inputs`), index tensors kept as constants
-  (`memdoc.probe.fake_index`); LoRA adapts the language model only.
+  (`memdoc.probe.fake_index`); tower and projector train, freeze or take adapters as the plan says
+  (`memdoc.probe.vlm_freeze`; by default as under TRL: full trains all, LoRA goes where peft's names reach).
 - packing: `--packing` feeds the rows flattened into one with position_ids restarting per document (of
   `--document-tokens`, else one per row) and flash-attention 2's varlen kernel emulated per document
   (`memdoc.probe.varlen`: what it saves, no tokens² mask).

@@ -57,25 +57,49 @@ def test_tower_period_and_cut_follow_the_checkpoints_config():
     assert tower_period(_config("Qwen/Qwen3-VL-8B-Instruct")) is None
 
 
-@pytest.mark.slow
-def test_lora_adapts_the_language_model_only():
-    """Pixtral-12B cut to 2 layers and 2 vision blocks, LoRA on q_proj/v_proj: peft's names alone would also adapt the
-    Pixtral tower's q_proj/v_proj; the adapters sit on exactly the language model's q_proj/v_proj, listed here from
-    transformers' own meta-device model."""
+def _pixtral_meta():
+    """Pixtral-12B cut to 2 layers and 2 vision blocks, built by transformers on the meta device (no memdoc code)."""
     from transformers import AutoConfig, AutoModelForImageTextToText
-
-    from memdoc.core.model.plan import parse_plan
-    from memdoc.probe.build import build_model
 
     config = _config("mistral-community/pixtral-12b")
     config["text_config"]["num_hidden_layers"] = 2
     config["vision_config"]["num_hidden_layers"] = 2
     data = {k: v for k, v in config.items() if k not in ("model_type", "transformers_version")}
     with torch.device("meta"):
-        meta = AutoModelForImageTextToText.from_config(AutoConfig.for_model("llava", **data))
-    expected = {n for n, _ in meta.named_modules() if n.endswith(("q_proj", "v_proj")) and "language_model" in n}
-    assert len(expected) == 4 and any("vision_tower" in n and n.endswith("q_proj") for n, _ in meta.named_modules())
+        return config, AutoModelForImageTextToText.from_config(AutoConfig.for_model("llava", **data))
+
+
+@pytest.mark.slow
+def test_lora_goes_where_peft_reaches_by_default():
+    """LoRA on q_proj/v_proj with the default (auto) policies: peft's suffix match, which reaches the Pixtral tower's
+    attention too (as TRL runs it): the adapted modules are exactly those of transformers' meta model ending so."""
+    from memdoc.core.model.plan import parse_plan
+    from memdoc.probe.build import build_model
+
+    config, meta = _pixtral_meta()
+    expected = {n for n, _ in meta.named_modules() if n.endswith((".q_proj", ".v_proj"))}
+    assert len(expected) == 8 and sum("vision_tower" in n for n in expected) == 4
     with FakeTensorMode():
         model = build_model(config, parse_plan(method="lora"), layers=2)
     adapted = {n.removeprefix("base_model.model.") for n, m in model.named_modules() if hasattr(m, "lora_A")}
     assert adapted == expected
+
+
+def test_part_policies_pick_the_linears():
+    """A frozen tower takes no adapter, a trained projector takes one on each of its linears, the language model
+    keeps the plan's names (the Pixtral projector's linears: linear_1, linear_2; `modeling_llava.py`)."""
+    from torch import nn
+
+    from memdoc.probe.vlm_freeze import part_of, part_targets
+
+    _, meta = _pixtral_meta()
+    assert part_targets(meta, ["q_proj"], "auto", "auto") == ["q_proj"]
+    names = set(part_targets(meta, ["q_proj", "v_proj"], "frozen", "trained"))
+    linears = {n for n, m in meta.named_modules() if isinstance(m, nn.Linear)}
+    language = {n for n in linears if ".language_model." in n and n.endswith((".q_proj", ".v_proj"))}
+    projector = {n for n in linears if ".multi_modal_projector." in n}
+    assert projector == {"model.multi_modal_projector.linear_1", "model.multi_modal_projector.linear_2"}
+    assert names == language | projector
+    assert part_of("model.visual.merger.mlp.0") == "projector" and part_of("model.visual.blocks.0.attn.qkv") == (
+        "vision_tower"
+    )
