@@ -49,6 +49,8 @@ SYMPTOM_IDS = [
     "nan-with-amp",
     "grad-mismatch",
     "custom-op-error",
+    "rl-generation-oom",
+    "reference-model-oom",
     "eval-oom",
     "save-oom",
     "host-oom",

@@ -337,6 +337,10 @@ class ScriptRun:
                 "billed": bill_json(bill)["per_gpu"],
                 "bill_peak_phase": bill.peak_phase,
             }
+        if result.post is not None:
+            from memdoc.probe.script.trl_phases import with_bill
+
+            data["post_training"] = with_bill(result.post, bill)
         data["written"] = written
         return data
 

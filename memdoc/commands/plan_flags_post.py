@@ -36,6 +36,15 @@ PrecomputeRefOpt = Annotated[
         rich_help_panel=POST,
     ),
 ]
+PromptLenOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--prompt-len",
+        help="DPO family/KTO/RM: tokens of each row that are the prompt (not scored by TRL's fused LM head); "
+        "TRL 1.16 has no config key for it. \\[default: none, every token scored, an upper bound]",
+        rich_help_panel=POST,
+    ),
+]
 GenerationsOpt = Annotated[
     Optional[int],
     typer.Option(
@@ -104,6 +113,7 @@ POST_TRAINING_OPTIONS = {
     "precompute_ref": PrecomputeRefOpt,
     "generations": GenerationsOpt,
     "completion_len": CompletionLenOpt,
+    "prompt_len": PromptLenOpt,
     "generation_batch": GenerationBatchOpt,
     "iterations": IterationsOpt,
     "vllm": VllmOpt,

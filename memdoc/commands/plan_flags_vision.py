@@ -5,6 +5,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from memdoc.core.model.plan_vision import PartPolicy
+
 VISION = "Vision-language (images, video)"
 
 ImagesPerSampleOpt = Annotated[
@@ -62,6 +64,26 @@ PanAndScanOpt = Annotated[
     ),
 ]
 
+VisionTowerOpt = Annotated[
+    Optional[PartPolicy],
+    typer.Option(
+        "--vision-tower",
+        help="Whether the vision encoder trains: auto as TRL runs a VLM (full fine-tuning trains it, LoRA adapts it "
+        "where the targets reach it), trained (LoRA: adapters on all its linears) or frozen (LLaMA-Factory's "
+        "freeze_vision_tower). \\[default: auto]",
+        rich_help_panel=VISION,
+    ),
+]
+ProjectorOpt = Annotated[
+    Optional[PartPolicy],
+    typer.Option(
+        "--projector",
+        help="Whether the projector (merger, connector) trains: auto, trained or frozen, as --vision-tower "
+        "(LLaMA-Factory: freeze_multi_modal_projector). \\[default: auto]",
+        rich_help_panel=VISION,
+    ),
+]
+
 VISION_OPTIONS = {
     "images_per_sample": ImagesPerSampleOpt,
     "image_size": ImageSizeOpt,
@@ -69,4 +91,6 @@ VISION_OPTIONS = {
     "max_pixels": MaxPixelsOpt,
     "min_pixels": MinPixelsOpt,
     "pan_and_scan": PanAndScanOpt,
+    "vision_tower": VisionTowerOpt,
+    "projector": ProjectorOpt,
 }

@@ -23,6 +23,9 @@ What it does, with no effect on training while memory is fine:
   symptom, the prescriptions quantified on the failing batch's plan and the allocator's statistics;
   then the exception propagates unchanged (`auto_find_batch_size` still sees it). An OOM elsewhere
   (evaluation, saving) is not caught.
+- **Inside TRL's trainers** (GRPO, RLOO, DPO, KTO, reward): the measured step by phase, generation (each
+  round) and the reference forward included (`memdoc.probe.script.trl_phases`; on a GPU the allocator's counters
+  per phase, `memdoc.integrations.post_cuda`), next to the bill's phases by name: the report's `post_training`.
 - A failure inside memdoc is logged as a WARNING and training goes on (`MEMDOC_DEBUG=1` raises it).
 
 The report (default `OUTPUT_DIR/memdoc-report.json`; `.rankN` before `.json` with several
@@ -41,7 +44,9 @@ from pathlib import Path
 from transformers import TrainerCallback
 from transformers.utils import logging as hf_logging
 
+from memdoc.integrations.post_cuda import CudaPhases
 from memdoc.integrations.record import RunRecord, batch_key, billed_json, oom_record
+from memdoc.probe.script.trl_phases import knobs_of, post_line, post_report, task_of, with_bill
 from memdoc.units import format_bytes
 
 logger = hf_logging.get_logger("transformers.trainer")
@@ -324,6 +329,8 @@ class MemdocCallback(TrainerCallback):
             session.roots[id(self._model)] = self._model
         if self._optimizer is not None:
             session.optimizers.append(getattr(self._optimizer, "optimizer", self._optimizer))
+        if self._trainer is not None and task_of(self._trainer) is not None:
+            session.saw_trainer(self._trainer)  # TRL's trainer: its generation and reference phases (trl_phases)
         stack = contextlib.ExitStack()
         stack.enter_context(instrument(session))  # phases, and the embedding's input shape
         if self._cuda:
@@ -331,6 +338,8 @@ class MemdocCallback(TrainerCallback):
 
             if self._args.skip_memory_metrics:
                 torch.cuda.reset_peak_memory_stats(self._args.device)
+                if session.trainer is not None:  # TRL's phases from the peak counters (reset per phase)
+                    session.post_listener = CudaPhases(self._args.device)
             else:
                 self.record.note(
                     "the Trainer tracks memory (skip_memory_metrics=False): the peak counters "
@@ -360,7 +369,14 @@ class MemdocCallback(TrainerCallback):
         record.measured = measured
         if self._step_batch is None and session.first_input_shape:  # no Trainer found: the embedding's input
             self._step_batch = tuple(int(n) for n in session.first_input_shape)
+        if session.post_listener is not None:
+            post = session.post_listener.report(session.trainer, self._step)
+        else:
+            post = post_report(session, first_step=self._step) if not self._cuda else None
         bill = self._bill(self._step_batch)
+        if post is not None:
+            record.post = with_bill(post, bill)
+            logger.info(post_line(record.post))
         if bill is not None:
             record.billed = billed_json(bill)
             gap = bill.peak_allocated / measured["peak_allocated"] - 1 if measured["peak_allocated"] else 0.0
@@ -398,14 +414,19 @@ class MemdocCallback(TrainerCallback):
         import torch
 
         dev = self._args.device
-        peak_reserved = int(torch.cuda.max_memory_reserved(dev))
+        peak_allocated, peak_reserved = (
+            int(torch.cuda.max_memory_allocated(dev)),
+            int(torch.cuda.max_memory_reserved(dev)),
+        )
+        if session.post_listener is not None:  # the counters were reset at each post-training phase
+            peak_allocated, peak_reserved = session.post_listener.step_peaks()
         free, _total = torch.cuda.mem_get_info(dev)
         # free now, less what the allocator reserved at the peak beyond what it holds now
         self.record.headroom_bytes = int(free - (peak_reserved - torch.cuda.memory_reserved(dev)))
         weights, _grads, opt = session.state_bytes()
         return {
             "source": "cuda-allocator",
-            "peak_allocated": int(torch.cuda.max_memory_allocated(dev)),
+            "peak_allocated": peak_allocated,
             "peak_reserved": peak_reserved,
             "weights": sum(weights.values()),
             "optimizer": sum(opt.values()),
@@ -422,6 +443,7 @@ class MemdocCallback(TrainerCallback):
             detect_plan,
             find_hf_model,
             model_identity,
+            with_task,
         )
         from memdoc.units import GiB
 
@@ -444,6 +466,9 @@ class MemdocCallback(TrainerCallback):
             cuda=self._cuda,
             fused_loss=bool(getattr(args, "use_liger_kernel", False)),
         )
+        if self._trainer is not None and task_of(self._trainer) is not None:
+            post = {"task": task_of(self._trainer), "knobs": knobs_of(self._trainer)}
+            plan, detected = with_task(plan, detected, post, shape)
         model_id, config = model_identity(hf)
         gpu = None
         if self._cuda:

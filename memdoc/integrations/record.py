@@ -55,6 +55,8 @@ class RunRecord:
     detected: dict | None = None
     measured: dict | None = None
     billed: dict | None = None
+    post: dict | None = None
+    """Inside a TRL post-training trainer: the measured step's phases (`trl_phases.post_report`), billed by phase."""
     headroom_bytes: int | None = None
     steps: list[dict] = field(default_factory=list)
     stride: int = 1
@@ -103,6 +105,7 @@ class RunRecord:
             "detected": self.detected,
             "measured": self.measured,
             "billed": self.billed,
+            "post_training": self.post,
             "headroom_bytes": self.headroom_bytes,
             "largest_batch": self.largest_batch,
             "memory_source": self.memory_source,

@@ -101,8 +101,9 @@ def _bill_table(bill) -> None:
     stdout.print(t)
     scale = max(bill.phases[p].total for p in phases)
     scale = max(scale, bill.gpu.memory_bytes if bill.gpu else 0)
+    width = max(len(p) for p in phases) + 1  # "generation" needs eleven columns
     for phase in phases:
-        stdout.print(f"  {phase:<10}{phase_bar(bill.phases[phase], scale)}")
+        stdout.print(f"  {phase:<{width}}{phase_bar(bill.phases[phase], scale)}")
 
 
 def _bill_summary(bill, time) -> None:
@@ -241,7 +242,7 @@ def render_ladder(ladder) -> None:
         change = step.fixed_change
         t.add_row(
             str(i),
-            step.rung.action + (f" — [yellow]needs a change you fixed: {escape(change)}[/]" if change else ""),
+            step.action + (f" — [yellow]needs a change you fixed: {escape(change)}[/]" if change else ""),
             gib(step.bill.peak_allocated),
             gib(step.bill.process_total),
             gib(step.saved_bytes),
@@ -339,4 +340,13 @@ def _render_dataset_images(images: dict) -> None:
                 f"({peak['images']} images)",
             ]
         )
-    table("image tokens (not billed yet: the fit above counts text)", [("images", "left"), ("", "right")], rows)
+    bill = (peak or {}).get("bill")
+    if bill is not None:
+        rows.append(
+            [
+                "the peak sample, billed",
+                f"{bill['peak_allocated'] / 1024**3:.2f} GiB peak allocated, "
+                f"vision encoder {bill['vision_saved'] / 1024**3:.2f} GiB saved",
+            ]
+        )
+    table("image tokens (the fit above counts text + image tokens)", [("images", "left"), ("", "right")], rows)

@@ -123,6 +123,8 @@ def render_script_report(result, bill=None, *, summary: bool = False, written: l
         stdout.print("  no forward pass of an nn.Module was seen: nothing to attribute")
     else:
         _render_measured(result)
+    if result.post is not None:
+        _render_post(result.post, bill)
     _render_cuda(result, summary)
     if bill is not None and result.hf:
         _render_measured_vs_billed(result, bill)
@@ -180,6 +182,31 @@ def _render_measured(result) -> None:
         f"optimizer {format_bytes(s['optimizer'])}",
         f"trainable {format_bytes(s['trainable'])}",
     )
+
+
+def _render_post(post: dict, bill) -> None:
+    """A TRL trainer's step by phase (generation and reference included): measured peak, the bill's phase of the
+    same name (a dash where the bill has none), and each generation round's peak."""
+    knobs = post["knobs"]
+    shown = [f"{k} {knobs[k]}" for k in ("beta", "num_generations", "max_completion_length", "use_vllm") if k in knobs]
+    title(f"{post['trainer']} ({post['task']}) by phase", *([", ".join(shown)] if shown else []))
+    billed = getattr(bill, "phases", None) or {}
+    t = Table()
+    for name in ("phase", "measured peak", "billed"):
+        t.add_column(name, justify="left" if name == "phase" else "right")
+    for phase, items in post["phases"].items():
+        mark = " ◀ peak" if phase == post["peak_phase"] else ""
+        bill_cell = format_bytes(billed[phase].total) if phase in billed else "—"
+        t.add_row(phase + mark, format_bytes(items["peak_allocated"]), bill_cell)
+    stdout.print(t)
+    rounds = post["generation_rounds"]
+    if rounds:
+        parts_line(
+            *(
+                f"generation round {i} (step {r['step']}): +{format_bytes(r['peak_allocated'] - r['start_allocated'])}"
+                for i, r in enumerate(rounds, 1)
+            )
+        )
 
 
 def _render_cuda(result, summary: bool) -> None:

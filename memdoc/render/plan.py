@@ -51,6 +51,7 @@ def render_plans(setup, report) -> None:
             "or give more host RAM (--host-ram)."
         )
         stdout.print(f"  {_host_line(report)}")
+        _suggestions(report)
         return
     title(
         f"{setup.model.id} on {gpus}{gpu.name} ({gib(gpu.memory_bytes)})",
@@ -65,8 +66,15 @@ def render_plans(setup, report) -> None:
     )
     if setup.explicit:
         stdout.print(f"  kept as given: {', '.join(sorted(setup.explicit))}")
+    _suggestions(report)
     if gpu.is_generic:
         stdout.print("  times use A100 rates: name the GPU (--gpu rtx-4090, h100-sxm, …) for its own")
+
+
+def _suggestions(report) -> None:
+    """Post-training changes the search leaves to the user: they change the training (`search_post.suggestions`)."""
+    for line in report.suggestions:
+        stdout.print(f"  not searched (changes the training): {line}")
 
 
 def _plans_table(candidates) -> Table:

@@ -31,7 +31,7 @@ from memdoc.core.model.image_tokens import RULES
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan
 from memdoc.core.remedies.dataset_fit import dataset_fit, packed_rows
-from memdoc.core.remedies.dataset_vision import image_report, sample_images
+from memdoc.core.remedies.dataset_vision import image_report, sample_images, sample_lengths
 from memdoc.errors import DatasetError
 from memdoc.resolve.dataset_images import has_images, image_sizes
 from memdoc.resolve.inputs import MiB, open_regular, read_text, shown, size_text
@@ -261,12 +261,16 @@ def dataset_section(
     progress: Callable[[str, float], None] | None = None,
 ) -> dict:
     """`memdoc bill --dataset`: tokenize the dataset and fit its lengths to the plan; the JSON `dataset` object,
-    with an `images` object when a vision-language model's dataset carries images (the fit counts text tokens:
-    the VLM bill, which bills `dataset_vision.sample_lengths`, lands next)."""
+    with an `images` object when a vision-language model's dataset carries images: then the fit is of the language
+    model's sequences (text + image tokens, `dataset_vision.sample_lengths`) and `images.peak.bill` bills the
+    sample that peaks, its vision encoder included (`peak_sample_bill`)."""
     records = read_records(path)
     tokens = count_tokens(path, tokenizer, text_field, progress=progress, records=records)
-    fit = dataset_fit(tokens.counts, model, plan, gpu, seq_cap=seq_cap)
-    images = dataset_images(path, records, tokens, model.model_type, plan)
+    images, counts = dataset_images(path, records, tokens, model.model_type, plan)
+    if images is not None:
+        if "peak" in images and gpu is not None:
+            images["peak"]["bill"] = peak_sample_bill(model, plan, gpu, images["peak"])
+    fit = dataset_fit(counts, model, plan.replace(images_per_sample=0, video_frames=0), gpu, seq_cap=seq_cap)
     return {
         "file": str(path),
         "tokenizer": tokenizer,
@@ -279,10 +283,32 @@ def dataset_section(
     }
 
 
-def dataset_images(path: Path, records: list[dict], tokens: TokenCounts, model_type: str, plan) -> dict | None:
-    """The `images` object of `bill --dataset` (`dataset_vision.image_report`), or None when the model takes no
-    images (`image_tokens.RULES`) or no record has any."""
+def peak_sample_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec, peak: dict) -> dict:
+    """The bill of micro-batches of the dataset's peak sample: the language model at its text + image tokens, the
+    vision encoder at its patches (`billing.vision_bill.vision_bill` with the sample's tokens)."""
+    from memdoc.core.billing.bill import compute_bill
+    from memdoc.core.billing.vision_bill import vision_bill
+
+    sample = plan.replace(seq_len=peak["text_tokens"], images_per_sample=max(peak["images"], 1), video_frames=0)
+    lm = compute_bill(model, plan.replace(seq_len=peak["total_tokens"], images_per_sample=0, video_frames=0), gpu)
+    bill = vision_bill(model, sample, lm, (peak["image_tokens"], peak["encoder_tokens"]))
+    return {
+        "peak_allocated": bill.peak_allocated,
+        "process_total": bill.process_total,
+        "fits": bill.fits,
+        "vision_saved": bill.acts.vision.saved,
+        "encoder_tokens": bill.acts.vision.encoder_tokens,
+    }
+
+
+def dataset_images(
+    path: Path, records: list[dict], tokens: TokenCounts, model_type: str, plan
+) -> tuple[dict | None, list[int]]:
+    """(the `images` object of `bill --dataset` (`dataset_vision.image_report`), each sample's language-model
+    sequence: text + image tokens (`dataset_vision.sample_lengths`)); (None, the text counts) when the model takes
+    no images (`image_tokens.RULES`) or no record has any."""
     if model_type not in RULES or not has_images(records):
-        return None
+        return None, tokens.counts
     sizes = image_sizes([records[i] for i in tokens.rows], path.parent)
-    return image_report(tokens.counts, sample_images(sizes, model_type, plan), list(tokens.rows))
+    images = sample_images(sizes, model_type, plan)
+    return image_report(tokens.counts, images, list(tokens.rows)), sample_lengths(tokens.counts, images)

@@ -7,13 +7,16 @@ latest known version (`memdoc.core.model.stack.LATEST_KNOWN`), and the stack say
 
 from __future__ import annotations
 
-from importlib import metadata
-
 from memdoc.core.model.stack import LATEST_KNOWN, Stack, parse_stack
 
 
 def installed_version(package: str) -> str | None:
-    """The installed version of distribution `package` ('liger-kernel'), None when not installed."""
+    """The installed version of distribution `package` ('liger-kernel'), None when not installed.
+
+    (`importlib.metadata` is imported here, not with the module: only `--config`/`--stack` read the stack,
+    and the import — `email`, `zipfile`, `csv` — cost every `bill` ~10 ms.)"""
+    from importlib import metadata
+
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:

@@ -47,6 +47,18 @@ TRL_CASES = [
 ]  # fmt: skip
 
 
+@pytest.fixture(autouse=True)
+def _no_deepspeed_config_left_behind():
+    """TrainingArguments naming a ZeRO-3 config set transformers' process-wide HfDeepSpeedConfig reference
+    (`transformers/integrations/deepspeed.py`); left set by an earlier test, LLaMA-Factory's parser sees ZeRO-3, and
+    left set by these, later tests build their models under ZeRO-3."""
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+    unset_hf_deepspeed_config()
+    yield
+    unset_hf_deepspeed_config()
+
+
 def _trl_parse(tmp_path, script: str, cfg: dict):
     module = pytest.importorskip(f"trl.scripts.{script}")
     cfg = {**cfg, "use_cpu": True}

@@ -32,7 +32,10 @@ exceed it. Reserved (`reserved_bytes`) is what `torch.cuda.memory_reserved()` re
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from memdoc.core.billing.allocator_blocks import Block, Pool, Segment, block_key, merge_into_cache
 
 MiB = 1024 * 1024
 K_MIN_BLOCK_SIZE = 512
@@ -74,77 +77,6 @@ def allocation_size(size: int) -> int:
     return K_ROUND_LARGE * -(-size // K_ROUND_LARGE)
 
 
-class _Segment:
-    """An expandable segment: a virtual range mapped page by page."""
-
-    __slots__ = ("base", "page")
-
-    def __init__(self, base: int, page: int) -> None:
-        self.base, self.page = base, page
-
-
-class _Block:
-    __slots__ = ("addr", "size", "stream", "small", "allocated", "prev", "next", "mapped", "seg")
-
-    def __init__(
-        self, addr: int, size: int, stream: int, small: bool, seg: _Segment | None = None, mapped: bool = True
-    ):
-        self.addr, self.size, self.stream, self.small = addr, size, stream, small
-        self.allocated = False
-        self.prev: _Block | None = None
-        self.next: _Block | None = None
-        self.mapped, self.seg = mapped, seg
-
-    def splice(self, before: _Block | None, after: _Block | None) -> None:
-        if before is not None:
-            before.next = self
-        self.prev = before
-        if after is not None:
-            after.prev = self
-        self.next = after
-
-
-def _key(stream: int, size: int, addr: int) -> int:
-    """A cached block's sort key, `BlockComparatorSize` order (stream, size, address) as one integer:
-    sizes and addresses are below 2⁶⁴, so integer order is the tuple's order (and compares and hashes
-    faster than a tuple on the hot path)."""
-    return (stream << 128) + (size << 64) + addr
-
-
-class _Pool:
-    """Cached free blocks sorted by `_key` (stream, size, address); unmapped expandable ranges by (stream, address)."""
-
-    __slots__ = ("small", "keys", "blocks", "unmapped", "unmapped_blocks")
-
-    def __init__(self, small: bool) -> None:
-        self.small = small
-        self.keys: list[int] = []
-        self.blocks: dict[int, _Block] = {}
-        self.unmapped: list[tuple[int, int]] = []
-        self.unmapped_blocks: dict[tuple[int, int], _Block] = {}
-
-    def insert(self, b: _Block) -> None:
-        key = (b.stream << 128) + (b.size << 64) + b.addr
-        insort(self.keys, key)
-        self.blocks[key] = b
-
-    def remove(self, b: _Block) -> None:
-        key = (b.stream << 128) + (b.size << 64) + b.addr
-        keys = self.keys
-        del keys[bisect_left(keys, key)]
-        del self.blocks[key]
-
-    def insert_unmapped(self, b: _Block) -> None:
-        key = (b.stream, b.addr)
-        insort(self.unmapped, key)
-        self.unmapped_blocks[key] = b
-
-    def remove_unmapped(self, b: _Block) -> None:
-        key = (b.stream, b.addr)
-        del self.unmapped[bisect_left(self.unmapped, key)]
-        del self.unmapped_blocks[key]
-
-
 @dataclass
 class AllocatorStats:
     """The counters of `torch.cuda.memory_stats()` the simulation keeps."""
@@ -178,8 +110,8 @@ class CachingAllocator:
         self.expandable = expandable
         self.record = record
         self.stats = AllocatorStats()
-        self._large, self._small = _Pool(False), _Pool(True)
-        self._active: dict[int, _Block] = {}
+        self._large, self._small = Pool(False), Pool(True)
+        self._active: dict[int, Block] = {}
         self._next_addr = 1 << 40
         self._addresses = list(reversed(segment_addresses)) if segment_addresses else []
 
@@ -201,26 +133,15 @@ class CachingAllocator:
         if self.expandable:
             block = self._get_free_block(pool, stream, size) if keys else None
         elif keys:
-            i = bisect_left(keys, (stream << 128) + (size << 64))  # `_key(stream, size, 0)`
+            i = bisect_left(keys, (stream << 128) + (size << 64))  # `block_key(stream, size, 0)`
             if i < len(keys) and keys[i] >> 128 == stream:
                 block = blocks.pop(keys.pop(i))
         if block is None:
-            alloc = (
-                K_SMALL_BUFFER
-                if small
-                else (K_LARGE_BUFFER if size < K_MIN_LARGE_ALLOC else -(-size // K_ROUND_LARGE) * K_ROUND_LARGE)
-            )  # `allocation_size`
-            block = self._alloc_block(pool, stream, size, alloc)
-            if block is None:
-                self._release_cached_blocks()
-                self.stats.num_alloc_retries += 1
-                block = self._alloc_block(pool, stream, size, alloc)
-            if block is None:
-                raise AllocatorOOM(orig_size, self.stats.allocated, self.stats.reserved)
+            block = self._new_block(pool, stream, size, orig_size)
         remaining = block.size - size
         if remaining >= K_MIN_BLOCK_SIZE if (small or self.expandable) else remaining > K_SMALL_SIZE:
             rest = block
-            block = _Block(rest.addr, size, stream, small, rest.seg)
+            block = Block(rest.addr, size, stream, small, rest.seg)
             prev = rest.prev
             block.prev = prev
             if prev is not None:
@@ -239,6 +160,74 @@ class CachingAllocator:
         if st.allocated > st.peak_allocated:
             st.peak_allocated = st.allocated
         return block.addr
+
+    def replay(self, ids: Sequence[int], sizes: Sequence[int]) -> None:
+        """Run a flat event stream on stream 0: `sizes[i] > 0` mallocs that many bytes for tensor `ids[i]` (a small
+        integer ≥ 0), `sizes[i] == 0` frees it, a negative size is `empty_cache`. Event for event what `malloc`,
+        `free` and `empty_cache` do (tests/unit/billing/test_replay.py); without expandable segments, cache hits
+        with their splits and frees are inlined here."""
+        addr = [0] * (max(ids, default=0) + 1)
+        if self.expandable or self.record:
+            self._replay_per_event(ids, sizes, addr)
+            return
+        pools, active, st, new_block = (self._large, self._small), self._active, self.stats, self._new_block
+        allocated, peak = st.allocated, st.peak_allocated  # kept in locals, written back before a new segment
+        for tid, orig_size in zip(ids, sizes):
+            if not orig_size:
+                block = active.pop(addr[tid])
+                block.allocated = False
+                allocated -= block.size
+                merge_into_cache(block, pools[block.small])
+                continue
+            if orig_size < 0:
+                st.allocated, st.peak_allocated = allocated, peak
+                self.empty_cache()
+                continue
+            size = (
+                K_MIN_BLOCK_SIZE
+                if orig_size < K_MIN_BLOCK_SIZE
+                else -(-orig_size // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE
+            )
+            small = size <= K_SMALL_SIZE
+            pool = pools[small]
+            keys = pool.keys
+            i = bisect_left(keys, size << 64)  # `block_key(0, size, 0)`
+            if i == len(keys) or keys[i] >> 128:
+                st.allocated, st.peak_allocated = allocated, peak  # as out of memory reports them
+                block = new_block(pool, 0, size, orig_size)
+            else:
+                block = pool.blocks.pop(keys.pop(i))
+            remaining = block.size - size
+            if remaining >= K_MIN_BLOCK_SIZE if small else remaining > K_SMALL_SIZE:
+                rest = block  # on stream 0, as every block of this run
+                block = Block(rest.addr, size, 0, small, rest.seg)
+                prev = block.prev = rest.prev
+                if prev is not None:
+                    prev.next = block
+                block.next = rest
+                rest.prev = block
+                rest.addr += size
+                rest.size = remaining
+                key = (remaining << 64) + rest.addr
+                insort(keys, key)
+                pool.blocks[key] = rest
+            block.allocated = True
+            a = addr[tid] = block.addr
+            active[a] = block
+            allocated += block.size
+            if allocated > peak:
+                peak = allocated
+        st.allocated, st.peak_allocated = allocated, peak
+
+    def _replay_per_event(self, ids: Sequence[int], sizes: Sequence[int], addr: list[int]) -> None:
+        """`replay` through `malloc`, `free` and `empty_cache`, one call per event (expandable segments, recording)."""
+        for tid, size in zip(ids, sizes):
+            if size > 0:
+                addr[tid] = self.malloc(size)
+            elif size:
+                self.empty_cache()
+            else:
+                self.free(addr[tid])
 
     def free(self, addr: int) -> None:
         """`free` → `free_block`: merge with free neighbours and return the block to its pool's cache."""
@@ -284,15 +273,32 @@ class CachingAllocator:
         return out
 
     # -- internals (names follow the C++) -----------------------------------------------------
-    def _get_free_block(self, pool: _Pool, stream: int, size: int) -> _Block | None:
+    def _new_block(self, pool: Pool, stream: int, size: int, orig_size: int) -> Block:
+        """The `malloc` steps after a cache miss: `alloc_block` of `allocation_size`, else `release_cached_blocks`
+        and retry, else out of memory (AllocatorOOM for the `orig_size` request)."""
+        alloc = (
+            K_SMALL_BUFFER
+            if pool.small
+            else (K_LARGE_BUFFER if size < K_MIN_LARGE_ALLOC else -(-size // K_ROUND_LARGE) * K_ROUND_LARGE)
+        )  # `allocation_size`
+        block = self._alloc_block(pool, stream, size, alloc)
+        if block is None:
+            self._release_cached_blocks()
+            self.stats.num_alloc_retries += 1
+            block = self._alloc_block(pool, stream, size, alloc)
+        if block is None:
+            raise AllocatorOOM(orig_size, self.stats.allocated, self.stats.reserved)
+        return block
+
+    def _get_free_block(self, pool: Pool, stream: int, size: int) -> Block | None:
         keys = pool.keys
-        i = bisect_left(keys, _key(stream, size, 0))
+        i = bisect_left(keys, block_key(stream, size, 0))
         if i == len(keys) or keys[i] >> 128 != stream:
             return None
         block = pool.blocks[keys[i]]
         if block.seg is not None:
             # an expandable block counts as the size it can grow to (next to the unmapped tail)
-            def grown(b: _Block) -> int:
+            def grown(b: Block) -> int:
                 return b.size + (b.next.size if b.next is not None and not b.next.mapped else 0)
 
             while i + 1 < len(keys) and keys[i + 1] >> 128 == stream and grown(pool.blocks[keys[i + 1]]) < grown(block):
@@ -318,7 +324,7 @@ class CachingAllocator:
     def _fits_device(self, nbytes: int) -> bool:
         return self.capacity is None or self.stats.reserved + nbytes <= self.capacity
 
-    def _alloc_block(self, pool: _Pool, stream: int, size: int, alloc: int) -> _Block | None:
+    def _alloc_block(self, pool: Pool, stream: int, size: int, alloc: int) -> Block | None:
         """`alloc_block`: cudaMalloc a new segment (or map pages of an expandable one). (`_fits_device`,
         `_new_address` and `_grow_reserved` are inlined for segments: a third of a bill's requests come here.)"""
         if self.expandable:
@@ -332,7 +338,7 @@ class CachingAllocator:
         else:
             addr = self._next_addr
             self._next_addr += -(-alloc // _ADDRESS_GAP) * _ADDRESS_GAP + _ADDRESS_GAP
-        block = _Block(addr, alloc, stream, pool.small)
+        block = Block(addr, alloc, stream, pool.small)
         st.reserved = reserved
         st.num_device_alloc += 1
         if reserved > st.peak_reserved:
@@ -341,7 +347,7 @@ class CachingAllocator:
             self.stats.segment_events.append(("segment_alloc", block.addr, alloc))
         return block
 
-    def _try_merge(self, dst: _Block, src: _Block | None, pool: _Pool) -> int:
+    def _try_merge(self, dst: Block, src: Block | None, pool: Pool) -> int:
         """`try_merge_blocks`: absorb a free neighbour `src` (same mapping state) into `dst`, which is in no pool."""
         if src is None or src.allocated or src.mapped != dst.mapped:
             return 0
@@ -381,10 +387,10 @@ class CachingAllocator:
                     pool.remove_unmapped(block)  # release_expandable_segment
 
     # -- expandable segments ----------------------------------------------------------------------
-    def _find_expandable_block(self, pool: _Pool, stream: int, size: int) -> _Block:
+    def _find_expandable_block(self, pool: Pool, stream: int, size: int) -> Block:
         """`find_expandable_block`: lowest unmapped range (with the free block before it) that can hold `size`."""
 
-        def allocatable(b: _Block | None) -> bool:
+        def allocatable(b: Block | None) -> bool:
             return b is not None and not b.allocated
 
         i = bisect_left(pool.unmapped, (stream, -1))
@@ -402,12 +408,12 @@ class CachingAllocator:
         page = K_SMALL_BUFFER if pool.small else K_LARGE_BUFFER
         # address space for 1 1/8 of the device (the C++ reserves totalGlobalMem × 9/8)
         span = -(-((self.capacity or 1 << 44) * 9 // 8) // page) * page
-        seg = _Segment(self._new_address(span), page)
-        candidate = _Block(seg.base, span, stream, pool.small, seg, mapped=False)
+        seg = Segment(self._new_address(span), page)
+        candidate = Block(seg.base, span, stream, pool.small, seg, mapped=False)
         pool.insert_unmapped(candidate)
         return candidate
 
-    def _map_block(self, pool: _Pool, to_map: _Block, size: int) -> bool:
+    def _map_block(self, pool: Pool, to_map: Block, size: int) -> bool:
         """`map_block`: back [to_map, to_map + size) with whole pages; merge with free neighbours."""
         seg = to_map.seg
         begin = (to_map.addr - seg.base) // seg.page
@@ -418,7 +424,7 @@ class CachingAllocator:
         pool.remove_unmapped(to_map)
         to_map.mapped = True
         if mapped < to_map.size:
-            remaining = _Block(
+            remaining = Block(
                 to_map.addr + mapped, to_map.size - mapped, to_map.stream, to_map.small, seg, mapped=False
             )
             remaining.splice(to_map, to_map.next)
@@ -432,7 +438,7 @@ class CachingAllocator:
             self.stats.segment_events.append(("segment_map", seg.base + begin * seg.page, mapped))
         return True
 
-    def _try_allocate_expandable_block(self, pool: _Pool, stream: int, size: int) -> _Block | None:
+    def _try_allocate_expandable_block(self, pool: Pool, stream: int, size: int) -> Block | None:
         candidate = self._find_expandable_block(pool, stream, size)
         if not candidate.mapped and not self._map_block(pool, candidate, min(candidate.size, size)):
             return None
@@ -444,7 +450,7 @@ class CachingAllocator:
         pool.remove(candidate)
         return candidate
 
-    def _unmap_block(self, pool: _Pool, block: _Block) -> None:
+    def _unmap_block(self, pool: Pool, block: Block) -> None:
         """`unmap_block`: return the whole pages inside a free expandable block to the device."""
         seg = block.seg
         begin = -(-(block.addr - seg.base) // seg.page)
@@ -455,12 +461,12 @@ class CachingAllocator:
         start, length = seg.base + begin * seg.page, (end - begin) * seg.page
         before = start - block.addr
         if before > 0:
-            b = _Block(block.addr, before, block.stream, block.small, seg)
+            b = Block(block.addr, before, block.stream, block.small, seg)
             b.splice(block.prev, block)
             pool.insert(b)
         after = block.size - before - length
         if after > 0:
-            a = _Block(start + length, after, block.stream, block.small, seg)
+            a = Block(start + length, after, block.stream, block.small, seg)
             a.splice(block, block.next)
             pool.insert(a)
         block.addr, block.size, block.mapped = start, length, False

@@ -43,6 +43,7 @@ from memdoc.core.billing.reserved import MAX_SIMULATED_LAYERS, ReservedVerdict, 
 from memdoc.core.billing.states import ModelStates, model_states
 from memdoc.core.billing.step_events import training_events
 from memdoc.core.billing.verdict import MIN_MEMORY_ERROR, Fit, FitAnswer, bounded_fit, fit_answer
+from memdoc.core.billing.vision_bill import text_plan, vision_bill
 from memdoc.core.billing.vocabulary import LINE_ITEMS, STEP_PHASES
 from memdoc.core.engines.buffers import add_engine_buffers, step_grad_bytes
 from memdoc.core.engines.host import host_items, nvme_items
@@ -425,6 +426,8 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
     """The per-GPU bill of `plan` on `model` (pure arithmetic, no torch)."""
     if plan.task is not Task.SFT:
         return _post_training_bill(model, plan, gpu)
+    if model.vision is not None and plan.has_vision:  # the language model at text + image tokens, plus the tower
+        return vision_bill(model, plan, compute_bill(model, text_plan(model, plan), gpu))
     if plan.cp > 1 or plan.tp > 1:
         return _parallel_bill(model, plan, gpu)
     states = model_states(model, plan)

@@ -42,6 +42,7 @@ fp32:
 
 from __future__ import annotations
 
+from memdoc.core.billing.vision_parts import vision_linear_params
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Method, MoeExperts, Precision, TrainingPlan
 
@@ -66,8 +67,10 @@ def _quantised_linears(model: ModelSpec, experts: bool):
 
 def quantised_params(model: ModelSpec, *, experts: bool = False) -> int:
     """Parameters bitsandbytes stores in 4 (or 8) bit: those linears' weights — not their biases
-    (`Linear4bit.bias` is a plain 16-bit `Parameter`); `experts`: the routed experts are `nn.Linear`."""
-    return sum(
+    (`Linear4bit.bias` is a plain 16-bit `Parameter`); `experts`: the routed experts are `nn.Linear`. A VLM's vision
+    tower and projector linears too: transformers 5.24 skips only tied weights, the last parameter's module and the
+    output embedding (`quantizers/base.py` `get_keys_to_not_convert`)."""
+    return vision_linear_params(model) + sum(
         layers * linear.copies * linear.in_features * linear.out_features
         for layers, linear in _quantised_linears(model, experts)
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memdoc.core.billing.reserved import MAX_SIMULATED_LAYERS
+from memdoc.core.billing.vision_parts import FROZEN, FULL, part_training
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Method, MoeExperts, Precision, TrainingPlan
@@ -40,14 +41,24 @@ def model_notes(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> li
     return notes
 
 
+def _trained_parts(model: ModelSpec, plan: TrainingPlan) -> str:
+    """Which parts train, in words (`vision_parts.part_training`)."""
+    parts = part_training(model, plan)
+    assert parts is not None
+    words = {FULL: "trains", FROZEN: "frozen"}
+    tower = words.get(parts.tower) or "LoRA on its " + ", ".join(sorted(parts.tower_adapted))
+    projector = words.get(parts.projector) or "LoRA on its " + ", ".join(sorted(parts.projector_adapted))
+    lm = "trains" if plan.method is Method.FULL else "LoRA"
+    return f"language model {lm}, vision encoder {tower}, projector {projector}"
+
+
 def _vision_notes(model: ModelSpec, plan: TrainingPlan) -> list[str]:
-    """What a VLM's bill covers: every part's weights (and states when trained); text activations only, for now."""
+    """What a VLM's bill covers: every part's weights (and states when trained); the activations of image rows are
+    `vision_bill.vision_notes`'s."""
     p = model.params
     cross = f", cross-attention layers {p.cross_attention / 1e9:.2f}B" if p.cross_attention else ""
-    trained = "all parts train" if plan.method is Method.FULL else "LoRA adapters on the language model's layers"
+    trained = _trained_parts(model, plan)
     return [
         f"vision-language model: weights of the vision encoder ({p.vision / 1e6:,.0f}M), projector "
         f"({p.projector / 1e6:,.1f}M) and language model ({p.language / 1e9:.2f}B{cross}) billed; {trained}",
-        "activations are billed for the language model at the planned text tokens: image tokens and the vision "
-        "encoder's activations are not billed yet",
     ]

@@ -25,14 +25,8 @@ from memdoc.units import MiB
 def simulate(events: Events, *, capacity: int | None = None, expandable: bool = False) -> AllocatorStats | None:
     """Run `events` through the allocator; None when it runs out of memory at `capacity`."""
     alloc = CachingAllocator(capacity=capacity, expandable=expandable)
-    malloc, free = alloc.malloc, alloc.free
-    addr = [0] * (max(events.ids, default=0) + 1)  # ids are small consecutive integers
     try:
-        for tid, size in zip(events.ids, events.sizes):
-            if size:
-                addr[tid] = malloc(size)
-            else:
-                free(addr[tid])
+        alloc.replay(events.ids, events.sizes)  # ids are small consecutive integers
     except AllocatorOOM:
         return None
     return alloc.stats

@@ -25,9 +25,12 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from memdoc.core.billing.kbit import linear_experts, quantised_params, upcast_weight_bytes
+from memdoc.core.billing.vision_parts import frozen_vision_params, vision_adapter_shapes
 from memdoc.core.engines.layout import Engine, engine_layout
 from memdoc.core.model.lora import adapted_names, is_trained
 from memdoc.core.model.model_spec import ModelSpec
@@ -68,6 +71,7 @@ def _lora_params(model: ModelSpec, plan: TrainingPlan) -> tuple[int, Shapes]:
         for linear in layout.linears:
             if is_trained(linear, targets):
                 shapes[(linear.in_features, linear.out_features)] += layers
+    shapes += vision_adapter_shapes(model, plan)  # a VLM's tower and projector linears the targets reach
     return sum(plan.lora_rank * (a + b) * k for (a, b), k in shapes.items()), shapes
 
 
@@ -85,9 +89,9 @@ def qlora_weight_bytes(model: ModelSpec, base_bytes: int, *, experts: bool = Fal
 
 
 def trainable_params(model: ModelSpec, plan: TrainingPlan) -> int:
-    """Trainable parameters: all for full fine-tuning, the adapters for LoRA/QLoRA."""
+    """Trainable parameters: all for full fine-tuning (a VLM's frozen vision parts aside), the adapters for LoRA."""
     if plan.method is Method.FULL:
-        return model.params.total
+        return model.params.total - frozen_vision_params(model, plan)
     return _lora_params(model, plan)[0]
 
 
@@ -124,8 +128,9 @@ def _optimizer_bytes(plan: TrainingPlan, shapes: Shapes, state_bytes: int) -> tu
     raise AssertionError(opt)
 
 
-def _param_shapes(model: ModelSpec) -> Shapes:
-    """{(rows, cols): count} of the model's parameter tensors; biases and norms as vectors (n, 1)."""
+def _param_shapes(model: ModelSpec, frozen: int = 0) -> Shapes:
+    """{(rows, cols): count} of the model's trained parameter tensors; biases and norms as vectors (n, 1); the rest
+    (a VLM's vision parts among it) as one vector, less `frozen` parameters (`vision_parts.frozen_vision_params`)."""
     out: Shapes = Counter()
     for _, layout, layers in model.layer_groups:
         for linear in layout.linears:
@@ -136,8 +141,8 @@ def _param_shapes(model: ModelSpec) -> Shapes:
     out[(model.vocab_size, model.params.embedding // model.vocab_size)] += 1
     if model.params.head:
         out[(model.vocab_size, model.params.head // model.vocab_size)] += 1
-    rest = model.params.total - sum(
-        r * c * k for (r, c), k in out.items()
+    rest = (
+        model.params.total - frozen - sum(r * c * k for (r, c), k in out.items())
     )  # final norm, position embeddings, head bias
     if rest:
         out[(rest, 1)] += 1
@@ -162,32 +167,58 @@ class ParameterTensors:
     trainable: list[list[int]]
 
 
-def parameter_tensors(model: ModelSpec, plan: TrainingPlan) -> ParameterTensors:
-    """The plan's parameter tensors per layer (see `ParameterTensors`)."""
-    layers = []
+T = TypeVar("T")
+
+
+def per_layout(model: ModelSpec, compute: Callable[[int, Any], T]) -> list[T]:
+    """`compute(i, layout)` for each decoder layer i, computed once per distinct layout (at its first layer) and
+    shared by the layers of an equal layout. A layout is hashed once per distinct object: `model.layouts[i]`
+    is one object for every layer of a one-layout model, and a layout's hash walks all its linears."""
+    by_id: dict[int, tuple[Any, T]] = {}  # (the layout itself, kept alive so that its id stays its own; value)
+    by_layout: dict[Any, T] = {}
+    out = []
     for i in range(model.num_layers):
-        layout, numels = model.layouts[i], []
-        for linear in layout.linears:
-            copies = 1 if linear.group == "experts" else linear.copies
-            numels.extend([linear.out_features * linear.in_features * linear.copies // copies] * copies)
-            if linear.bias:
-                numels.extend([linear.out_features * linear.copies // copies] * copies)
-        numels.append(layout.norm_params)
-        layers.append(numels)
+        layout = model.layouts[i]
+        if id(layout) not in by_id:
+            if layout not in by_layout:
+                by_layout[layout] = compute(i, layout)
+            by_id[id(layout)] = (layout, by_layout[layout])
+        out.append(by_id[id(layout)][1])
+    return out
+
+
+def _layout_numels(layout) -> list[int]:
+    """Element counts of one decoder layer's parameter tensors: each linear's weight (and bias), expert
+    copies as one tensor per expert unless grouped, then the norms."""
+    numels = []
+    for linear in layout.linears:
+        copies = 1 if linear.group == "experts" else linear.copies
+        numels.extend([linear.out_features * linear.in_features * linear.copies // copies] * copies)
+        if linear.bias:
+            numels.extend([linear.out_features * linear.copies // copies] * copies)
+    numels.append(layout.norm_params)
+    return numels
+
+
+def parameter_tensors(model: ModelSpec, plan: TrainingPlan) -> ParameterTensors:
+    """The plan's parameter tensors per layer (see `ParameterTensors`); each distinct layer layout is
+    counted once (a layer's tensors depend on its layout alone)."""
+    layers = [list(numels) for numels in per_layout(model, lambda _, layout: _layout_numels(layout))]
     other = model.params.total - model.params.embedding - model.params.head - sum(map(sum, layers))
     if plan.method is Method.FULL:
         trainable = layers
     else:
         targets = adapted_names(plan)
-        trainable = [
-            [
+        adapters = per_layout(
+            model,
+            lambda _, layout: [
                 n
-                for linear in model.layouts[i].linears
+                for linear in layout.linears
                 if is_trained(linear, targets)
                 for n in (plan.lora_rank * linear.in_features, linear.out_features * plan.lora_rank)
-            ]
-            for i in range(model.num_layers)
-        ]
+            ],
+        )
+        trainable = [list(row) for row in adapters]
     return ParameterTensors(
         embedding=model.params.embedding,
         layers=layers,
@@ -219,10 +250,11 @@ def _model_states(model: ModelSpec, plan: TrainingPlan) -> ModelStates:
     if plan.method is Method.FULL and layout.engine is not Engine.DDP:
         # the engine's layout (`core/engines/layout.py`): the master copy is billed with the optimizer
         # states (it is the optimizer's); the step's fp32 gradient is a step temporary (DeepSpeed)
-        total = model.params.total
-        states, _ = _optimizer_bytes(plan, _param_shapes(model), layout.state_bits // 8)
+        frozen = frozen_vision_params(model, plan)
+        total = model.params.total - frozen
+        states, _ = _optimizer_bytes(plan, _param_shapes(model, frozen), layout.state_bits // 8)
         return ModelStates(
-            weights=total * layout.weight_bits // 8,
+            weights=model.params.total * layout.weight_bits // 8,
             gradients=total * layout.grad_bits // 8,
             optimizer=total * layout.master_bits // 8 + states,
             optimizer_step_temp=total * layout.step_grad_bits // 8,
@@ -230,13 +262,14 @@ def _model_states(model: ModelSpec, plan: TrainingPlan) -> ModelStates:
             largest_layer_params=largest_layer,
         )
     if plan.method is Method.FULL:
-        states, temp = _optimizer_bytes(plan, _param_shapes(model), param_bytes)
+        frozen = frozen_vision_params(model, plan)
+        states, temp = _optimizer_bytes(plan, _param_shapes(model, frozen), param_bytes)
         return ModelStates(
             weights=model.params.total * param_bytes,
-            gradients=model.params.total * param_bytes,
+            gradients=(model.params.total - frozen) * param_bytes,
             optimizer=states,
             optimizer_step_temp=temp,
-            trainable_params=model.params.total,
+            trainable_params=model.params.total - frozen,
             largest_layer_params=largest_layer,
         )
     adapters, shapes = _lora_params(model, plan)

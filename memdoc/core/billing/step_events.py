@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memdoc.core.billing.activations import layer_activations
-from memdoc.core.billing.states import ParameterTensors, parameter_tensors
+from memdoc.core.billing.states import ParameterTensors, parameter_tensors, per_layout
 from memdoc.core.model.plan import Checkpointing, Loss, Method, Optimizer
 
 FP32 = 4
@@ -43,10 +43,15 @@ STEPS = 2
 
 @dataclass(frozen=True)
 class Events:
-    """A flat allocation sequence: `sizes[i] > 0` allocates tensor `ids[i]`, `sizes[i] == 0` frees it."""
+    """A flat allocation sequence: `sizes[i] > 0` allocates tensor `ids[i]`, `sizes[i] == 0` frees it,
+    `sizes[i] == EMPTY_CACHE` is `torch.cuda.empty_cache()` (`ids[i]` unused)."""
 
     ids: tuple[int, ...]
     sizes: tuple[int, ...]
+
+
+EMPTY_CACHE = -1
+"""The size of an `Events` entry that empties the allocator's cache (`CachingAllocator.replay`)."""
 
 
 def _nbytes(size: float) -> int:
@@ -79,9 +84,31 @@ class _Stream:
         self.ids.append(tid)
         self.sizes.append(0)
 
+    def empty_cache(self) -> None:
+        self.ids.append(0)
+        self.sizes.append(EMPTY_CACHE)
+
     def free_all(self, tids: list[int], reverse: bool = False) -> None:
         self.ids.extend(reversed(tids) if reverse else tids)
         self.sizes.extend([0] * len(tids))
+
+
+def _scaled(numels, scale: float) -> list[int]:
+    """`_nbytes` of each nonzero element count × `scale` bytes, in order."""
+    return [max(int(n * scale), 1) for n in numels if n]
+
+
+def _per_distinct(layers: list[list[int]], sizes) -> list[list[int]]:
+    """`sizes(layer)` of each layer, computed once per distinct layer (decoder layers repeat one or two
+    layouts)."""
+    done: dict[tuple[int, ...], list[int]] = {}
+    out = []
+    for layer in layers:
+        key = tuple(layer)
+        if key not in done:
+            done[key] = sizes(layer)
+        out.append(done[key])
+    return out
 
 
 def _split(name: str, nbytes: int, model, T: int) -> list[int]:
@@ -114,20 +141,19 @@ def _split(name: str, nbytes: int, model, T: int) -> list[int]:
     return [nbytes]
 
 
-def _layout_items(model, plan) -> dict:
-    """Per distinct layer layout, the sizes (`_nbytes`) of the tensors its forward saves, in
-    `layer_activations` order."""
+def _layout_items(model, plan) -> list[list[int]]:
+    """Per decoder layer, the sizes (`_nbytes`) of the tensors its forward saves, in `layer_activations` order
+    (computed at the first layer of each distinct layout, `states.per_layout`)."""
     T = plan.micro_batch * plan.seq_len
-    items = {}
-    for i, layout in enumerate(model.layouts):
-        if layout not in items:
-            items[layout] = [
-                _nbytes(t)
-                for name, v in layer_activations(model, plan, i).items()
-                if v > 0
-                for t in _split(name, v, model, T)
-            ]
-    return items
+    return per_layout(
+        model,
+        lambda i, _: [
+            _nbytes(t)
+            for name, v in layer_activations(model, plan, i).items()
+            if v > 0
+            for t in _split(name, v, model, T)
+        ],
+    )
 
 
 def _trainable_order(tensors: ParameterTensors, full: bool) -> list[int]:
@@ -154,14 +180,11 @@ class _TrainingRun:
         self.full = self.plan.method is Method.FULL
         self.checkpointing = self.plan.checkpointing is not Checkpointing.NONE
         self.tokens = self.plan.micro_batch * self.plan.seq_len
-        layout_items = _layout_items(self.model, self.plan)
-        self.layer_items = [layout_items[layout] for layout in self.model.layouts]  # per decoder layer
+        self.layer_items = _layout_items(self.model, self.plan)  # per decoder layer
         self.trainable_order = _trainable_order(self.tensors, self.full)
         self._scale_states(bill)
         # per decoder layer, its parameters' gradients in the order backward makes them
-        self.layer_grads = [
-            [_nbytes(n * self.g_scale) for n in reversed(layer) if n] for layer in self.tensors.trainable
-        ]
+        self.layer_grads = _per_distinct(self.tensors.trainable, lambda layer: _scaled(reversed(layer), self.g_scale))
         self._size_loss_head()
         self.states_made = False
         self.after_head = 0  # a no-grad scoring forward on top of the head's forward (DPO/KTO `training_events`)
@@ -211,14 +234,14 @@ class _TrainingRun:
         """Every parameter tensor in module order, then peft's fp32 adapters (added after the model is built)."""
         tensors = self.tensors
         self._weights([tensors.embedding])
-        for layer in tensors.layers:
-            self._weights(layer)
+        for nbytes in _per_distinct(tensors.layers, lambda layer: _scaled(layer, self.w_scale)):
+            self.stream.alloc_all(nbytes)
         self._weights([tensors.other, tensors.head])
         if not self.full:
             self.stream.alloc_all([_nbytes(4 * n) for layer in tensors.trainable for n in layer])
 
     def _weights(self, numels: list[int]) -> None:
-        self.stream.alloc_all([_nbytes(n * self.w_scale) for n in numels if n])
+        self.stream.alloc_all(_scaled(numels, self.w_scale))
 
     # -- one training step ---------------------------------------------------------------------
     def step(self) -> None:
@@ -385,6 +408,8 @@ def training_events(bill, post=None) -> Events:
         run.stream.alloc(post.resident)
     for _ in range(STEPS):
         if post is not None:
+            if post.wakes_vllm:
+                run.stream.empty_cache()
             run.transient(post.generation if post.generation > post.pool else 0)
             run.transient(0 if post.scoring_after_forward else post.scoring)
             run.after_head = post.scoring if post.scoring_after_forward else 0
@@ -392,4 +417,4 @@ def training_events(bill, post=None) -> Events:
     return Events(tuple(run.stream.ids), tuple(run.stream.sizes))
 
 
-__all__ = ["Events", "STEPS", "training_events"]
+__all__ = ["EMPTY_CACHE", "Events", "STEPS", "training_events"]

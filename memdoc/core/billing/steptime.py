@@ -93,6 +93,7 @@ from memdoc.core.billing.activations.step import estimate_activations
 from memdoc.core.billing.comm import DEFAULT_PEER_GBPS, HIDDEN_COMM_FRACTION, bottleneck, communication
 from memdoc.core.billing.parallel import parallel_traffic, rank_share
 from memdoc.core.billing.states import model_states
+from memdoc.core.billing.vision_bill import text_plan
 from memdoc.core.model.families import Layout, Mlp, Norm
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
@@ -355,7 +356,10 @@ def optimizer_bytes(plan: TrainingPlan, trainable: int) -> float:
 
 
 def step_time(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> StepTime:
-    """Modelled time of one optimizer step (all micro-batches) on one GPU, by term."""
+    """Modelled time of one optimizer step (all micro-batches) on one GPU, by term. A VLM's rows with images: the
+    language model at text + image tokens (`vision_bill.text_plan`); the vision encoder's own compute is not timed."""
+    if model.vision is not None and plan.has_vision:
+        return step_time(model, text_plan(model, plan), gpu)
     if plan.cp > 1 or plan.tp > 1:
         return _parallel_step_time(model, plan, gpu)
     bandwidth = (gpu.memory_bandwidth_gbps if gpu and gpu.memory_bandwidth_gbps else DEFAULT_BANDWIDTH_GBPS) * 1e9

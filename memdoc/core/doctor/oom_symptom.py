@@ -22,6 +22,7 @@ from memdoc.core.doctor.oom_causes import Cause, read_causes
 from memdoc.core.doctor.oom_event import OomEvent
 from memdoc.core.doctor.oom_kind_causes import kind_causes
 from memdoc.core.doctor.oom_phase import PHASES, STEPS, StepReading, loading_bar, phase_of, read_step
+from memdoc.core.doctor.oom_posttrain import posttrain_cause, posttrain_symptom
 from memdoc.core.doctor.oom_ranks import rank_imbalance
 from memdoc.units import format_bytes
 
@@ -100,6 +101,14 @@ _SYMPTOM = {
     "save": "save-oom",
     "forward": "mid-run-oom",
     "training-step": "mid-run-oom",
+}
+
+
+_POSTTRAIN_REASON = {
+    "rl-generation-oom": "the traceback runs through GRPO/RLOO's generation (`_generate`): the KV cache of the "
+    "generation batch, or colocated vLLM's share of the card",
+    "reference-model-oom": "the traceback runs through the DPO/KTO trainer's reference model: a second copy of the "
+    "weights with full fine-tuning",
 }
 
 
@@ -195,9 +204,10 @@ def infer_symptom(event: OomEvent | None, log_text: str = "") -> SymptomGuess:
     """Guess the symptom of `event`, using the traceback in `log_text` (the whole log is fine).
 
     Decision, first match: host kill → host-oom; NCCL → nccl-oom; vLLM KV-cache refusal →
-    inference-oom; phase save → save-oom; eval → eval-oom; generate → inference-oom; startup (loading)
-    → startup-oom; one rank heavier (`oom_ranks`) → rank-imbalance; a training phase or no frames, with
-    the log showing the first step → startup-oom (the rigid part plus one step's activations do not
+    inference-oom; TRL's GRPO/RLOO generation frames → rl-generation-oom, its DPO/KTO reference-model frames →
+    reference-model-oom (`oom_posttrain`); phase save → save-oom; eval → eval-oom; generate → inference-oom;
+    startup (loading) → startup-oom; one rank heavier (`oom_ranks`) → rank-imbalance; a training phase or no
+    frames, with the log showing the first step → startup-oom (the rigid part plus one step's activations do not
     fit); a large block (rule below) → long-sample-oom (also mid-run-oom); a training phase →
     mid-run-oom; no frames but a later step shown → mid-run-oom; otherwise, without frames:
     fragmentation → mid-run-oom (it builds up over steps), a size-less library failure → startup-oom
@@ -216,7 +226,8 @@ def infer_symptom(event: OomEvent | None, log_text: str = "") -> SymptomGuess:
     phase, decided_by = _phase(event, frames, log_text, reasons)
     reading = read_causes(event, log_text)
     unknowns.extend(reading.unknowns)
-    causes = kind_causes(event, log_text) + reading.causes
+    post = posttrain_cause(frames) if event.kind in ("cuda-oom", "cuda-error") else None
+    causes = kind_causes(event, log_text) + ((post,) if post else ()) + reading.causes
     fragmentation = any(c.id == "fragmentation" for c in reading.causes)
     _note_frames(event, frames, phase, decided_by, reasons, unknowns)
     step = _step(event, log_text, reasons)
@@ -225,6 +236,7 @@ def infer_symptom(event: OomEvent | None, log_text: str = "") -> SymptomGuess:
     symptom, also, assumptions = _decide(
         event,
         phase,
+        posttrain=posttrain_symptom(frames) if post else None,
         step=step.reading,
         large=large,
         imbalance=imbalance,
@@ -272,6 +284,7 @@ def _decide(
     event: OomEvent,
     phase: str | None,
     *,
+    posttrain: str | None = None,
     step: str,
     large: bool,
     imbalance: str | None,
@@ -283,6 +296,9 @@ def _decide(
     by_kind = _decide_kind(event, phase, reasons)
     if by_kind is not None:
         return by_kind
+    if posttrain is not None:  # TRL's generation or reference-model frames (`oom_posttrain`)
+        reasons.append(_POSTTRAIN_REASON[posttrain])
+        return posttrain, [_SYMPTOM[phase]] if phase in _SYMPTOM else [], []
     if phase in ("save", "eval", "generate", "startup"):
         return _SYMPTOM[phase], ["rank-imbalance"] if imbalance else [], []
     if imbalance:

@@ -26,7 +26,9 @@ from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Offload, TrainingPlan, parse_plan
+from memdoc.core.model.plan_post import Vllm, check_post_training_request
 from memdoc.core.remedies.levers import INFERENCE_LEVERS, PLAN_LEVERS
+from memdoc.core.remedies.rungs_post import lean_vllm_memory, smallest_generation_batch
 from memdoc.errors import PlanError
 
 
@@ -40,10 +42,39 @@ class Quantified:
     note: str = ""
 
 
-def apply_lever(plan: TrainingPlan, lever: dict) -> TrainingPlan | None:
-    """The plan with the lever applied; None when the lever is not a plan change or changes nothing."""
+def _post_value(plan: TrainingPlan, key: str, value, model: ModelSpec | None, gpu: GpuSpec | None):
+    """A post-training lever's relative value as the plan's number (the ladder's rungs, `remedies.rungs_post`):
+    completions and generations 'half', the generation batch 'smallest' TRL accepts, the vLLM fraction 'lean'
+    (needs the model and the card); None where it does not apply."""
+    if key == "completion_len":
+        return plan.completion_len // 2 if plan.task.is_online and plan.completion_len >= 64 else None
+    if key == "num_generations":
+        return max(2, plan.num_generations // 2) if plan.task.is_online and plan.num_generations > 2 else None
+    if key == "generation_batch":
+        return smallest_generation_batch(plan) if plan.task.is_online else None
+    if key == "vllm_memory":
+        lean = lean_vllm_memory(plan, model, gpu) if model is not None and plan.vllm is Vllm.COLOCATE else None
+        return None if lean is None or lean >= plan.vllm_memory or lean > 1 else round(lean, 2)
+    return value
+
+
+_POST_RELATIVE = {
+    "completion_len": "half",
+    "num_generations": "half",
+    "generation_batch": "smallest",
+    "vllm_memory": "lean",
+}
+
+
+def apply_lever(
+    plan: TrainingPlan, lever: dict, model: ModelSpec | None = None, gpu: GpuSpec | None = None
+) -> TrainingPlan | None:
+    """The plan with the lever applied; None when the lever is not a plan change, changes nothing or breaks TRL's
+    rules (`check_post_training_request`). `model` and `gpu` size the vLLM fraction's 'lean'."""
     if not lever or any(key not in PLAN_LEVERS for key in lever):
         return None
+    if lever.get("vllm_sleep") and plan.vllm is not Vllm.COLOCATE:
+        return None  # sleep mode is the colocated engine's
     values = plan.to_dict() | {"lora_alpha": plan.lora_alpha}  # as given (to_dict shows the effective 2r)
     for key, value in lever.items():
         if key == "micro_batch":
@@ -58,12 +89,17 @@ def apply_lever(plan: TrainingPlan, lever: dict) -> TrainingPlan | None:
             if str(value) != "half":
                 return None  # "cap to the data's p99 length" needs the data
             values["seq_len"] = max(1, plan.seq_len // 2)
+        elif _POST_RELATIVE.get(key) == value:
+            values[key] = _post_value(plan, key, value, model, gpu)
+            if values[key] is None:
+                return None
         else:
             values[key] = value
     if lever.get("offload", "none") != "none" and values.get("optimizer") in ("adamw-8bit", "paged-adamw-8bit"):
         values["optimizer"] = "adamw"  # ZeRO-Offload steps with DeepSpeed's CPU Adam
     try:
         new_plan = parse_plan(**values)
+        check_post_training_request(new_plan)
     except PlanError:
         return None
     return None if new_plan == plan else new_plan
@@ -77,7 +113,7 @@ def quantify(prescriptions, model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec |
         if (p.lever or {}).get("seq_len") == "cap":  # applicable to any plan, but the cap comes from the data
             out.append(Quantified(p, None, None, "the cap is the data's p99 length: not billed without the data"))
             continue
-        changed = apply_lever(plan, p.lever or {})
+        changed = apply_lever(plan, p.lever or {}, model, gpu)
         if changed is None:
             out.append(_not_applied(p, PLAN_LEVERS))
             continue

@@ -29,6 +29,7 @@ from memdoc.core.emit.deepspeed import deepspeed_config
 from memdoc.core.emit.kbit import kbit_notes
 from memdoc.core.emit.packing import packing_keys
 from memdoc.core.emit.templates import chat_template
+from memdoc.core.emit.vision import AXOLOTL_VISION_ROWS, axolotl_vision_keys, is_vlm, vision_row_length
 from memdoc.core.model.lora import lora_alpha
 from memdoc.core.model.plan import Loss, Method, Offload, OffloadTarget, Optimizer, Precision
 
@@ -197,6 +198,21 @@ def _activation_offload(config: dict) -> None:
         config["activation_offloading"] = "hidden_states"
 
 
+def _vision(ctx: EmitContext, config: dict, notes: list[str], comments: dict[str, str]) -> None:
+    """A VLM's multimodal keys (`vision.axolotl_vision_keys`); with images, the rows they read and the billed row as
+    sequence_len. Axolotl 0.19's multimodal collator pads and never truncates (`utils/collators/mm_chat.py`
+    `MultiModalChatDataCollator.process_rows`): a note says longer rows run longer than billed."""
+    config.update(axolotl_vision_keys(ctx.plan, notes))
+    if ctx.plan.has_vision:
+        length = vision_row_length(ctx.plan, ctx.model_type)
+        config["sequence_len"] = length
+        comments["datasets"] = AXOLOTL_VISION_ROWS
+        notes.append(
+            f"sequence_len {length} = the billed row (text + image tokens); Axolotl's multimodal collator does not "
+            "truncate, so keep each row's text within the planned length"
+        )
+
+
 def emit_axolotl(ctx: EmitContext) -> Emitted:
     plan = ctx.plan
     notes: list[str] = []
@@ -213,6 +229,8 @@ def emit_axolotl(ctx: EmitContext) -> Emitted:
     config.update(_liger_keys(plan, notes))
     config.update(checkpointing_keys(plan, notes))
     _activation_offload(config)
+    if is_vlm(ctx.model_type):
+        _vision(ctx, config, notes, comments)
     side = _sharding(ctx, config, notes)
     config["logging_steps"] = 10
     notes.extend(kbit_notes("axolotl", plan))

@@ -85,6 +85,8 @@ class EmitContext:
     """The catalog model whose config was billed when `model_id` is a fine-tuned variant of it."""
     asked_id: str | None = None
     """MODEL as the user typed it, when the catalog names the repository differently (an alias)."""
+    model_type: str | None = None
+    """The model's `model_type` (a VLM's own, e.g. qwen2_5_vl: `memdoc.core.emit.vision`); None: unknown."""
 
     @property
     def multi_gpu(self) -> bool:

@@ -23,6 +23,7 @@ from memdoc.core.emit.base import (
 from memdoc.core.emit.common import distributed_side_files, multinode_note, training_arguments
 from memdoc.core.emit.kbit import kbit_prepare_clause
 from memdoc.core.emit.packing import packing_keys
+from memdoc.core.emit.vision import hf_vision_keys, is_vlm
 from memdoc.core.model.lora import lora_alpha
 from memdoc.core.model.plan import Loss, Method
 from memdoc.errors import PlanError
@@ -48,10 +49,13 @@ def emit_hf(ctx: EmitContext) -> Emitted:
             + (f", bnb_4bit_quant_storage=torch.{plan.precision.compute_dtype_name}" if uses_fsdp(plan) else "")
             + ")"
         )
+    auto = "AutoModelForImageTextToText" if is_vlm(ctx.model_type) else "AutoModelForCausalLM"
     notes.append(
         f"TrainingArguments cannot load the model: in your script use "
-        f'AutoModelForCausalLM.from_pretrained("{ctx.model_id}", {", ".join(load)}) — {precision_note(plan)}'
+        f'{auto}.from_pretrained("{ctx.model_id}", {", ".join(load)}) — {precision_note(plan)}'
     )
+    if is_vlm(ctx.model_type) and plan.has_vision:
+        config.update(hf_vision_keys(plan, ctx.model_type, notes))
     if plan.is_peft:
         targets = '"all-linear"' if all_linear(plan) else repr(list(plan.lora_targets))
         notes.append(

@@ -21,6 +21,7 @@ from memdoc.core.emit.kbit import kbit_notes
 from memdoc.core.emit.llamafactory_post import LF_TASK_DATASETS, lf_task_keys
 from memdoc.core.emit.packing import packing_keys
 from memdoc.core.emit.templates import chat_template
+from memdoc.core.emit.vision import LF_VISION_ROWS, is_vlm, lf_vision_keys, vision_row_length
 from memdoc.core.model.lora import lora_alpha
 from memdoc.core.model.plan import Loss, Method, Precision, Shard
 from memdoc.errors import PlanError
@@ -83,6 +84,8 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
         config.update(quantization_bit=4, quantization_method="bnb", quantization_type="nf4", double_quantization=True)
     config["dataset"] = ctx.dataset or DATASET_PLACEHOLDER
     rows = LF_TASK_DATASETS.get(plan.task, LF_DATASET_FORMAT)
+    if plan.has_vision:
+        rows = f"{rows}; {LF_VISION_ROWS}"
     comments = {"dataset": rows}
     if not ctx.dataset:
         placeholders["dataset"] = f"a dataset name from your dataset_info.json (--dataset); {rows}"
@@ -97,6 +100,7 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
         config["template"] = template.llamafactory
         comments["template"] = "the family's chat format (LLaMA-Factory's template registry)"
     config["cutoff_len"] = plan.seq_len
+    _vision(ctx, config, notes)
     config.update(packing_keys("llamafactory", plan, notes))
     args = training_arguments(ctx, notes, placeholders)
     checkpointing = args.pop("gradient_checkpointing")
@@ -119,6 +123,16 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
     multinode_note(ctx, notes)
     side = distributed_side_files(ctx, notes)
     return Emitted("llamafactory", config, _launch(ctx), notes, side, placeholders, comments)
+
+
+def _vision(ctx: EmitContext, config: dict, notes: list[str]) -> None:
+    """A VLM's keys (`vision.lf_vision_keys`); with images, `cutoff_len` holds the whole row: the template's mm_plugin
+    expands each <image> into its tokens before the row is cut (`data/processor/supervised.py`, 0.9.5)."""
+    if not is_vlm(ctx.model_type):
+        return
+    config.update(lf_vision_keys(ctx.plan, ctx.model_type, ctx.model_id, notes))
+    if ctx.plan.has_vision:
+        config["cutoff_len"] = vision_row_length(ctx.plan, ctx.model_type)
 
 
 def _checkpointing_kwargs(kwargs: dict, notes: list[str]) -> None:

@@ -39,6 +39,17 @@ TABLE: tuple[tuple[str, ChatTemplate], ...] = (
     (r"^phi-3-", ChatTemplate("phi", "phi_3")),
     (r"^deepseek-v2-lite", ChatTemplate("deepseek", "deepseek_v2")),
     (r"^falcon-7b", ChatTemplate("falcon", "tokenizer_default")),
+    # vision-language models (issue 26): the template carries LLaMA-Factory's mm_plugin and picks Axolotl's
+    # processing strategy (`axolotl/processing_strategies.py` `get_processing_strategy`); Axolotl has no Qwen3-VL
+    # template, so the processor's own is used
+    (r"^(qwen2(\.5)?-vl|qvq)", ChatTemplate("qwen2_vl", "qwen2_vl")),
+    (r"^qwen3-vl-.*thinking", ChatTemplate("qwen3_vl", "tokenizer_default")),
+    (r"^qwen3-vl-", ChatTemplate("qwen3_vl_nothink", "tokenizer_default")),
+    (r"^gemma-3-(4|12|27)b", ChatTemplate("gemma3", "gemma3")),
+    (r"^llama-3\.2-\d+b-vision", ChatTemplate("mllama", "llama3_2_vision")),
+    (r"^llava-1\.5-", ChatTemplate("llava", "llava")),
+    (r"^pixtral-", ChatTemplate("pixtral", "pixtral")),
+    (r"^mistral-small-3\.[12]-", ChatTemplate("mistral_small", "mistral_v7_tekken")),
 )
 
 

@@ -30,6 +30,7 @@ from memdoc.core.emit.trl_post import (
     trl_script,
     trl_task_keys,
 )
+from memdoc.core.emit.vision import TRL_VISION_ROWS, is_vlm, trl_vision_keys, trl_vision_notes
 from memdoc.core.model.lora import lora_alpha
 from memdoc.core.model.plan import Loss, Method
 from memdoc.core.model.plan_post import Task
@@ -41,11 +42,16 @@ def _task_keys(ctx: EmitContext, config: dict, notes: list[str], placeholders: d
     (`trl_post`); GRPO/RLOO also `reward_funcs` (a placeholder the user must choose). Returns the key comments."""
     plan = ctx.plan
     rows = TRL_TASK_DATASETS.get(plan.task, TRL_DATASET_FORMAT)
+    if plan.has_vision and plan.task is Task.SFT:
+        rows = TRL_VISION_ROWS
     config["dataset_name"] = ctx.dataset or DATASET_PLACEHOLDER
     comments = {"dataset_name": rows}
     if not ctx.dataset:
         placeholders["dataset_name"] = f"a Hub dataset id or local path (--dataset); {rows}"
     config.update(trl_length_keys(plan, notes))
+    if is_vlm(ctx.model_type):
+        config.update(trl_vision_keys(plan, ctx.model_type, notes))
+        trl_vision_notes(plan, notes)
     if plan.packing and plan.task is not Task.SFT:
         raise PlanError(
             f"--packing --task {plan.task.value}: TRL's {TRL_TRAINERS[plan.task]} has no packing key",

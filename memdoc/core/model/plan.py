@@ -201,12 +201,7 @@ class TrainingPlan(PostTrainingFields, VisionFields):
     def __post_init__(self) -> None:
         for name in _POSITIVE:
             value = getattr(self, name)
-            if value is None and name in (
-                "lora_alpha",
-                "eval_accumulation_steps",
-                "document_tokens",
-                "generation_batch",
-            ):
+            if value is None and name in _MAY_BE_NONE:
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise PlanError(f"{flag_for(name)} must be a positive integer, got {value!r}")
@@ -374,9 +369,12 @@ _POSITIVE = (
     "completion_len",
     "generation_batch",
     "num_iterations",
+    "prompt_len",
 )
-"""Plan fields that are positive integers (`lora_alpha`, `eval_accumulation_steps`, `document_tokens` and
-`generation_batch` may also be None)."""
+"""Plan fields that are positive integers (`lora_alpha`, `eval_accumulation_steps`, `document_tokens`,
+`generation_batch` and `prompt_len` may also be None)."""
+_MAY_BE_NONE = ("lora_alpha", "eval_accumulation_steps", "document_tokens", "generation_batch", "prompt_len")
+"""The fields of `_POSITIVE` that may also be None."""
 
 
 def _check_parallel(plan: TrainingPlan) -> None:

@@ -101,6 +101,7 @@ _NEEDS: tuple[tuple[tuple[str, ...], str, object, str], ...] = (
         lambda p: p.task.is_online,
         "a task that does not generate (only grpo, rloo and ppo do)",
     ),
+    (("prompt_len",), "task", lambda p: not p.task.is_online, "an online task (its prompt is --seq)"),
     (("vllm_memory", "vllm_sleep"), "vllm", lambda p: p.vllm.value == "colocate", "no --vllm colocate"),
     (VISION_ONLY_WITH_IMAGES, "images_per_sample", lambda p: p.has_vision, "no images or video (the default)"),
 )

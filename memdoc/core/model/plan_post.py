@@ -91,6 +91,12 @@ class PostTrainingFields:
     precompute_ref: bool = False
     """DPO/KTO: the reference log-probabilities are computed once before training (`precompute_ref_log_probs`), so
     no reference model is held or run during the steps."""
+    prompt_len: int | None = None
+    """DPO family/KTO/RM (and SFT): tokens of each row that are the prompt, not scored; None: every token scored (an
+    upper bound). TRL 1.16 masks the prompt's labels (`DPOTrainer._compute_loss`: `input_ids.masked_fill(
+    completion_mask == 0, -100)`) and its fused LM head scores only the labelled positions on the GPU
+    (`add_fused_lm_head`, `hidden_states[mask]`); its configs have no key for the prompt's length (`max_prompt_length`
+    is gone), so it is read from no config. For the online tasks the prompt is `seq_len` and this is ignored."""
     num_generations: int = 8
     """Online tasks: completions sampled per prompt (`num_generations`)."""
     completion_len: int = 512
@@ -145,6 +151,11 @@ def check_post_training_request(plan) -> None:
         raise PlanError("--precompute-ref applies to --task dpo and kto (TRL's precompute_ref_log_probs)")
     if plan.vllm is not Vllm.NONE and not plan.task.is_online:
         raise PlanError(f"--vllm generates completions: it applies to --task grpo, rloo or ppo, not {plan.task.value}")
+    if plan.prompt_len is not None and not plan.task.is_online and plan.prompt_len >= plan.seq_len:
+        raise PlanError(
+            f"--prompt-len {plan.prompt_len} must be shorter than the row (--seq {plan.seq_len}): the rest is the "
+            "completion that is scored"
+        )
     _check_generation_batch(plan)
 
 

@@ -22,7 +22,7 @@ from memdoc.core.model.plan_enums import (
     Shard,
 )
 from memdoc.core.model.plan_post import POST_TRAINING_BOOLS, POST_TRAINING_FLOATS, Task, Vllm
-from memdoc.core.model.plan_vision import VISION_BOOLS, VISION_OPTIONAL, parse_image_size
+from memdoc.core.model.plan_vision import VISION_BOOLS, VISION_OPTIONAL, PartPolicy, parse_image_size
 from memdoc.core.model.stack import MoeExperts
 from memdoc.errors import PlanError, did_you_mean, quoted
 
@@ -52,6 +52,8 @@ _ENUMS = {
     "cp_impl": CpImpl,
     "task": Task,
     "vllm": Vllm,
+    "vision_tower": PartPolicy,
+    "projector": PartPolicy,
 }
 
 ENGINE_COUNTS = (
@@ -95,6 +97,7 @@ _OPTIONAL = (
     "document_tokens",
     "beta",
     "generation_batch",
+    "prompt_len",
     *VISION_OPTIONAL,
     *ENGINE_COUNTS,
 )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import Enum
 
 from memdoc.core.model.image_tokens import RULES, ImageTokens, image_tokens, rules_for, video_tokens
 from memdoc.core.model.ranges import check_bound
@@ -24,6 +25,19 @@ MAX_IMAGE_EDGE = 65_535
 """The largest image edge in pixels: JPEG's limit (WebP's is 16,383; PNG's larger ones no VLM processor keeps)."""
 
 _SIZE = re.compile(r"^\s*(\d+)\s*[x×X*]\s*(\d+)\s*$")
+
+
+class PartPolicy(str, Enum):
+    """Whether a VLM's vision tower (or projector) trains: `--vision-tower`, `--projector`."""
+
+    AUTO = "auto"
+    """As TRL's SFTTrainer runs a VLM (`trl/trainer/sft_trainer.py` 1.16 freezes nothing): full fine-tuning trains
+    it; LoRA adapts its linears where the targets reach them (peft 0.21 matches target names on every module, and
+    `all-linear` takes every `nn.Linear` but the output embedding: `tuners_utils._maybe_include_all_linear_layers`)."""
+    TRAINED = "trained"
+    """Full fine-tuning trains its weights; LoRA puts adapters on every linear of it."""
+    FROZEN = "frozen"
+    """No gradients (LLaMA-Factory 0.9.5's default: `freeze_vision_tower`, `freeze_multi_modal_projector` true)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +58,10 @@ class VisionFields:
     checkpoint's."""
     pan_and_scan: bool = False
     """Gemma 3: the processor's pan-and-scan crops (`do_pan_and_scan`), up to 4 extra views of a wide image."""
+    vision_tower: PartPolicy = PartPolicy.AUTO
+    """Whether the vision encoder trains (`PartPolicy`); any VLM, with or without images in the rows."""
+    projector: PartPolicy = PartPolicy.AUTO
+    """Whether the projector (merger, connector) trains (`PartPolicy`)."""
 
     @property
     def has_vision(self) -> bool:
@@ -62,6 +80,8 @@ VISION_OPTIONAL = ("max_pixels", "min_pixels")
 """Vision fields where None means the checkpoint's processor setting."""
 VISION_BOOLS = ("pan_and_scan",)
 """Vision fields that are true or false."""
+VISION_POLICIES = ("vision_tower", "projector")
+"""Vision fields that are `PartPolicy` values (VLMs only)."""
 VISION_ONLY_WITH_IMAGES = ("image_size", "max_pixels", "min_pixels", "pan_and_scan")
 """Fields that mean nothing without images or video (noted as ignored by `plan_checks.inapplicable_flags`)."""
 
@@ -100,10 +120,15 @@ def check_vision_fields(plan) -> None:
 
 def check_vision_against_model(plan, model_type: str, model_id: str) -> None:
     """Refuse images or video for a model whose processor takes none (`model_type` not in `image_tokens.RULES`),
-    video for a family without a video processor, and processor knobs the family lacks."""
+    video for a family without a video processor, processor knobs the family lacks, and a vision part's policy
+    on a text model."""
+    rules = RULES.get(model_type)
+    for name in VISION_POLICIES:
+        if rules is None and getattr(plan, name) is not PartPolicy.AUTO:
+            flag = "--" + name.replace("_", "-")
+            raise PlanError(f"{flag}: {model_id} is a text model ({model_type}); it has no {name.replace('_', ' ')}")
     if not plan.has_vision:
         return
-    rules = RULES.get(model_type)
     what = "--images-per-sample" if plan.images_per_sample else "--video-frames"
     if rules is None:
         raise PlanError(

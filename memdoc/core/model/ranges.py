@@ -85,6 +85,7 @@ PLAN_BOUNDS: dict[str, Bound] = {
     "num_generations": Bound(MAX_STEP_SEQUENCES, _STEP),
     "completion_len": Bound(MAX_SEQ, "Llama 4 Scout's context, the longest of a released model"),
     "generation_batch": Bound(MAX_STEP_SEQUENCES, _STEP),
+    "prompt_len": Bound(MAX_SEQ, "Llama 4 Scout's context, the longest of a released model"),
     "num_iterations": Bound(INT32_MAX, _INT32),
     "images_per_sample": Bound(MAX_SEQ, "one token per image fills Llama 4 Scout's context, the longest"),
     "video_frames": Bound(MAX_SEQ, "one token per frame fills Llama 4 Scout's context, the longest"),

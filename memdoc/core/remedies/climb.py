@@ -5,7 +5,9 @@ first plan that fits comfortably by the one fit rule (`verdict.fit_answer`: more
 minimum memory than the bill's error band; a close call is not a stop): stacking more makes runs slower
 and harder to debug — and then drop every remedy the final plan does not need ("enough is enough"): a
 remedy taken early (a fused loss) can be made unnecessary by a later one (LoRA). Each rung's time is
-`steptime.step_seconds`.
+the task's (`posttrain.steptime.task_step_seconds`: a GRPO rung is timed with its generation). A rung that breaks
+TRL's rules across the post-training fields (`plan_post.check_post_training_request`: the generation batch a
+multiple of the global batch and of `num_generations`) is not offered.
 
 Plan values the user set (`fixed`: flags, recipe or config keys) stay as set: a rung that would change
 one is passed over. Only when the rungs that keep them leave the plan short of a comfortable fit does
@@ -18,12 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, compute_bill
-from memdoc.core.billing.steptime import step_seconds, step_time
+from memdoc.core.billing.posttrain.steptime import task_step_seconds as step_seconds
+from memdoc.core.billing.posttrain.steptime import task_step_time as step_time
 from memdoc.core.billing.verdict import Fit
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Precision, TrainingPlan, flag_for
+from memdoc.core.model.plan_post import check_post_training_request
 from memdoc.core.remedies.rungs import RUNGS, Rung
 from memdoc.core.reports.json_parts import row_fit_json, row_per_gpu_json, time_json
 from memdoc.errors import PlanError
@@ -61,6 +65,11 @@ class LadderStep:
         return self.bill.fit_kind
 
     @property
+    def action(self) -> str:
+        """The rung's action as this plan's task runs it (`Rung.action_for`)."""
+        return self.rung.action_for(self.plan)
+
+    @property
     def fixed_change(self) -> str | None:
         """'--method lora (you set --method full)' for each fixed value this step changes, or None."""
         if not self.changes_fixed:
@@ -73,7 +82,7 @@ class LadderStep:
     def to_json(self) -> dict:
         return {
             "rung": self.rung.id,
-            "action": self.rung.action,
+            "action": self.action,
             "plan": self.plan.to_dict(),
             "peak_allocated": self.bill.peak_allocated,
             "process_total": self.bill.process_total,
@@ -116,9 +125,15 @@ MIN_SAVING = 0.01
 nothing on this plan (checkpointing when the optimizer step sets the peak) only costs time."""
 
 
-def _apply(rung: Rung, plan: TrainingPlan, model: ModelSpec) -> TrainingPlan | None:
+def _apply(rung: Rung, plan: TrainingPlan, model: ModelSpec, gpu: GpuSpec) -> TrainingPlan | None:
+    """The plan with the rung (sized to the model and card where it is `Rung.sized`), or None where it does not
+    apply or breaks TRL's rules (`check_post_training_request`)."""
     try:
         candidate = rung.apply(plan)
+        if candidate is not None and rung.sized is not None:
+            candidate = rung.sized(plan, model, gpu)
+        if candidate is not None:
+            check_post_training_request(candidate)
     except PlanError:
         return None
     return None if candidate is None else fit_lora_targets(candidate, model)
@@ -159,7 +174,7 @@ def _next_step(c: _Climb, plan: TrainingPlan, bill: Bill, remaining: list[Rung],
     `remaining`; rungs that no longer apply are removed too; with `keep`, rungs that change a fixed value
     are passed over (they stay). None when no remaining rung saves anything."""
     for rung in list(remaining):
-        candidate = _apply(rung, plan, c.model)
+        candidate = _apply(rung, plan, c.model, c.gpu)
         if candidate is None:
             remaining.remove(rung)
             continue

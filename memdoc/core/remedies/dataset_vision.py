@@ -82,6 +82,7 @@ def image_report(text_counts: list[int], images: list[SampleImages], rows: list[
             "text_tokens": text_counts[peak],
             "image_tokens": images[peak].text,
             "images": images[peak].images,
+            "encoder_tokens": images[peak].encoder,
             "total_tokens": totals[peak],
         }
     if any(image.cross for image in images):

@@ -13,7 +13,9 @@ AdamW → ①d bf16 from fp32 → ② activation checkpointing (②b its inputs 
 AMP → ④ LoRA → ④b QLoRA → ⑤ 8-bit paged AdamW → ⑥ optimizer offload → ⑦ ZeRO-3 over the GPUs given, then
 context parallelism over a node's GPUs (the long-context rung: a sequence no card holds) → ⑧ weight offload
 (ZeRO-3 offload, on one GPU too). A rung that does not apply to the plan (already on, or needs
-more GPUs) is skipped.
+more GPUs) is skipped. The post-training rungs (`rungs_post.POST_RUNGS`: precomputed reference log-probs, the
+vLLM fraction, sleep and server modes, the generation batch, and last the changes of the objective) are placed
+by rank after the supervised rungs of theirs (`merge_rungs`); its docstring gives each one's reason.
 
 Each rung carries its place on that ladder (`rank`: the circled number, ①a–①d share ①) and its
 lever: the plan fields it sets, with the values that count as the same remedy. The prescription
@@ -24,8 +26,7 @@ where it is added.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable
+import dataclasses
 
 from memdoc.core.model.plan import (
     Allocator,
@@ -40,21 +41,8 @@ from memdoc.core.model.plan import (
     Shard,
     TrainingPlan,
 )
-
-
-@dataclass(frozen=True)
-class Rung:
-    id: str
-    action: str
-    apply: Callable[[TrainingPlan], TrainingPlan | None]
-    """The plan with this remedy, or None when it does not apply."""
-    rank: int | None = None
-    """Place on the cost ladder (1 = cheapest; ①a–①d share ①); None: off the documented ladder."""
-    lever: dict[str, tuple[Any, ...]] = field(default_factory=dict)
-    """Plan field -> the values (as `TrainingPlan.to_dict` writes them) that count as this remedy; the
-    first is the one `apply` sets. A prescription lever with one of them is ranked `rank`."""
-    undo: dict[str, tuple[Any, ...]] = field(default_factory=dict)
-    """Plan field -> the values that take this remedy back (a descending ladder's levers), ranked `rank`."""
+from memdoc.core.remedies.rung import Rung
+from memdoc.core.remedies.rungs_post import POST_RUNGS, task_action
 
 
 def _expandable(p: TrainingPlan) -> TrainingPlan | None:
@@ -147,7 +135,7 @@ def _offload_params(p: TrainingPlan) -> TrainingPlan | None:
 _HALF_PRECISIONS = ("bf16", "amp-bf16", "fp16", "amp-fp16")
 """bf16 on cards without it is fp16 (`climb`); AMP keeps fp32 master weights (a prescription's choice)."""
 
-RUNGS: tuple[Rung, ...] = (
+_SFT_RUNGS: tuple[Rung, ...] = (
     Rung(
         "expandable",
         "expandable segments in the CUDA allocator (--allocator expandable): less fragmentation",
@@ -246,3 +234,15 @@ RUNGS: tuple[Rung, ...] = (
         lever={"offload": ("optimizer+params",)},
     ),
 )
+"""The supervised ladder, cheapest first."""
+
+
+def merge_rungs(sft: tuple[Rung, ...], post: tuple[Rung, ...]) -> tuple[Rung, ...]:
+    """One ladder: the post-training rungs after the supervised rungs of their rank (stable by rank; the unranked
+    expandable segments first), each shared rung with its per-task actions (`rungs_post.task_action`)."""
+    shared = tuple(dataclasses.replace(r, for_task=task_action(r.id) or r.for_task) for r in sft)
+    return tuple(sorted((*shared, *post), key=lambda r: r.rank or 0))
+
+
+RUNGS: tuple[Rung, ...] = merge_rungs(_SFT_RUNGS, POST_RUNGS)
+"""The ladder, cheapest first: the supervised rungs with the post-training rungs (`rungs_post`) placed by rank."""

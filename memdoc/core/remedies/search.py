@@ -4,7 +4,9 @@ The space: method (full, LoRA, QLoRA), precision (bf16, amp-bf16), optimizer (fu
 AdamW, 8-bit and paged 8-bit AdamW), checkpointing (none, selective, full; full with its layer inputs
 offloaded to the host, offered only where the same plan without it does not fit), loss (HF, fused),
 sharding over the GPUs (ZeRO-1/2/3, FSDP), offload (optimizer; weights too, which DeepSpeed
-ZeRO-3 also runs on one GPU), and every micro-batch × accumulation split of the global batch.
+ZeRO-3 also runs on one GPU), and every micro-batch × accumulation split of the global batch; for post-training,
+the knobs that change memory and not the objective (`search_post`: precomputed reference log-probs, the colocated
+vLLM's fraction and sleep mode, the generation batch), the task itself never.
 Knobs the user set (flags or recipe) stay fixed; so do those that change the model being trained
 rather than how (LoRA rank and targets, sequence length) and those never faster or smaller than
 the default (fp32, eager attention, other optimizers): pass them to have them kept.
@@ -39,7 +41,8 @@ from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, compute_bill
 from memdoc.core.billing.parallel import check_parallel_model
-from memdoc.core.billing.steptime import StepTime, step_time
+from memdoc.core.billing.posttrain.steptime import task_step_time as step_time
+from memdoc.core.billing.steptime import StepTime
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.model.model_spec import ModelSpec
@@ -54,7 +57,9 @@ from memdoc.core.model.plan import (
     Shard,
     TrainingPlan,
 )
+from memdoc.core.model.plan_post import check_post_training_request
 from memdoc.core.model.ranges import MAX_STEP_SEQUENCES
+from memdoc.core.remedies.search_post import POST_MEMORY_RANK, plan_knobs, post_values, resolve
 from memdoc.core.remedies.time_band import TimeBand, rank_seconds, time_band
 from memdoc.core.reports.json_parts import row_fit_json, row_per_gpu_json, time_json
 from memdoc.errors import PlanError
@@ -73,6 +78,7 @@ _MEMORY_RANK: dict[str, dict] = {
     "shard": {Shard.NONE: 3, Shard.ZERO1: 2, Shard.ZERO2: 1, Shard.ZERO3: 0, Shard.FSDP: 0, Shard.FSDP2: 0},
     "offload": {Offload.NONE: 2, Offload.OPTIMIZER: 1, Offload.OPTIMIZER_PARAMS: 0},
     "activation_offload": {False: 1, True: 0},
+    **POST_MEMORY_RANK,
 }
 """Per knob, values ordered by the memory they need (larger rank: at least as much, all else equal)."""
 KNOBS = tuple(_MEMORY_RANK)
@@ -82,6 +88,9 @@ LEVERS = (
     ("precision",),
     ("checkpointing", "activation_offload"),
     ("loss",),
+    ("vllm_memory", "vllm_sleep"),
+    ("precompute_ref",),
+    ("generation_batch",),
 )
 """The knobs that move together as one lever (offloading the optimizer runs DeepSpeed's CPU Adam)."""
 NEAR_DUPLICATE = 0.01
@@ -135,6 +144,8 @@ def host_ram_needed(bill: Bill) -> int:
 
 
 def _values(knob: str, base: TrainingPlan, fixed: frozenset[str]) -> tuple:
+    if knob in POST_MEMORY_RANK:
+        return post_values(knob, base, fixed)
     if knob in fixed:
         return (getattr(base, knob),)
     if knob == "shard":
@@ -261,7 +272,7 @@ def _search_space(
             continue
         if knobs["activation_offload"] and {**knobs, "activation_offload": False} in fitted:
             continue  # offered only where the same plan without it does not fit (visited first: it is faster)
-        best = _largest_fitting(model, plan, gpu, micro_options, per_gpu)
+        best = _largest_fitting(model, plan, gpu, _valid_micros(model, plan, gpu, knobs, micro_options, per_gpu), knobs)
         if best is None:
             failed.append(knobs)
             continue
@@ -333,7 +344,8 @@ def _combinations(
         ):
             continue
         try:
-            plan = base.replace(**knobs, micro_batch=largest_micro, grad_accum=per_gpu // largest_micro)
+            plan = base.replace(**plan_knobs(knobs), micro_batch=largest_micro, grad_accum=per_gpu // largest_micro)
+            plan = resolve(plan, knobs, model, gpu)
         except PlanError:
             continue
         if "lora_targets" not in fixed:
@@ -362,12 +374,34 @@ def duplicates(a: Candidate, b: Candidate) -> bool:
     return high - low < NEAR_DUPLICATE * high
 
 
-def _largest_fitting(model, plan, gpu, micro_options, per_gpu) -> tuple[TrainingPlan, Bill] | None:
+def _at_micro(model, plan: TrainingPlan, gpu, knobs: dict, m: int, per_gpu: int) -> TrainingPlan:
+    """The combination's plan at micro-batch `m`, its sized knobs resolved there (`search_post.resolve`)."""
+    return resolve(plan.replace(micro_batch=m, grad_accum=per_gpu // m), knobs, model, gpu)
+
+
+def _valid_micros(model, plan, gpu, knobs: dict, micro_options: list[int], per_gpu: int) -> list[int]:
+    """The micro-batches at which the combination keeps TRL's rules (`check_post_training_request`: the generation
+    batch a multiple of the global batch and of `num_generations`); all of them for supervised fine-tuning."""
+    if plan.task.value == "sft":
+        return micro_options
+    valid = []
+    for m in micro_options:
+        try:
+            check_post_training_request(_at_micro(model, plan, gpu, knobs, m, per_gpu))
+        except PlanError:
+            continue
+        valid.append(m)
+    return valid
+
+
+def _largest_fitting(model, plan, gpu, micro_options, knobs) -> tuple[TrainingPlan, Bill] | None:
     """The plan at the largest micro-batch in `micro_options` that fits, with its bill (None: not even the smallest)."""
+    if not micro_options:
+        return None
+    per_gpu = plan.micro_batch * plan.grad_accum
 
     def at(index: int) -> tuple[TrainingPlan, Bill]:
-        m = micro_options[index]
-        p = plan.replace(micro_batch=m, grad_accum=per_gpu // m)
+        p = _at_micro(model, plan, gpu, knobs, micro_options[index], per_gpu)
         return p, compute_bill(model, p, gpu)
 
     top = at(len(micro_options) - 1)

@@ -7,13 +7,12 @@ from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, bill_json, compute_bill
 from memdoc.core.billing.inference import InferenceBill, InferencePlan, inference_bill
-from memdoc.core.billing.posttrain.steptime import post_step_time
+from memdoc.core.billing.posttrain.steptime import task_step_time
 from memdoc.core.billing.run_phases import RunBill, run_bill
-from memdoc.core.billing.steptime import StepTime, step_time
+from memdoc.core.billing.steptime import StepTime
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan
-from memdoc.core.model.plan_post import Task
 from memdoc.core.remedies.climb import LadderStep, climb
 from memdoc.core.remedies.inference import InferenceStep, VllmFit, climb_inference, inference_maximum, vllm_fit
 from memdoc.core.remedies.maximum import Maximum, maximum
@@ -70,7 +69,7 @@ def bill_report(
     the_bill = compute_bill(model, plan, gpu)
     return BillReport(
         bill=the_bill,
-        time=step_time(model, plan, gpu) if plan.task is Task.SFT else post_step_time(model, plan, gpu),
+        time=task_step_time(model, plan, gpu),
         world_size=plan.world_size,
         ladder=[] if (not ladder or gpu is None or the_bill.comfortable) else climb(model, plan, gpu, fixed=fixed),
         max_of=max_of,

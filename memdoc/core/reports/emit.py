@@ -128,6 +128,7 @@ def emit_result(
         config_path=config_path,
         config_of=model.config_of,
         asked_id=asked_id,
+        model_type=model.model_type,
     )
     emitted = emit(fmt, ctx)
     files = [(Path(config_path), render_main(ctx, emitted))]

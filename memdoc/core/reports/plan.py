@@ -5,12 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, compute_bill
-from memdoc.core.billing.steptime import StepTime, step_time
+from memdoc.core.billing.posttrain.steptime import task_step_time
+from memdoc.core.billing.steptime import StepTime
 from memdoc.core.billing.verdict import MIN_MEMORY_ERROR
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan
 from memdoc.core.remedies.search import Candidate, search
+from memdoc.core.remedies.search_post import suggestions
 from memdoc.core.remedies.time_band import TimeBand, time_band
 from memdoc.core.reports.json_parts import gpu_json, model_json, row_per_gpu_json, time_json
 
@@ -35,6 +37,11 @@ class PlanReport:
     """Where `host_ram_bytes` comes from, in words ("--host-ram", "this machine's RAM (/proc/meminfo)")."""
 
     @property
+    def suggestions(self) -> tuple[str, ...]:
+        """Post-training changes the search does not try, since they change the training (`search_post.suggestions`)."""
+        return suggestions(self.plan)
+
+    @property
     def band(self) -> TimeBand:
         return time_band(self.plan, self.time)
 
@@ -53,6 +60,7 @@ class PlanReport:
                 "time": time_json(self.time, self.plan.world_size, self.band),
             },
             "plans": [c.to_json() for c in self.candidates],
+            "suggestions": list(self.suggestions),
             **({"emitted": emitted} if emitted is not None else {}),
         }
 
@@ -78,7 +86,7 @@ def plan_report(
         fixed=fixed,
         candidates=found,
         base=compute_bill(model, plan, gpu),
-        time=step_time(model, plan, gpu),
+        time=task_step_time(model, plan, gpu),
         host_ram_bytes=host_ram_bytes,
         host_ram_source=host_ram_source,
     )

@@ -17,6 +17,10 @@ overrides it (flags override files).
 
 `beta` is read only when the file sets it: absent, the plan keeps None (the task's own default,
 `Task.default_beta`), so `--task rloo` over a file without `beta` bills RLOO's 0.05, not GRPO's 0.0.
+
+`prompt_len` (`--prompt-len`, the unscored prompt of each DPO/KTO/RM row) is read from no file: TRL 1.16's
+`DPOConfig`, `KTOConfig`, `RewardConfig`, `ORPOConfig` and `CPOConfig` have no prompt-length key (no
+`max_prompt_length`), so it comes from the flag or a recipe only.
 """
 
 from __future__ import annotations

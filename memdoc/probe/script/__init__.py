@@ -2,7 +2,8 @@
 
 Modules: `sandbox` (reading, argv, signals, the stop exception), `session` (the instrumentation:
 dispatch-level tracking, hooks, phases), `cuda` (allocator stats and history), `detect` (the HF
-model and plan the script trains), `result` (what a run measured), `run` (the run itself).
+model and plan the script trains), `trl_phases` (TRL's post-training trainers: their generation and reference
+phases, task and knobs), `result` (what a run measured), `run` (the run itself).
 """
 
 from memdoc.probe.script.result import ScriptResult

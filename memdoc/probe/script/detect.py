@@ -135,6 +135,18 @@ def _detect_lora(hf, peft_model, *, four_bit: bool) -> dict:
     return kwargs
 
 
+def with_task(plan, detected: dict, post: dict, input_shape: tuple | None):
+    """(plan, detected) with the TRL trainer's task and knobs (`trl_phases.plan_fields`)."""
+    import dataclasses
+
+    from memdoc.probe.script.trl_phases import plan_fields
+
+    fields = plan_fields(post, input_shape)
+    plan = dataclasses.replace(plan, **fields)
+    detected = detected | {k: (v.value if hasattr(v, "value") else v) for k, v in fields.items()}
+    return plan, detected
+
+
 def model_identity(hf) -> tuple[str, dict]:
     """(model id, config as a dict) of a PreTrainedModel."""
     config = hf.config.to_dict()
@@ -158,6 +170,8 @@ def detect_hf(session: Session, result: ScriptResult) -> None:
             input_shape=session.first_input_shape,
             cuda=session.uses_cuda,
         )
+        if result.post is not None and result.post["task"]:
+            plan, detected = with_task(plan, detected, result.post, session.first_input_shape)
     except Exception as exc:  # pragma: no cover
         result.notes.append(f"could not build the detected plan: {exc}")
         return

@@ -35,6 +35,9 @@ class ScriptResult:
     facts: RunFacts | None = None
     hf: dict | None = None
     """{"model_id", "config", "plan": TrainingPlan, "detected": {...}} when an HF model was found."""
+    post: dict | None = None
+    """A TRL post-training trainer's run (`memdoc.probe.script.trl_phases.post_report`): trainer, task, knobs,
+    the peak of every phase of its step (generation and reference included), each generation round's peak."""
     cuda: dict | None = None
     cuda_summary: str | None = None
     snapshot: dict | None = None
@@ -63,6 +66,8 @@ class ScriptResult:
             "optimizers": list(self.optimizers),
             "notes": list(self.notes),
         }
+        if self.post is not None:
+            data["post_training"] = dict(self.post)
         if self.cuda is not None:
             data["cuda"] = dict(self.cuda)
         return data

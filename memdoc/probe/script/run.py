@@ -27,6 +27,7 @@ from memdoc.probe.script.result import ScriptResult
 from memdoc.probe.script.sandbox import Stop, alarm, check_script, filtered_traceback, script_env
 from memdoc.probe.script.session import Session, instrument, make_tracker, storage_key
 from memdoc.probe.script.survivors import sample, storing_sites
+from memdoc.probe.script.trl_phases import post_notes, post_report
 
 
 @dataclass
@@ -201,6 +202,9 @@ def build_result(session, path, outcome: Outcome, cuda, want_snapshot) -> Script
     _apply_stop_reason(result, session, outcome)
     if cuda and (session.uses_cuda or outcome.stop_reason == "oom"):
         _attach_cuda(result, session, want_snapshot)
+    result.post = post_report(session)
+    if result.post is not None:
+        result.notes.extend(post_notes(result.post, measured))
     result.facts = _run_facts(session, result, trainable, trainable_bytes, names)
     result.findings = lint(result.facts)
     detect_hf(session, result)

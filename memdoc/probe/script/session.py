@@ -39,6 +39,7 @@ import time
 import weakref
 
 from memdoc.probe.script.sandbox import Stop
+from memdoc.probe.script.trl_phases import patch_trl, unpatch
 
 PHASE_BUCKET = {
     "setup": "setup",
@@ -116,6 +117,20 @@ class Session:
         """At the end of each step from the second on: what is alive, by script line (`step_end`'s samples)."""
         self.step_end = None
         """`memdoc.probe.script.survivors.sample`, set by the run: called at each step end from the second on."""
+        self.post_phase: str | None = None
+        """'generation' or 'reference' while a TRL trainer's method of that phase runs (`trl_phases`)."""
+        self.trainer = None
+        """The TRL trainer seen running (`trl_phases.TRAINERS`), or None."""
+        self.rounds: list[dict] = []
+        """One per generation call: {"step", "start_allocated" (allocated bytes when it began), "peak_allocated"}."""
+        self.post_loss = 0
+        """> 0 inside a DPO/KTO trainer's loss: a root forward there under no_grad is the reference's."""
+        self.post_listener = None
+        """`enter(phase, step)` / `leave(phase)` at each post-training phase instead of the tracker's buckets."""
+        self.post_root: int | None = None
+        """id of the root module whose no_grad forward is the reference phase now."""
+        self.trl_patched: list = []
+        """(class, method, its own attribute) of every TRL method wrapped (`trl_phases.patch_trl`)."""
 
     # ---- time
     def check_deadline(self) -> None:
@@ -264,7 +279,10 @@ class Session:
         return phases, peak_phase, measured
 
     def bucket(self) -> str:
-        """The reported phase now; after backward it is the optimizer's only once the script has stepped."""
+        """The reported phase now: a TRL trainer's generation or reference call while one runs; after backward
+        it is the optimizer's only once the script has stepped."""
+        if self.post_phase is not None:
+            return self.post_phase
         if self.phase == "between" and not self.optimizers:
             return "backward"
         return PHASE_BUCKET.get(self.phase, "forward")
@@ -275,10 +293,43 @@ class Session:
         if self.total > self.phase_peak_total.get(bucket, -1):
             self.phase_peak_total[bucket] = self.total
             self.phase_peak[bucket] = {**self.breakdown(), "step": self.step_index + 1}
+        if bucket == "generation" and self.rounds and self.total > self.rounds[-1]["_total"]:
+            self.rounds[-1]["_total"] = self.total
+            self.rounds[-1]["peak_allocated"] = self.phase_peak[bucket]["peak_allocated"]
+            if self.phase_peak_total[bucket] != self.total:  # below the phase's peak (an earlier round's)
+                self.rounds[-1]["peak_allocated"] = self.breakdown()["peak_allocated"]
         if self._ops % 8 == 0 and len(self.timeline) < 20000:  # the line items now, as the bill names them
             items = self.breakdown()
             total = items.pop("peak_allocated")
             self.timeline.append({"op": self._ops, "phase": bucket, **items, "total": total})
+
+    # ---- TRL's post-training phases (`memdoc.probe.script.trl_phases`)
+    def saw_trainer(self, trainer) -> None:
+        """The TRL trainer running; its models are roots from now on (their weights count before their forward)."""
+        if self.trainer is not None or self.in_report:
+            return
+        self.trainer = trainer
+        for name in ("model", "ref_model"):
+            model = getattr(trainer, name, None)
+            if isinstance(model, self.torch.nn.Module):
+                self.roots.setdefault(id(model), model)
+
+    def enter_post(self, phase: str) -> None:
+        self.sweep()
+        self.post_phase = phase
+        if self.post_listener is not None:  # the callback on a GPU: the allocator's counters per phase
+            self.post_listener.enter(phase, self.step_index + 1)
+            return
+        if phase == "generation":
+            start = self.breakdown()["peak_allocated"]
+            self.rounds.append(
+                {"step": self.step_index + 1, "start_allocated": start, "peak_allocated": start, "_total": self.total}
+            )
+
+    def leave_post(self) -> None:
+        if self.post_listener is not None and self.post_phase is not None:
+            self.post_listener.leave(self.post_phase)
+        self.post_phase = None
 
     # ---- hooks
     def current_phase_from_autograd(self) -> None:
@@ -299,6 +350,9 @@ class Session:
                 self.phase = "forward"
                 self.step_start()
             self.forward_seen = True
+            if self.post_loss and self.post_phase is None and not torch.is_grad_enabled():
+                self.enter_post("reference")
+                self.post_root = id(module)
         if not self.autocast_seen:
             # checked at every module, not only the root: accelerate (HF Trainer bf16=True) enters
             # autocast inside the root's wrapped forward, after the root's pre-hook has run
@@ -321,6 +375,9 @@ class Session:
         if self.in_report or self.torch._C._current_graph_task_id() != -1:
             return
         self.depth = max(0, self.depth - 1)
+        if self.depth == 0 and self.post_root == id(module):
+            self.post_root = None
+            self.leave_post()
 
     def opt_pre(self, opt, args, kwargs) -> None:
         if not any(o is opt for o in self.optimizers):
@@ -426,12 +483,15 @@ def instrument(session: Session):
 
     def dl_iter(self):
         session.dataloader_workers.append(int(self.num_workers))
+        patch_trl(session, session.trl_patched)  # a Trainer iterates its DataLoader before its first step
         return orig_iter(self)
 
     DataLoader.__iter__ = dl_iter
+    patch_trl(session, session.trl_patched)  # trainers imported already (the callback); the rest at dl_iter
     try:
         yield
     finally:
+        unpatch(session.trl_patched)
         DataLoader.__iter__ = orig_iter
         cp._checkpoint_without_reentrant_generator = orig_gen
         cp.CheckpointFunction = orig_fn

@@ -225,3 +225,26 @@ def test_packing_applies_when_samples_are_short():
     assert fit.over == 0 and fit.max_seq_that_fits == 4096
     assert [p["id"] for p in fit.prescriptions] == ["packing"]
     assert fit.prescriptions[0]["how"]["trl"] == {"packing": True, "max_length": 4096}
+
+
+def test_vlm_dataset_fits_text_plus_image_tokens_and_bills_the_peak_sample(tmp_path, tok_dir):
+    # Qwen2.5-VL's processor: a 1024×1024 image is 37 × 37 = 1,369 tokens (74 × 74 patches); 640×480 is 391
+    records = [
+        {"text": text(10), "width": 1024, "height": 1024},
+        {"text": text(60), "width": 640, "height": 480},
+        {"text": text(5)},
+    ]
+    path = write(tmp_path / "vlm.jsonl", records, "jsonl")
+    args = ["bill", "Qwen/Qwen2.5-VL-7B-Instruct", "--gpu", "80", "--json", "--method", "lora"]
+    result = CliRunner().invoke(app, [*args, "--dataset", str(path), "--tokenizer", str(tok_dir)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)["dataset"]
+    assert data["max_tokens"] == 11 + 1369  # the fit counts each sample's text + image tokens
+    peak = data["images"]["peak"]
+    assert (peak["record"], peak["encoder_tokens"]) == (1, 74 * 74)
+    bill = peak["bill"]
+    assert bill["encoder_tokens"] == 74 * 74 and bill["vision_saved"] == 0  # LoRA: q_proj/v_proj miss Qwen's tower
+    single = CliRunner().invoke(
+        app, [*args, "--seq", "11", "--images-per-sample", "1", "--image-size", "1024x1024"]
+    )  # the same row as plan values: the same bill
+    assert json.loads(single.stdout)["per_gpu"]["peak_allocated"] == bill["peak_allocated"]

@@ -78,9 +78,11 @@ def test_colocated_vllm_takes_its_fraction_and_sleeps():
 
 
 def test_trained_row_is_prompt_plus_completion():
-    """GRPO's trained rows are prompt + completion long: the policy's step is SFT's at that length."""
+    """GRPO's trained rows are prompt + completion long: the policy's step is SFT's at that length, with the prompt
+    unscored (`_get_per_token_logps_and_entropies`: `labels[:, :-logits_to_keep] = -100`; TRL's fused head gathers
+    only the labelled positions: `--prompt-len`)."""
     grpo = bill(task="grpo", method="lora", micro_batch=8, seq_len=256, completion_len=256)
-    sft = bill(method="lora", micro_batch=8, seq_len=512, loss="trl-fused")
+    sft = bill(method="lora", micro_batch=8, seq_len=512, loss="trl-fused", prompt_len=256)
     assert grpo.phases["backward"].total == sft.phases["backward"].total
 
 

@@ -84,6 +84,16 @@ def test_prescription_fields(symptom, p):
             assert value in LEVERS[key]
 
 
+POST_RELATIVE = {
+    ("vllm_memory", "lean"),
+    ("generation_batch", "smallest"),
+    ("num_generations", "half"),
+    ("completion_len", "half"),
+}
+"""Relative post-training lever values, as micro_batch's 'half': `quantify.apply_lever` sizes them on the plan
+(tests/unit/remedies/test_levers.py checks each against its rung)."""
+
+
 def test_plan_levers_use_plan_values():
     from memdoc.core.model.plan import TrainingPlan
 
@@ -94,7 +104,7 @@ def test_plan_levers_use_plan_values():
         changes = {
             key: type(getattr(base, key))(value)  # a real enum value
             for key, value in (p.lever or {}).items()
-            if key in PLAN_LEVERS and key not in ("micro_batch", "seq_len")
+            if key in PLAN_LEVERS and key not in ("micro_batch", "seq_len") and (key, value) not in POST_RELATIVE
         }
         base.replace(**changes)  # the changed plan passes TrainingPlan's own validation
 

@@ -62,6 +62,18 @@ def test_reading_the_stack_imports_no_torch():
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.slow
+def test_the_cli_loads_importlib_metadata_only_to_read_the_stack():
+    """`bill` without --config/--stack never reads the stack: the CLI does not pay for importing
+    `importlib.metadata` (its `email`, `zipfile`, `csv`), which `stack_in_use` then does."""
+    code = (
+        "import sys, memdoc.cli; print('importlib.metadata' in sys.modules);"
+        " from memdoc.resolve.stack import stack_in_use; stack_in_use(); print('importlib.metadata' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]
+
+
 def test_latest_known_versions_are_dated_and_sourced():
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", LATEST_KNOWN_DATE)
     assert set(LATEST_KNOWN) == {

@@ -9,9 +9,11 @@ import pytest
 
 from memdoc.core.doctor.quantify import apply_lever
 from memdoc.core.doctor.symptoms import list_symptoms
+from memdoc.core.model.gpu import resolve_gpu
 from memdoc.core.model.plan import parse_plan
 from memdoc.core.remedies.levers import LADDER_RANK, PLAN_LEVERS, ladder_rank, ladder_ranks, plan_levers
 from memdoc.core.remedies.rungs import RUNGS, Rung
+from memdoc.resolve.models import resolve_model
 
 DOCUMENTED = [
     ("accumulate",),
@@ -34,13 +36,21 @@ BASES = [
     parse_plan(batch=4, precision="fp32", method="full", optimizer="adamw", gpus=2, shard="zero3"),
     parse_plan(batch=4, precision="amp-bf16", method="lora", gpus=2),
     parse_plan(method="qlora", kbit_upcast=True),
+    parse_plan(task="dpo", batch=2),
+    parse_plan(task="grpo", batch=8, beta=0.04, vllm="colocate"),
+    parse_plan(task="grpo", batch=8, grad_accum=2),
 ]
 """Plans on which every rung applies somewhere: each rung is checked on the first it applies to."""
+
+MODEL, GPU = resolve_model("Qwen/Qwen2.5-7B"), resolve_gpu("h100-sxm")
+"""What sizes the rungs whose value depends on the model and the card (the colocated vLLM fraction)."""
 
 
 def _first_applied(rung: Rung):
     for base in BASES:
         after = rung.apply(base)
+        if after is not None and rung.sized is not None:
+            after = rung.sized(base, MODEL, GPU)
         if after is not None:
             return base, after
     raise AssertionError(f"rung {rung.id} applies to none of the test plans")
@@ -87,13 +97,20 @@ def test_each_rung_sets_its_lever_and_quantify_applies_it(rung):
         assert set(values) <= set(PLAN_LEVERS[name])
     base, after = _first_applied(rung)
     lever = {name: values[0] for name, values in rung.lever.items()}
-    quantified = apply_lever(base, lever)
+    quantified = apply_lever(base, lever, MODEL, GPU)
     assert quantified is not None
     for name, value in lever.items():
         if name == "micro_batch":
             assert after.micro_batch == quantified.micro_batch == int(value)
         elif name == "cp":  # a relative value, as micro_batch's: "node" is every GPU of the node (issue 29)
             assert value == "node" and after.cp == quantified.cp == base.gpus_per_node
+        elif value == "half":  # completions per prompt, completion length
+            assert getattr(after, name) == getattr(quantified, name) == getattr(base, name) // 2
+        elif name == "generation_batch":  # TRL: a multiple of the global batch (8) and of num_generations (8)
+            assert value == "smallest" and after.generation_batch == quantified.generation_batch == 8
+        elif name == "vllm_memory":  # the fraction sized to the model: lower than the 0.3 default, on 0.05 steps
+            assert value == "lean" and after.vllm_memory == quantified.vllm_memory < base.vllm_memory
+            assert round(after.vllm_memory / 0.05, 6).is_integer()
         else:
             assert after.to_dict()[name] == quantified.to_dict()[name] == value
 

@@ -71,6 +71,7 @@ def test_report_and_peak():
         "text_tokens": 5000,
         "image_tokens": 0,
         "images": 0,
+        "encoder_tokens": 0,  # the peak's vision encoder sequence, which its bill needs (issue 26 item 3)
         "total_tokens": 5000,
     }
     assert (report["images"], report["samples_with_images"], report["max_images_per_sample"]) == (4, 3, 2)
@@ -88,7 +89,10 @@ def test_dataset_images_only_for_a_vision_model(tmp_path):
     records = [{"text": "a", "width": 640, "height": 480}, {"text": ""}, {"text": "b", "width": 1024, "height": 1024}]
     tokens = TokenCounts(counts=[10, 20], field="text", skipped=1, rows=(0, 2))
     path = tmp_path / "train.jsonl"
-    assert dataset_images(path, records, tokens, "llama", parse_plan()) is None
-    report = dataset_images(path, records, tokens, "qwen2_5_vl", parse_plan())
+    assert dataset_images(path, records, tokens, "llama", parse_plan()) == (None, [10, 20])
+    report, lengths = dataset_images(path, records, tokens, "qwen2_5_vl", parse_plan())
     assert report["peak"]["record"] == 3 and report["peak"]["total_tokens"] == 20 + 1369
-    assert dataset_images(path, [{"text": "a"}], TokenCounts([1], "text", 0, (0,)), "qwen2_5_vl", parse_plan()) is None
+    assert lengths == [10 + 391, 20 + 1369]  # the fit's language-model sequences: text + image tokens
+    assert report["peak"]["encoder_tokens"] == 4 * 1369  # 74 × 74 patches before the 2×2 merge
+    text_only = TokenCounts([1], "text", 0, (0,))
+    assert dataset_images(path, [{"text": "a"}], text_only, "qwen2_5_vl", parse_plan()) == (None, [1])

@@ -77,9 +77,18 @@ TRL_VOCAB_CHUNK = 32768
 
 
 def trl_scored_tokens(plan: TrainingPlan) -> int:
-    """Tokens TRL's fused head scores: every position with a next-token label, batch × (seq − 1)
-    (`add_fused_lm_head` drops the last position of each row: `last_hidden_state[:, :-1]`)."""
-    return plan.micro_batch * (plan.seq_len - 1)
+    """Tokens TRL's fused head scores: the positions whose next-token label is not -100, batch × (seq − prompt).
+
+    `add_fused_lm_head` (trl/trainer/utils.py, 1.16) drops the last position of each row
+    (`last_hidden_state[:, :-1]`, `labels[:, 1:]`) and, on a Triton device (`compact`), gathers only the labelled
+    ones (`hidden_states[mask]`). The trainers label the completion only: DPO/KTO mask the prompt
+    (`input_ids.masked_fill(completion_mask == 0, -100)`), GRPO/RLOO every position before the last
+    `logits_to_keep` (`labels[:, :-logits_to_keep] = -100`). `plan.prompt_len` is that unlabelled prefix
+    (`posttrain.rows.policy_plan` sets it: the prompt for the online tasks); None: every position but the last
+    (SFT's default, unchanged).
+    """
+    prompt = max(plan.prompt_len or 1, 1)
+    return plan.micro_batch * max(plan.seq_len - prompt, 0)
 
 
 def trl_tile_bytes(plan: TrainingPlan, tokens: int) -> int:

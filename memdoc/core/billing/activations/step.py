@@ -10,6 +10,7 @@ from memdoc.core.billing.activations.layer import layer_activations, selective_s
 from memdoc.core.billing.activations.offload import offloaded_bytes, offloads
 from memdoc.core.billing.activations.sac_op import sac_op_saved
 from memdoc.core.billing.activations.saved import FP32
+from memdoc.core.billing.activations.vision import VisionActivations
 from memdoc.core.billing.kbit import activation_plan, head_weight_copy, stream_bytes
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Checkpointing, Method, TrainingPlan
@@ -41,6 +42,8 @@ class Activations:
     offload_copy: int = 0
     """`--activation-offload`: the GPU copy of one layer's input, brought back for its recompute in backward
     (part of `layer_backward_peak`)."""
+    vision: VisionActivations | None = None
+    """A VLM's encoder and projector (`vision.py`), added to the phases by `billing/vision_bill.py`; None: text."""
 
 
 def estimate_activations(model: ModelSpec, plan: TrainingPlan) -> Activations:

@@ -34,19 +34,28 @@ def rows_per_device(plan: TrainingPlan) -> int:
     return max(total // plan.dp_size, 1)
 
 
-def kv_cache(model: ModelSpec, plan: TrainingPlan) -> int:
-    """transformers' cache at the last decode step: every row at prompt + completion tokens, compute dtype."""
+def kv_cache(model: ModelSpec, plan: TrainingPlan, *, context: int | None = None) -> int:
+    """transformers' cache of every row at `context` tokens (default: prompt + completion, the last decode step),
+    compute dtype."""
     cb = plan.precision.compute_bits // 8
-    return kv_cache_bytes(
-        model, batch=rows_per_device(plan), context=plan.seq_len + plan.completion_len, bytes_per_element=cb
-    )
+    context = plan.seq_len + plan.completion_len if context is None else context
+    return kv_cache_bytes(model, batch=rows_per_device(plan), context=context, bytes_per_element=cb)
 
 
-def generate_transient(model: ModelSpec, plan: TrainingPlan) -> int:
-    """On top of the cache: the prefill's layer transient or a decode step's logits (16-bit + fp32), the larger."""
+def generate_peak(model: ModelSpec, plan: TrainingPlan) -> int:
+    """The larger of generation's two peaks (transformers 5.24 `GenerationMixin._sample`, `DynamicLayer.update`):
+
+    * the prefill: the prompts' cache (`seq_len` tokens per row) and the prefill's layer transient
+      (`decode.prefill_activation_bytes`); the completion's cache does not exist yet;
+    * the last decode step: the whole cache, one layer's keys (or values) at the full context twice over
+      (`DynamicLayer.update`: `self.keys = torch.cat([self.keys, key_states], dim=-2)` builds the grown tensor
+      while the old one is alive), and the last position's logits (16-bit + the fp32 copy).
+    """
     cb, rows = plan.precision.compute_bits // 8, rows_per_device(plan)
-    prefill = prefill_activation_bytes(model, rows * plan.seq_len, cb)
-    return max(prefill, rows * model.vocab_size * (cb + FP32))
+    prefill = kv_cache(model, plan, context=plan.seq_len) + prefill_activation_bytes(model, rows * plan.seq_len, cb)
+    full = kv_cache(model, plan)
+    grow = full // (2 * model.num_layers)  # one layer's K at the full context, old and new alive in `torch.cat`
+    return max(prefill, full + grow + rows * model.vocab_size * (cb + FP32))
 
 
 def gathered_weights(model: ModelSpec, plan: TrainingPlan) -> int:
@@ -69,7 +78,7 @@ def generation_bytes(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) 
     """What generation adds on the training GPU while it runs: the cache and its transient (transformers), the pool
     (colocated vLLM), nothing (server mode)."""
     if plan.vllm is Vllm.NONE:
-        return kv_cache(model, plan) + generate_transient(model, plan) + gathered_weights(model, plan)
+        return generate_peak(model, plan) + gathered_weights(model, plan)
     return vllm_pool(plan, gpu)
 
 
@@ -80,7 +89,7 @@ def resident_pool(plan: TrainingPlan, gpu: GpuSpec | None) -> int:
 
 __all__ = [
     "gathered_weights",
-    "generate_transient",
+    "generate_peak",
     "generation_bytes",
     "kv_cache",
     "resident_pool",

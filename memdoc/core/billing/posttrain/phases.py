@@ -47,6 +47,10 @@ class PostTerms:
     """The no-grad scoring forward's transient (reference / old policy; 0: none runs)."""
     scoring_after_forward: bool = False
     """DPO/KTO: the scoring forward runs with the policy's forward activations alive."""
+    wakes_vllm: bool = False
+    """Colocated vLLM in sleep mode: each generation starts with `torch.cuda.empty_cache()` and vLLM's wake-up
+    (TRL 1.16 `trl/generation/vllm_generation.py`, "required to avoid OOM"), so the caching allocator hands its
+    free segments back before the pool returns."""
     forward_transient: int = 0
     """The policy's loss-head transient at its forward peak, freed before the scoring forward after it runs."""
     notes: tuple[str, ...] = ()
@@ -85,6 +89,7 @@ def post_terms(
         generation=generation_bytes(model, plan, gpu) if plan.task.is_online else 0,
         scoring=no_grad_forward_bytes(model, scoring_plan) if scores else 0,
         scoring_after_forward=not plan.task.is_online,
+        wakes_vllm=plan.vllm is Vllm.COLOCATE and plan.vllm_sleep,
         forward_transient=forward_transient,
         notes=tuple(notes),
     )

@@ -40,6 +40,12 @@ def policy_loss(plan: TrainingPlan) -> Loss:
     return plan.loss
 
 
+def scored_prefix(plan: TrainingPlan) -> int | None:
+    """The unscored prefix of each trained row: the prompt (`seq_len`) for the online tasks (GRPO/RLOO label only
+    the last `logits_to_keep` = completion positions, `_get_per_token_logps_and_entropies`), else `prompt_len`."""
+    return plan.seq_len if plan.task.is_online else plan.prompt_len
+
+
 def policy_plan(plan: TrainingPlan) -> TrainingPlan:
     """The supervised plan whose step is the policy's forward, backward and optimizer step of `plan`."""
     return plan.replace(
@@ -47,9 +53,10 @@ def policy_plan(plan: TrainingPlan) -> TrainingPlan:
         micro_batch=trained_rows(plan),
         seq_len=trained_seq(plan),
         loss=policy_loss(plan),
+        prompt_len=scored_prefix(plan),
         beta=None,
         precompute_ref=False,
     )
 
 
-__all__ = ["TRL_FUSED_TASKS", "policy_loss", "policy_plan", "trained_rows", "trained_seq"]
+__all__ = ["TRL_FUSED_TASKS", "policy_loss", "policy_plan", "scored_prefix", "trained_rows", "trained_seq"]

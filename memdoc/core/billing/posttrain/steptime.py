@@ -29,8 +29,16 @@ def scoring_passes(plan: TrainingPlan) -> int:
     return int(reference_runs(plan)) + int(old_policy_runs(plan)) + int(plan.task is Task.KTO)
 
 
+def generations_per_step(plan: TrainingPlan) -> float:
+    """Generation batches per optimizer step: the step's completions over the generation batch (TRL 1.16
+    `GRPOTrainer._prepare_inputs`: one generation every `steps_per_generation` micro-steps; below 1 when a
+    generation batch spans several optimizer steps)."""
+    step = plan.micro_batch * plan.dp_size * plan.grad_accum
+    return step / (plan.generation_batch or step)
+
+
 def generation_seconds(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> float:
-    """Decode of one generation batch: per new token, the weights and the mean cache read once."""
+    """Decode of the step's generation batches: per new token, the weights and the mean cache read once."""
     if not plan.task.is_online:
         return 0.0
     bandwidth = (gpu.memory_bandwidth_gbps if gpu and gpu.memory_bandwidth_gbps else DEFAULT_BANDWIDTH_GBPS) * 1e9
@@ -38,7 +46,7 @@ def generation_seconds(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None
     mean_context = plan.seq_len + plan.completion_len // 2
     cache = kv_cache_bytes(model, batch=rows_per_device(plan), context=mean_context, bytes_per_element=cb)
     per_token = model.params.total * cb + cache
-    return plan.completion_len * per_token / (bandwidth * MEMORY_EFFICIENCY)
+    return generations_per_step(plan) * plan.completion_len * per_token / (bandwidth * MEMORY_EFFICIENCY)
 
 
 def post_step_time(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> StepTime:
@@ -48,4 +56,23 @@ def post_step_time(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) ->
     return dataclasses.replace(base, compute=base.compute + extra, note=FIRST_ORDER)
 
 
-__all__ = ["FIRST_ORDER", "generation_seconds", "post_step_time", "scoring_passes"]
+def task_step_time(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> StepTime:
+    """The step time of the plan's task: `steptime.step_time` for supervised fine-tuning, else `post_step_time`.
+    Everything that times a plan of any task (the bill, the ladder's rungs, the plan search) reads this."""
+    return step_time(model, plan, gpu) if plan.task is Task.SFT else post_step_time(model, plan, gpu)
+
+
+def task_step_seconds(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> float:
+    """`task_step_time` in seconds."""
+    return task_step_time(model, plan, gpu).seconds
+
+
+__all__ = [
+    "FIRST_ORDER",
+    "generation_seconds",
+    "generations_per_step",
+    "post_step_time",
+    "scoring_passes",
+    "task_step_seconds",
+    "task_step_time",
+]
