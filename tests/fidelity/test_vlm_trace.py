@@ -2,11 +2,11 @@
 under fake tensors with pixel inputs of the planned size, against the bill and against itself.
 
 - trace vs bill, four families (Qwen2.5-VL, Gemma 3, SmolVLM/Idefics3, Pixtral), two image sizes each, full and
-  LoRA: the traced peak and the forward's activations within 3% of `compute_bill`'s. To keep the slow tier within
+  LoRA: the traced peak and the activations line at the peak within 3% of `compute_bill`'s. To keep the slow tier within
   its minute, both run on the checkpoint's config cut to a short depth (2 periods of decoder layers, 1 period of
   vision blocks), the same config for both sides; the whole-depth figures come from the same traces extrapolated
-  (`probe/vlm_depth.py`, checked below). While the bill says it counts no image tokens (`_vision_notes` of
-  `core/billing/model_notes.py` before the vision bill) a case is xfail; `KNOWN_GAPS` are xfail (strict=False).
+  (`probe/vlm_depth.py`, checked below). `KNOWN_GAPS` are xfail (strict=False).
+- the freezing policies (`--vision-tower`, `--projector`): peak and gradients against the bill.
 - the extrapolation in both depths equals a direct trace of the model at those depths (transformers' own forward).
 - the traced rows hold the image tokens the family's processor adds, counted independently from the checkpoint's
   config (patch grid / merge, tokens per view) and the image's size.
@@ -39,13 +39,10 @@ size runs pan-and-scan, 2 crops + the overview)."""
 KNOWN_GAPS = {
     ("HuggingFaceTB/SmolVLM-Instruct", "384x384"): "the bill reads SmolVLM with Idefics3's 364-px/169-token rules",
     ("HuggingFaceTB/SmolVLM-Instruct", "768x512"): "the bill reads SmolVLM with Idefics3's 364-px/169-token rules",
-    ("google/gemma-3-4b-it", "1792x896 pan", "full"): "bill 5% above the trace with pan-and-scan's 3 views (h-vbill)",
+    ("google/gemma-3-4b-it", "1792x896 pan", "full"): "bill 5% above the trace with pan-and-scan's 3 views",
 }
-"""Cases where the vision bill (branch h-vbill) and the trace still differ by more than 3%; the keys name a model and
-size (every method) or a model, size and method."""
-
-NOT_BILLED = "image tokens and the vision encoder's activations are not billed yet"
-"""`core/billing/model_notes.py` `_vision_notes` of main before the vision bill: such a bill is xfail, not wrong."""
+"""Cases where the vision bill (`core/billing/vision_bill.py`) and the trace still differ by more than 3%; the keys
+name a model and size (every method) or a model, size and method."""
 
 
 def _config(model: str) -> dict:
@@ -118,8 +115,6 @@ def test_traced_vlm_step_agrees_with_the_bill(model, size, method):
 
     short, plan, traced = _short_trace(model, size, method)
     billed = compute_bill(model_spec(short, model_id=model), plan)
-    if any(NOT_BILLED in n for n in billed.notes):
-        pytest.xfail("this bill counts no image tokens or vision activations yet")
     phase = traced.peak_phase
     assert billed.peak_phase == phase
     assert billed.peak_allocated == pytest.approx(traced.peak_allocated, rel=TOLERANCE)
@@ -164,3 +159,32 @@ def test_traced_rows_hold_the_processors_image_tokens(model, size, expected):
     note = next(n for n in traced.notes if n.startswith("images:"))
     image_positions = expected + (32 if "pixtral" in model else 0)
     assert f"→ {image_positions} image tokens each" in note
+
+
+@pytest.mark.parametrize(
+    ("model", "method", "tower", "projector"),
+    [
+        ("Qwen/Qwen2.5-VL-3B-Instruct", "full", "frozen", "frozen"),
+        ("Qwen/Qwen2.5-VL-3B-Instruct", "lora", "frozen", "trained"),
+        ("mistral-community/pixtral-12b", "full", "frozen", "trained"),
+        ("mistral-community/pixtral-12b", "lora", "trained", "auto"),
+    ],
+)
+def test_freezing_policies_trace_as_billed(model, method, tower, projector):
+    """`--vision-tower`/`--projector`: the traced step with the parts frozen (no gradients), trained (full: their
+    gradients; LoRA: adapters on each of their linears) agrees with the bill: the peak within 3%, the gradients
+    (what the policies change most) within 0.1%."""
+    from memdoc.core.billing.bill import compute_bill
+    from memdoc.core.model.vlm import model_spec
+    from memdoc.probe.tracer import trace_training_step
+
+    config = _config(model)
+    layers, blocks = SHORT[config["model_type"]]
+    short = _cut(config, layers, blocks)
+    size = CASES[model][1]
+    plan = parse_plan(**_flags(method, size), vision_tower=tower, projector=projector)
+    traced = trace_training_step(short, plan, layers=layers)
+    billed = compute_bill(model_spec(short, model_id=model), plan)
+    assert billed.peak_allocated == pytest.approx(traced.peak_allocated, rel=TOLERANCE)
+    grads = traced.phases["optimizer"]["gradients"]
+    assert billed.phases["optimizer"].gradients == pytest.approx(grads, rel=1e-3)
