@@ -11,6 +11,7 @@ import functools
 from memdoc.core.model.lora import lora_alpha, peft_target_modules
 from memdoc.core.model.plan import Attention, Checkpointing, Method, Optimizer, TrainingPlan
 from memdoc.errors import ConfigError
+from memdoc.probe.vlm_freeze import freeze_parts
 
 
 def torch_dtype(name: str):
@@ -33,11 +34,12 @@ def _hf_config(config: dict, plan: TrainingPlan, layers: int | None):
         conf = AutoConfig.for_model(model_type, **data)
     except Exception as exc:  # transformers raises many types for configs it cannot read
         raise _cannot_build(model_type, exc) from None
+    text = conf.get_text_config()  # a VLM's language model (the config itself for a text model)
     if layers is not None:
-        conf.num_hidden_layers = layers
-        if isinstance(getattr(conf, "layer_types", None), list):
-            conf.layer_types = conf.layer_types[:layers]
-    conf.use_cache = False
+        text.num_hidden_layers = layers
+        if isinstance(getattr(text, "layer_types", None), list):
+            text.layer_types = text.layer_types[:layers]
+    conf.use_cache = text.use_cache = False
     # dropout stays as configured: its masks are part of what the real step keeps
     return conf
 
@@ -115,6 +117,8 @@ def build_model(config: dict, plan: TrainingPlan, layers: int | None = None, not
     model.train()
     if plan.checkpointing is not Checkpointing.NONE:
         _enable_checkpointing(model, plan)
+    if not plan.is_peft and notes is not None and (frozen := freeze_parts(model, plan)):
+        notes.append(f"frozen (no gradients, no optimizer states): {', '.join(frozen)}")
     if plan.is_peft:
         model = _apply_lora(model, plan)
     return model
@@ -128,12 +132,16 @@ def _storage_dtype(plan: TrainingPlan) -> str:
 
 
 def _from_config(conf, model_type, plan: TrainingPlan, notes: list[str] | None):
-    """`AutoModelForCausalLM.from_config` without initialising weights (packed plans: `probe/varlen.py`'s
+    """`AutoModelForCausalLM.from_config` (a VLM: `AutoModelForImageTextToText`, its vision tower and projector
+    with it) without initialising weights (packed plans: `probe/varlen.py`'s
     flash-attention varlen emulation); eager attention (noted) when the architecture has no SDPA, and one
     ConfigError line when transformers' model code refuses the config."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
     from transformers.initialization import no_init_weights
 
+    from memdoc.core.model.vlm import VLMS
+
+    auto = AutoModelForImageTextToText if model_type in VLMS else AutoModelForCausalLM
     dtype = torch_dtype(_storage_dtype(plan))
     attn = "eager" if plan.attention is Attention.EAGER else "sdpa"
     if plan.packing:  # flash-attention 2 varlen, emulated per document (`probe/varlen.py`)
@@ -144,11 +152,11 @@ def _from_config(conf, model_type, plan: TrainingPlan, notes: list[str] | None):
     with no_init_weights():
         try:
             try:
-                return AutoModelForCausalLM.from_config(conf, dtype=dtype, attn_implementation=attn)
+                return auto.from_config(conf, dtype=dtype, attn_implementation=attn)
             except ValueError as exc:
                 if attn != "sdpa" or "attention implementation" not in str(exc):
                     raise
-                model = AutoModelForCausalLM.from_config(conf, dtype=dtype, attn_implementation="eager")
+                model = auto.from_config(conf, dtype=dtype, attn_implementation="eager")
                 if notes is not None:
                     notes.append(
                         f"{type(model).__name__} has no SDPA attention in transformers: traced eager attention"
@@ -191,7 +199,7 @@ def _apply_lora(model, plan: TrainingPlan):
     lora = LoraConfig(
         r=plan.lora_rank,
         lora_alpha=lora_alpha(plan),
-        target_modules=peft_target_modules(plan),
+        target_modules=_lora_targets(model, plan),
         lora_dropout=plan.lora_dropout,
         task_type="CAUSAL_LM",
     )
@@ -205,6 +213,15 @@ def _apply_lora(model, plan: TrainingPlan):
         if plan.kbit_upcast:
             upcast_non_quantised(model)
     return model
+
+
+def _lora_targets(model, plan: TrainingPlan) -> str | list[str]:
+    """peft's `target_modules`: the plan's names, or in a VLM with a trained or frozen tower/projector the paths of
+    the linears those policies adapt (`probe/vlm_freeze.py`)."""
+    from memdoc.probe.vlm_freeze import part_targets, policies
+
+    parts = policies(plan)
+    return part_targets(model, peft_target_modules(plan), parts["vision_tower"], parts["projector"])
 
 
 def build_optimizer(model, plan: TrainingPlan):

@@ -28,6 +28,10 @@ How each knob is realised:
   matmul / attention outputs and recomputing everything else.
 - attention: `attn_implementation` "sdpa" (fake CPU dispatches the flash-style kernel: O(s)
   saved state, like CUDA flash/mem-efficient) or "eager" (s² probabilities saved).
+- images (VLMs, `--images-per-sample`): the VLM built with `AutoModelForImageTextToText`, pixel inputs and image
+  tokens as the family's processor makes them (`memdoc.probe.vlm_inputs`), index tensors kept as constants
+  (`memdoc.probe.fake_index`); tower and projector train, freeze or take adapters as the plan says
+  (`memdoc.probe.vlm_freeze`; by default as under TRL: full trains all, LoRA goes where peft's names reach).
 - packing: `--packing` feeds the rows flattened into one with position_ids restarting per document (of
   `--document-tokens`, else one per row) and flash-attention 2's varlen kernel emulated per document
   (`memdoc.probe.varlen`: what it saves, no tokens² mask).
@@ -53,7 +57,6 @@ import contextlib
 import functools
 import gc
 import math
-import re
 import time
 from typing import Callable
 
@@ -68,8 +71,12 @@ from memdoc.core.model.plan import (
     Shard,
     TrainingPlan,
 )
+from memdoc.core.model.vlm import is_vlm, text_config_of
 from memdoc.errors import ConfigError
 from memdoc.probe.build import build_model, build_optimizer, optimizer_state_bytes, torch_dtype
+from memdoc.probe.memtrack_names import top_modules
+from memdoc.probe.vlm_depth import trace_both_depths
+from memdoc.probe.vlm_inputs import vlm_step_inputs
 
 EXTRAPOLATION_TOLERANCE = 1e-3
 """Relative disagreement between the 3-point check and the extrapolation that forces a full trace."""
@@ -105,7 +112,12 @@ def _check_traceable(layers: int, why: str) -> None:
 
 
 def layer_period(config: dict) -> int | None:
-    """Smallest p such that layers repeat every p layers; None when they do not repeat (trace all)."""
+    """Smallest p such that layers repeat every p layers; None when they do not repeat (trace all). A VLM's are its
+    language model's (its vision tower is traced whole); Llama-3.2-Vision's cross-attention layers are traced all."""
+    if is_vlm(config):
+        if config["model_type"] == "mllama":
+            return None
+        config = text_config_of(config)
     n = layer_count(config)
     mlp_only = config.get("mlp_only_layers") or []
     if mlp_only and len(mlp_only) < n:
@@ -193,9 +205,11 @@ def _trace_once(config: dict, plan: TrainingPlan, layers: int | None) -> tuple[d
     """Trace one steady-state step; returns (phase -> items incl. _opt_temp, module acts, notes)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from memdoc.probe.fake_index import index_fake_mode
     from memdoc.probe.memtrack import masks_as_in_eager_execution, snapshot_items
 
     notes: list[str] = []
+    vlm = is_vlm(config)  # a VLM's forward reads index values: `probe/fake_index.py`
     fsdp = plan.shard.shards_weights
     vocab = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size") or 32000
     pg = _fake_process_group(plan.world_size) if fsdp else contextlib.nullcontext()
@@ -205,13 +219,16 @@ def _trace_once(config: dict, plan: TrainingPlan, layers: int | None) -> tuple[d
             from torch.distributed.device_mesh import init_device_mesh
 
             mesh = init_device_mesh("cpu", (plan.world_size,))
-        with FakeTensorMode(), masks_as_in_eager_execution():
+        with index_fake_mode() if vlm else FakeTensorMode(), masks_as_in_eager_execution():
             model = build_model(config, plan, layers, notes)
             host = getattr(model, "memdoc_host_offload", None)  # --activation-offload (`probe/offload.py`)
             if fsdp:
                 model = _shard_fsdp(model, plan, mesh)
             opt = build_optimizer(model, plan)
-            ids, inputs = _step_inputs(plan, int(vocab), notes)
+            if vlm and plan.has_vision:  # pixel inputs as the processor makes them (`probe/vlm_inputs.py`)
+                ids, inputs = vlm_step_inputs(model, config, plan, notes)
+            else:
+                ids, inputs = _step_inputs(plan, int(vocab), notes)
             tracker = _track_steady_step(model, opt, ids, plan, fsdp, inputs)
             state_bytes = optimizer_state_bytes(opt)
             phases = {ph: snapshot_items(snap, state_bytes) for ph, snap in tracker.phase_peaks.items()}
@@ -280,32 +297,11 @@ def _track_steady_step(model, opt, ids, plan: TrainingPlan, fsdp: bool, inputs: 
         step()  # warm-up: optimizer states now exist
         tracker = PhaseMemTracker()
         trackers.append(tracker)
-        tracker.track_external(model, opt, ids)
+        pixels = [v for k, v in (inputs or {}).items() if k.startswith("pixel")]  # a VLM's (`probe/vlm_inputs.py`)
+        tracker.track_external(model, opt, ids, *pixels)
         with tracker:
             step()
     return tracker
-
-
-def _clean_module_name(name: str) -> str:
-    """'PeftModelForCausalLM.base_model.model.model.layers.3.mlp' -> 'model.layers.*.mlp' ('' for peft's wrappers)."""
-    name = name.split(".", 1)[1] if "." in name else ""
-    if name in ("base_model", "base_model.model"):
-        return ""  # peft's wrappers around the whole model
-    name = name.removeprefix("base_model.model.")
-    return re.sub(r"\.layers\.\d+(?=\.|$)", ".layers.*", name)
-
-
-def _top_modules(acts: dict[str, int], limit: int = 12) -> list[tuple[str, int]]:
-    merged: dict[str, int] = {}
-    for fqn, b in acts.items():
-        name = _clean_module_name(fqn)
-        if not name or b <= 0:
-            continue
-        merged[name] = max(merged.get(name, 0), b)
-    # containers of the decoder stack grow with depth: report per-instance modules only
-    stacks = {name.split(".layers.*")[0] for name in merged if ".layers.*" in name or name.startswith("layers.*")}
-    merged = {k: v for k, v in merged.items() if k not in stacks and not any(s.startswith(k + ".") for s in stacks)}
-    return sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
 
 
 def _extrapolate(a: dict, b: dict, ka: int, kb: int, n: int) -> dict:
@@ -401,9 +397,12 @@ def trace_training_step(
     notes: list[str] = []
     n_layers = layer_count(config)
     ks = None if layers is not None or plan.checkpoint_every > 1 else _plan_layers(config)
+    both = ks and is_vlm(config) and trace_both_depths(config, plan, ks, n_layers, once, notes)
     if ks is None:
         depth = layers if layers is not None else n_layers
         phases, acts = _trace_given_depth(config, plan, depth, report, notes, once)
+    elif both:  # a VLM: its vision tower extrapolated too (`probe/vlm_depth.py`)
+        phases, acts = both
     else:
         phases, acts = _trace_extrapolated(config, plan, ks, report, notes, once)
     phases = _derive_sharding_and_offload(_merge_subphases(phases), plan, notes)
@@ -413,7 +412,7 @@ def trace_training_step(
     }
     report("done", 1.0)
     notes.append(f"trace took {time.perf_counter() - start:.1f} s")
-    return Measurement.from_phases(clean, modules=_top_modules(acts), mode="traced", notes=notes)
+    return Measurement.from_phases(clean, modules=top_modules(acts), mode="traced", notes=notes)
 
 
 def _trace_given_depth(
