@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from memdoc.core.model import image_tiling as tiling
-from memdoc.core.model.image_tokens import ImageTokens, VisionRules, image_tokens, rules_for
+from memdoc.core.model.image_tokens import ImageTokens, VisionRules, image_family, image_tokens, rules_for
 from memdoc.core.model.plan import TrainingPlan
 from memdoc.errors import ConfigError
 
@@ -51,8 +51,7 @@ def trace_rules(config: dict, plan: TrainingPlan) -> VisionRules:
     """The processor rules of this checkpoint: the family's published ones with the plan's pixel bounds, and for
     idefics3 the checkpoint's tile and tokens per view (`vision_config.image_size`, `scale_factor`: SmolVLM's
     384 px, 81 tokens, 4 × 384 longest edge; `SmolVLMProcessor`/`Idefics3Processor` defaults for it)."""
-    model_type = config["model_type"]
-    rules = rules_for(model_type, max_pixels=plan.max_pixels, min_pixels=plan.min_pixels)
+    rules = rules_for(_family(config), max_pixels=plan.max_pixels, min_pixels=plan.min_pixels)
     if rules.kind == "idefics3":
         tile = int((config.get("vision_config") or {}).get("image_size", rules.tile))
         scale = int(config.get("scale_factor", 2))
@@ -61,9 +60,14 @@ def trace_rules(config: dict, plan: TrainingPlan) -> VisionRules:
     return rules
 
 
+def _family(config: dict) -> str:
+    """The key of `image_tokens.RULES` this checkpoint follows (a `llava` with a pixtral tower is Pixtral's)."""
+    vision = config.get("vision_config") or {}
+    return image_family(config["model_type"], vision.get("model_type"), vision.get("image_size"))
+
+
 def _check_traceable(config: dict, rules: VisionRules) -> None:
-    vision_type = (config.get("vision_config") or {}).get("model_type")
-    if rules.kind in ("anyres", "mllama") or (config["model_type"] == "llava" and vision_type not in ("pixtral",)):
+    if rules.kind not in _LAYOUTS:
         raise ConfigError(
             f"diagnose cannot trace images for {config['model_type']} yet (Qwen-VL, Gemma 3, Idefics3/SmolVLM "
             "and Pixtral/Mistral-3 it can); memdoc bill estimates it, and --images-per-sample 0 traces its text"
@@ -79,7 +83,7 @@ def vlm_step_inputs(model, config: dict, plan: TrainingPlan, notes: list[str]) -
     rules = trace_rules(config, plan)
     _check_traceable(config, rules)
     width, height = plan.image_wh
-    tokens = image_tokens(config["model_type"], width, height, rules, pan_and_scan=plan.pan_and_scan)
+    tokens = image_tokens(_family(config), width, height, rules, pan_and_scan=plan.pan_and_scan)
     layout = _LAYOUTS[rules.kind](hf_config, tokens, rules, width, height)
     n, rows = plan.images_per_sample, plan.micro_batch
     row = layout.ids * n + [TEXT_TOKEN] * plan.seq_len

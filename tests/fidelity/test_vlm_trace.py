@@ -37,8 +37,6 @@ CASES = {
 size runs pan-and-scan, 2 crops + the overview)."""
 
 KNOWN_GAPS = {
-    ("HuggingFaceTB/SmolVLM-Instruct", "384x384"): "the bill reads SmolVLM with Idefics3's 364-px/169-token rules",
-    ("HuggingFaceTB/SmolVLM-Instruct", "768x512"): "the bill reads SmolVLM with Idefics3's 364-px/169-token rules",
     ("google/gemma-3-4b-it", "1792x896 pan", "full"): "bill 5% above the trace with pan-and-scan's 3 views",
 }
 """Cases where the vision bill (`core/billing/vision_bill.py`) and the trace still differ by more than 3%; the keys
