@@ -85,6 +85,25 @@ def test_llamafactory_full_vlm_trains_every_part(tmp_path, monkeypatch):
     assert (finetuning_args.freeze_vision_tower, finetuning_args.freeze_multi_modal_projector) == (False, False)
 
 
+@pytest.mark.parametrize(
+    ("args", "frozen"),
+    [
+        (["--method", "full", "--precision", "amp-bf16", "--vision-tower", "frozen"], (True, False)),
+        (["--method", "lora", "--vision-tower", "trained", "--projector", "trained"], (False, False)),
+        (["--method", "lora"], (True, True)),
+    ],
+)
+def test_llamafactory_freezes_the_parts_the_plan_freezes(tmp_path, monkeypatch, args, frozen):
+    """`--vision-tower`/`--projector` frozen|trained reach LLaMA-Factory's freeze flags as its parser reads them;
+    under `auto` a LoRA run keeps LLaMA-Factory's default (both frozen)."""
+    parser = pytest.importorskip("llamafactory.hparams.parser")
+    cfg = _emit(tmp_path, QWEN, "llamafactory", *args, "--images-per-sample", "1")
+    cfg["use_cpu"] = True
+    monkeypatch.setattr(parser, "is_torch_bf16_gpu_available", lambda: True)
+    _, _, _, finetuning_args, _ = parser.get_train_args(cfg)
+    assert (finetuning_args.freeze_vision_tower, finetuning_args.freeze_multi_modal_projector) == frozen
+
+
 def test_llamafactory_vlm_types_are_its_composite_models():
     """LF_VLM_TYPES: the catalogued VLM types that LLaMA-Factory registers as composite models (read from its source,
     since importing its model package needs a GPU stack)."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from memdoc.core.model.plan import ALL_LINEAR, Method, TrainingPlan
 from memdoc.core.model.plan_post import Task
-from memdoc.core.model.plan_vision import row_tokens
+from memdoc.core.model.plan_vision import PartPolicy, row_tokens
 from memdoc.core.model.vlm import VLMS
 from memdoc.errors import PlanError
 
@@ -142,6 +142,11 @@ def hf_vision_keys(plan: TrainingPlan, model_type: str, notes: list[str]) -> dic
     return {"remove_unused_columns": False}
 
 
+def _lf_frozen(policy: PartPolicy, full: bool) -> bool:
+    """LLaMA-Factory's freeze flag for a part: as the plan says, and under `auto` frozen unless fully fine-tuned."""
+    return policy is PartPolicy.FROZEN or (policy is PartPolicy.AUTO and not full)
+
+
 def lf_vision_keys(plan: TrainingPlan, model_type: str, model_id: str, notes: list[str]) -> dict:
     """LLaMA-Factory's VLM keys: the freezing flags as billed (full: every part trained; LoRA: LLaMA-Factory's
     default, tower and projector frozen and kept out of the targets), and with images the pixel
@@ -155,15 +160,22 @@ def lf_vision_keys(plan: TrainingPlan, model_type: str, model_id: str, notes: li
             hint="use --format trl",
         )
     full = plan.method is Method.FULL
-    out: dict = {"freeze_vision_tower": not full, "freeze_multi_modal_projector": not full}
-    out["freeze_language_model"] = False
+    out: dict = {
+        "freeze_vision_tower": _lf_frozen(plan.vision_tower, full),
+        "freeze_multi_modal_projector": _lf_frozen(plan.projector, full),
+        "freeze_language_model": False,
+    }
     if full:
         notes.append(
-            "VLM, full fine-tune: freeze_vision_tower and freeze_multi_modal_projector false (LLaMA-Factory freezes "
-            "both by default), so every part trains, as billed"
+            "VLM, full fine-tune: freeze_vision_tower and freeze_multi_modal_projector as billed (LLaMA-Factory "
+            "freezes both by default; --vision-tower/--projector auto train them, as TRL does)"
         )
-    else:
-        notes.append("VLM, LoRA: vision tower and projector frozen, no adapters in them (LLaMA-Factory's default)")
+    elif PartPolicy.AUTO in (plan.vision_tower, plan.projector):
+        notes.append(
+            "VLM, LoRA: LLaMA-Factory keeps the frozen tower and projector free of adapters; memdoc billed "
+            "--vision-tower/--projector auto (peft's name matches may reach the tower): bill with --vision-tower "
+            "frozen --projector frozen for exactly this run"
+        )
     if not plan.has_vision:
         return out
     width, height = plan.image_wh
