@@ -237,7 +237,7 @@ def _diagnose_model(target: str, *, plan: PlanFlags, json_out: bool, device: str
         data = measurement.to_json()
         data["billed"] = bill_json(the_bill)["per_gpu"]
         data["bill_peak_phase"] = the_bill.peak_phase
-        data["billed_phases"] = {p: v for p, v in render.billed_phases(the_bill).items() if p in measurement.phases}
+        data["bill"] = {"phases": {p: v for p, v in render.billed_phases(the_bill).items() if p in measurement.phases}}
         data["model"] = model_json(setup.model, the_bill.states.trainable_params)
         data["gpu"] = gpu_json(setup.gpu, setup.plan.world_size)
         data["plan"] = setup.plan.to_dict()

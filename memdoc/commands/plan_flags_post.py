@@ -49,7 +49,7 @@ GenerationsOpt = Annotated[
     Optional[int],
     typer.Option(
         "--generations",
-        help="Online tasks: completions per prompt (num_generations). \\[default: 8]",
+        help="Online tasks: completions per prompt (num_generations). \\[default: the trainer's: grpo 8, rloo 2]",
         rich_help_panel=POST,
     ),
 ]

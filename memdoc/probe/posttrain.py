@@ -32,6 +32,7 @@ import contextlib
 from typing import Callable
 
 from memdoc.core.billing.measurement import Measurement
+from memdoc.core.billing.posttrain.reference import old_policy_runs, steps_per_generation
 from memdoc.core.model.plan import Checkpointing, Method, Precision, TrainingPlan
 from memdoc.core.model.plan_post import Task, Vllm
 from memdoc.errors import ConfigError
@@ -201,19 +202,37 @@ def _dpo_step(model, ref, opt, plan: TrainingPlan, vocab: int, hooks: _Hooks) ->
     opt.zero_grad(set_to_none=True)
 
 
+@contextlib.contextmanager
+def _no_input_grads(model):
+    """The no-grad scoring passes without the hooks that make the embedding's output require grad
+    (`PreTrainedModel.enable_input_require_grads`'s `make_inputs_require_grads`, set for checkpointed adapters, once
+    per `gradient_checkpointing_enable`): under `no_grad` they change no tensor a real run keeps, but torch's
+    MemTracker would hold every chunk's hidden states for a backward that never comes (a trace-only retention of
+    rows × seq × hidden per chunk)."""
+    hooks = model.get_input_embeddings()._forward_hooks
+    saved = {k: h for k, h in hooks.items() if getattr(h, "__name__", "") == "make_inputs_require_grads"}
+    for key in saved:
+        del hooks[key]
+    try:
+        yield
+    finally:
+        hooks.update(saved)
+
+
 def _no_grad_logps(model, ref, ids, keep: int, plan: TrainingPlan, hooks: _Hooks):
     """`_get_per_token_logps_and_entropies` under `no_grad` over the generation batch in chunks of the per-device
     batch: of the policy itself (`ref` is the policy: old log-probs) or of the reference."""
     import torch
 
     autocast, parts = _autocast(plan), []
-    for rows in ids.split(plan.micro_batch):
-        hooks.reset()
-        if ref is model:
-            with torch.no_grad(), autocast():
-                parts.append(_score(model, rows, keep).log_probs[:, -keep:])
-        else:
-            parts.append(_reference_logps(model, ref, rows, keep, autocast)[:, -keep:])
+    with _no_input_grads(model):
+        for rows in ids.split(plan.micro_batch):
+            hooks.reset()
+            if ref is model:
+                with torch.no_grad(), autocast():
+                    parts.append(_score(model, rows, keep).log_probs[:, -keep:])
+            else:
+                parts.append(_reference_logps(model, ref, rows, keep, autocast)[:, -keep:])
     return torch.cat(parts)
 
 
@@ -230,7 +249,7 @@ def _online_step(model, ref, opt, plan: TrainingPlan, vocab: int, hooks: _Hooks)
         ids = torch.randint(0, vocab, (shape.rows, shape.prompt + shape.completion))
     old = ref_lp = None
     with hooks.phase("reference"):
-        if plan.num_iterations > 1:  # generate_every = steps_per_generation × num_iterations ∤ accumulation
+        if old_policy_runs(plan):  # TRL's rule (`core/billing/posttrain/reference.py`)
             old = _no_grad_logps(model, model, ids, keep, plan, hooks)
         if has_reference(plan):
             ref_lp = _no_grad_logps(model, ref, ids, keep, plan, hooks)
@@ -307,10 +326,10 @@ def _notes(plan: TrainingPlan, hooks: _Hooks, ref, depth: tuple[int, int]) -> li
             f"last decode step; KV cache {hooks.kv_bytes // traced * layers} bytes at {layers} layers "
             f"({shape.cached_tokens} tokens per row)"
         )
-        if plan.num_iterations > 1:
+        if old_policy_runs(plan):
             notes.append(
-                f"old-policy log-probs: num_iterations {plan.num_iterations}; "
-                f"generation every {plan.num_iterations} steps"
+                f"old-policy log-probs: num_iterations {plan.num_iterations}, {steps_per_generation(plan)} "
+                "steps per generation (TRL computes them when these misalign with the accumulation steps)"
             )
     if has_reference(plan):
         kind = "a frozen copy in the compute dtype" if ref is not None else "the base with the adapter disabled"

@@ -67,9 +67,11 @@ def _names(*classes) -> set[str]:
 
 
 def _trainer_args_names() -> set[str]:
-    """TRL's SFTConfig (a TrainingArguments), ModelConfig and ScriptArguments: what `trl sft --config` parses."""
+    """TRL's SFTConfig (a TrainingArguments), ModelConfig and ScriptArguments: what `trl sft --config` parses; and the
+    post-training configs `trl dpo|kto|reward|grpo|rloo --config` parse."""
     trl = pytest.importorskip("trl")
-    return _names(trl.SFTConfig, trl.ModelConfig, trl.ScriptArguments)
+    post = (trl.DPOConfig, trl.KTOConfig, trl.RewardConfig, trl.GRPOConfig, trl.RLOOConfig)
+    return _names(trl.SFTConfig, trl.ModelConfig, trl.ScriptArguments, *post)
 
 
 def _axolotl_names() -> set[str]:
@@ -87,7 +89,13 @@ def _llamafactory_names(monkeypatch) -> set[str]:
     pytest.importorskip("llamafactory")
     from llamafactory import hparams
 
-    return _names(hparams.ModelArguments, hparams.DataArguments, hparams.FinetuningArguments, hparams.TrainingArguments)
+    return _names(
+        hparams.ModelArguments,
+        hparams.DataArguments,
+        hparams.FinetuningArguments,
+        hparams.TrainingArguments,
+        hparams.GeneratingArguments,  # `stage: ppo`'s max_new_tokens
+    )
 
 
 def _deepspeed_names() -> set[str]:
@@ -116,8 +124,10 @@ def _accelerate_names() -> set[str]:
     return _names(ClusterConfig) | nested
 
 
-LEGACY = {"trainer-args": {"max_seq_length", "torch_dtype"}}
-"""Older spellings the reader accepts (TRL < 0.20's `max_seq_length`, transformers 4.x's `torch_dtype`)."""
+LEGACY = {"trainer-args": {"max_seq_length", "torch_dtype", "max_prompt_length", "reward_model_name_or_path"}}
+"""Older spellings the reader accepts (TRL < 0.20's `max_seq_length`, transformers 4.x's `torch_dtype`, the prompt
+length of TRL's DPO/GRPO configs before 1.x, `max_prompt_length`, and the reward model of its PPO/RLOO configs,
+`reward_model_name_or_path`); a key listed as "KEY (absent)" is a note that the file lacks KEY."""
 
 
 @pytest.mark.slow
@@ -134,6 +144,7 @@ def test_every_listed_key_is_one_the_trainer_defines(fmt, keys, monkeypatch):
     listed = set(keys[fmt].read) | set(keys[fmt].not_billed)
     unknown = []
     for key in sorted(listed):
+        key = key.removesuffix(" (absent)")
         parts = key.split(".")
         name = ".".join(parts[:2]) if parts[0] in blocks else parts[0]
         if name not in schema and key not in schema and name not in LEGACY.get(fmt, set()):

@@ -44,7 +44,7 @@ from memdoc.core.billing.states import ModelStates, model_states
 from memdoc.core.billing.step_events import training_events
 from memdoc.core.billing.verdict import MIN_MEMORY_ERROR, Fit, FitAnswer, bounded_fit, fit_answer
 from memdoc.core.billing.vision_bill import text_plan, vision_bill
-from memdoc.core.billing.vocabulary import LINE_ITEMS, STEP_PHASES
+from memdoc.core.billing.vocabulary import LINE_ITEMS, SCORING_AFTER_FORWARD, STEP_PHASES
 from memdoc.core.engines.buffers import add_engine_buffers, step_grad_bytes
 from memdoc.core.engines.host import host_items, nvme_items
 from memdoc.core.engines.layout import Engine, engine_layout
@@ -130,9 +130,9 @@ class Bill:
 
     @property
     def phase_names(self) -> tuple[str, ...]:
-        """The plan's phases in step order (`STEP_PHASES`): forward, backward, optimizer for supervised
-        fine-tuning; generation and reference before them for the post-training tasks that have them."""
-        return tuple(p for p in STEP_PHASES if p in self.phases)
+        """The plan's phases in step order (`STEP_PHASES`; DPO/KTO: `SCORING_AFTER_FORWARD`)."""
+        after = self.post is not None and self.post.scoring_after_forward
+        return tuple(p for p in (SCORING_AFTER_FORWARD if after else STEP_PHASES) if p in self.phases)
 
     @property
     def peak_phase(self) -> str:
@@ -152,7 +152,7 @@ class Bill:
         expandable = self.plan.allocator is Allocator.EXPANDABLE
         if self.per_rank is not None:  # the CP buffers on top count in `min_memory_bytes`, not in the simulation
             return self.per_rank.allocator
-        if self.policy is not None and (self.policy.per_rank is not None or self.post is None):
+        if self.policy is not None and self.policy.per_rank is not None:
             return self.policy.allocator  # post-training under CP/TP: the rank's policy step only
         if self.model.num_layers > MAX_SIMULATED_LAYERS:
             return unsimulated(self.peak_allocated, expandable=expandable)

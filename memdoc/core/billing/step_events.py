@@ -408,9 +408,11 @@ def training_events(bill, post=None) -> Events:
         run.stream.alloc(post.resident)
     for _ in range(STEPS):
         if post is not None:
-            if post.wakes_vllm:
+            if post.wakes_vllm:  # TRL empties torch's cache before vLLM wakes up
                 run.stream.empty_cache()
             run.transient(post.generation if post.generation > post.pool else 0)
+            if post.wakes_vllm:  # vLLM's own allocator (cumem) unmaps its pool when it sleeps: none stays cached
+                run.stream.empty_cache()
             run.transient(0 if post.scoring_after_forward else post.scoring)
             run.after_head = post.scoring if post.scoring_after_forward else 0
         run.step()

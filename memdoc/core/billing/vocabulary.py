@@ -12,10 +12,13 @@ STEP_PHASES = ("generation", "reference", "forward", "backward", "optimizer")
 sample their completions) and `reference` (the frozen reference's, or the old policy's, log-probabilities under
 `no_grad`) before the policy's forward; supervised fine-tuning has `PHASES` only."""
 
+SCORING_AFTER_FORWARD = ("forward", "reference", "backward", "optimizer")
+"""DPO's and KTO's order: the reference forward runs after the policy's forward (TRL 1.16 `_compute_loss`)."""
+
 LINE_ITEMS = ("weights", "gradients", "optimizer", "activations", "other")
 """The line items of per-GPU memory, in bill order."""
 
 TIMELINE_CATEGORIES = ("weights", "gradients", "optimizer", "activations+other")
 """The categories of a memory timeline (a CUDA allocator trace tells model states from the rest only)."""
 
-__all__ = ["LINE_ITEMS", "PHASES", "STEP_PHASES", "TIMELINE_CATEGORIES"]
+__all__ = ["LINE_ITEMS", "PHASES", "SCORING_AFTER_FORWARD", "STEP_PHASES", "TIMELINE_CATEGORIES"]

@@ -28,7 +28,7 @@ from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Offload, TrainingPlan, parse_plan
 from memdoc.core.model.plan_post import Vllm, check_post_training_request
 from memdoc.core.remedies.levers import INFERENCE_LEVERS, PLAN_LEVERS
-from memdoc.core.remedies.rungs_post import lean_vllm_memory, smallest_generation_batch
+from memdoc.core.remedies.rungs_post import fewer_generations, lean_vllm_memory, smallest_generation_batch
 from memdoc.errors import PlanError
 
 
@@ -44,12 +44,10 @@ class Quantified:
 
 def _post_value(plan: TrainingPlan, key: str, value, model: ModelSpec | None, gpu: GpuSpec | None):
     """A post-training lever's relative value as the plan's number (the ladder's rungs, `remedies.rungs_post`):
-    completions and generations 'half', the generation batch 'smallest' TRL accepts, the vLLM fraction 'lean'
-    (needs the model and the card); None where it does not apply."""
+    completions 'half' (generations: `apply_lever`), the generation batch 'smallest' TRL accepts, the vLLM
+    fraction 'lean' (needs the model and the card); None where it does not apply."""
     if key == "completion_len":
         return plan.completion_len // 2 if plan.task.is_online and plan.completion_len >= 64 else None
-    if key == "num_generations":
-        return max(2, plan.num_generations // 2) if plan.task.is_online and plan.num_generations > 2 else None
     if key == "generation_batch":
         return smallest_generation_batch(plan) if plan.task.is_online else None
     if key == "vllm_memory":
@@ -89,6 +87,11 @@ def apply_lever(
             if str(value) != "half":
                 return None  # "cap to the data's p99 length" needs the data
             values["seq_len"] = max(1, plan.seq_len // 2)
+        elif key == "num_generations" and value == "half":  # with the smaller generation batch it allows: the saving
+            fewer = fewer_generations(plan)
+            if fewer is None:
+                return None
+            values["num_generations"], values["generation_batch"] = fewer
         elif _POST_RELATIVE.get(key) == value:
             values[key] = _post_value(plan, key, value, model, gpu)
             if values[key] is None:

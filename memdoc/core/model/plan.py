@@ -26,7 +26,13 @@ from memdoc.core.model.plan_enums import (
     Precision,
     Shard,
 )
-from memdoc.core.model.plan_post import PostTrainingFields, Task, Vllm, check_post_training_fields
+from memdoc.core.model.plan_post import (
+    PostTrainingFields,
+    Task,
+    Vllm,
+    check_post_training_fields,
+    default_generations,
+)
 from memdoc.core.model.plan_values import ENGINE_COUNTS, FLAG_ALIASES, coerce, flag_for
 from memdoc.core.model.plan_vision import VisionFields, check_vision_fields
 from memdoc.core.model.ranges import check_bound, check_world
@@ -199,6 +205,8 @@ class TrainingPlan(PostTrainingFields, VisionFields):
     shard's, at the cost of one more MLP forward (`core/billing/activations/mlp.py`)."""
 
     def __post_init__(self) -> None:
+        if self.num_generations is None:  # the task's trainer default (a frozen dataclass: set once, here)
+            object.__setattr__(self, "num_generations", default_generations(self.task))
         for name in _POSITIVE:
             value = getattr(self, name)
             if value is None and name in _MAY_BE_NONE:

@@ -9,7 +9,7 @@ derived inside memdoc, such as the states' memo key or a ladder rung, may change
 Defaults, read from TRL 1.16 (`trl/trainer/*_config.py`):
 * `DPOConfig.beta` 0.1, `KTOConfig.beta` 0.1, `GRPOConfig.beta` 0.0 (no reference model is loaded), `RLOOConfig.beta`
   0.05; `precompute_ref_log_probs` False;
-* `GRPOConfig`/`RLOOConfig`: `num_generations` 8, `max_completion_length` 512, `generation_batch_size` None (the
+* `GRPOConfig`/`RLOOConfig`: `num_generations` 8 / 2, `max_completion_length` 512, `generation_batch_size` None (the
   effective batch: per-device batch × processes × `steps_per_generation`, which defaults to the accumulation
   steps), `num_iterations` 1, `use_vllm` False, `vllm_mode` "colocate", `vllm_gpu_memory_utilization` 0.3,
   `vllm_enable_sleep_mode` False.
@@ -97,8 +97,9 @@ class PostTrainingFields:
     completion_mask == 0, -100)`) and its fused LM head scores only the labelled positions on the GPU
     (`add_fused_lm_head`, `hidden_states[mask]`); its configs have no key for the prompt's length (`max_prompt_length`
     is gone), so it is read from no config. For the online tasks the prompt is `seq_len` and this is ignored."""
-    num_generations: int = 8
-    """Online tasks: completions sampled per prompt (`num_generations`)."""
+    num_generations: int | None = None
+    """Online tasks: completions sampled per prompt (`num_generations`); None: the trainer's default
+    (`default_generations`), resolved when the plan is built."""
     completion_len: int = 512
     """Online tasks: the longest completion in tokens (`max_completion_length`); the trained row is `seq_len`
     (the prompt) + this."""
@@ -119,6 +120,16 @@ class PostTrainingFields:
     def effective_beta(self) -> float | None:
         """`beta` as given, else the task's default."""
         return self.task.default_beta if self.beta is None else self.beta
+
+
+DEFAULT_GENERATIONS = {Task.RLOO: 2, Task.PPO: 1}
+"""Completions per prompt when not given: `RLOOConfig.num_generations` 2 (TRL 1.16 `rloo_config.py`); PPO samples one
+response per prompt; every other task `GRPOConfig`'s 8 (`grpo_config.py`)."""
+
+
+def default_generations(task: Task) -> int:
+    """The trainer's default `num_generations` for `task` (`DEFAULT_GENERATIONS`, else GRPO's 8)."""
+    return DEFAULT_GENERATIONS.get(task, 8)
 
 
 POST_TRAINING_FLOATS = ("beta", "vllm_memory")

@@ -96,6 +96,7 @@ _OPTIONAL = (
     "save_gather",
     "document_tokens",
     "beta",
+    "num_generations",
     "generation_batch",
     "prompt_len",
     *VISION_OPTIONAL,

@@ -129,13 +129,21 @@ def _beta_zero(p: TrainingPlan) -> TrainingPlan | None:
     return p.replace(beta=0.0)
 
 
-def _fewer_generations(p: TrainingPlan) -> TrainingPlan | None:
-    """Half the completions per prompt (at least 2), with the generation batch (when set) the smallest TRL accepts."""
+def fewer_generations(p: TrainingPlan) -> tuple[int, int] | None:
+    """(half the completions per prompt, the smallest generation batch TRL then accepts), or None when that batch is
+    no smaller than the plan's: TRL's per-device batch counts completions, so fewer per prompt saves memory only
+    through a smaller generation batch of whole groups (`GRPOConfig.__post_init__`, 1.16)."""
     if p.task not in (Task.GRPO, Task.RLOO) or p.num_generations <= 2:
         return None
     fewer = max(2, p.num_generations // 2)
-    batch = None if p.generation_batch is None else smallest_generation_batch(p, fewer)
-    return p.replace(num_generations=fewer, generation_batch=batch)
+    batch = smallest_generation_batch(p, fewer)
+    current = p.generation_batch or p.micro_batch * p.dp_size * p.grad_accum
+    return (fewer, batch) if batch < current else None
+
+
+def _fewer_generations(p: TrainingPlan) -> TrainingPlan | None:
+    fewer = fewer_generations(p)
+    return None if fewer is None else p.replace(num_generations=fewer[0], generation_batch=fewer[1])
 
 
 def _shorter(p: TrainingPlan) -> TrainingPlan | None:
@@ -190,7 +198,8 @@ POST_RUNGS: tuple[Rung, ...] = (
     ),
     Rung(
         "fewer-generations",
-        "half the completions per prompt (--generations; changes the training)",
+        "half the completions per prompt, so a smaller generation batch holds whole groups (--generations, "
+        "--generation-batch; changes the training)",
         _fewer_generations,
         rank=9,
         lever={"num_generations": ("half",)},

@@ -19,7 +19,7 @@ from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan
 from memdoc.core.model.plan_post import Task, Vllm
-from memdoc.core.remedies.rungs_post import lean_vllm_memory, smallest_generation_batch
+from memdoc.core.remedies.rungs_post import fewer_generations, lean_vllm_memory, smallest_generation_batch
 
 GIVEN = "given"
 """The user's value (or the trainer's default) of a sized knob."""
@@ -74,10 +74,11 @@ def suggestions(base: TrainingPlan) -> tuple[str, ...]:
             "--beta 0: no reference model (its frozen copy with full fine-tuning) and no reference forward — "
             "changes the objective (no KL term)"
         )
-    if base.task.is_online and base.task is not Task.PPO and base.num_generations > 2:
+    fewer = fewer_generations(base)
+    if fewer is not None:
         out.append(
-            f"--generations {max(2, base.num_generations // 2)} with a smaller --generation-batch: a smaller "
-            "KV cache — a smaller group per prompt, a noisier advantage"
+            f"--generations {fewer[0]} --generation-batch {fewer[1]}: a smaller generation batch of whole groups, a "
+            "smaller KV cache — a smaller group per prompt, a noisier advantage"
         )
     if base.task.is_online and base.completion_len >= 64:
         out.append(f"--completion-len {base.completion_len // 2}: shorter rows and cache — longer answers truncated")

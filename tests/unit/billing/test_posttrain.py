@@ -32,7 +32,7 @@ def test_dpo_concatenated_rows_match_trls_collator():
 def test_dpo_full_reference_is_a_frozen_copy_in_every_phase():
     """Full fine-tuning: TRL builds the reference in the policy's dtype: params × 2 bytes more in every phase."""
     dpo, sft = bill(task="dpo", micro_batch=1, seq_len=512), bill(micro_batch=2, seq_len=512)
-    assert dpo.phase_names == ("reference", "forward", "backward", "optimizer")
+    assert dpo.phase_names == ("forward", "reference", "backward", "optimizer")  # TRL scores after the forward
     for name in sft.phase_names:
         assert dpo.phases[name].weights - sft.phases[name].weights == 2 * LLAMA2_7B
 
@@ -90,7 +90,7 @@ def test_sft_keeps_its_phases_and_json_names_them():
     sft = bill(seq_len=512)
     assert sft.phase_names == ("forward", "backward", "optimizer")
     out = bill_json(bill(task="dpo", seq_len=512, gpu="h100-sxm"))
-    assert out["phase_names"] == ["reference", "forward", "backward", "optimizer"]
+    assert out["phase_names"] == ["forward", "reference", "backward", "optimizer"]
     assert list(out["phases"]) == out["phase_names"] and out["peak_phase"] in out["phase_names"]
 
 

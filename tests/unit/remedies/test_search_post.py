@@ -104,7 +104,12 @@ def test_search_never_changes_the_objective():
         assert (c.plan.task, c.plan.beta, c.plan.num_generations, c.plan.completion_len) == ("grpo", 0.04, 8, 512)
         assert c.plan.vllm.value == "colocate"
     said = " ".join(suggestions(base))
-    assert "--beta 0" in said and "--generations 4" in said and "--completion-len 256" in said
+    assert "--beta 0" in said and "--completion-len 256" in said
+    # TRL's per-device batch counts completions: halving 8 generations saves memory only through a smaller
+    # generation batch of whole groups; 8 completions (one global batch) cannot shrink, 16 can (to 4).
+    assert "--generations" not in said
+    wide = " ".join(suggestions(parse_plan(task="grpo", batch=4, seq=512, generation_batch=16)))
+    assert "--generations 4 --generation-batch 4" in wide
     assert suggestions(parse_plan(task="grpo", batch=8, seq=512)) and not any(
         "--beta" in s for s in suggestions(parse_plan(task="grpo", batch=8))
     )  # TRL 1.16's GRPO default beta is 0.0 already

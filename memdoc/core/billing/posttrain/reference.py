@@ -10,10 +10,9 @@ TRL 1.16:
 * GRPO/RLOO (`grpo_trainer.py` `__init__`): `beta == 0.0` builds no reference; PEFT disables the adapter. The
   reference and old-policy log-probs run under `torch.no_grad()` in `_generate_and_score_completions`, after
   generation and BEFORE the training forward, in chunks of `per_device_train_batch_size` rows
-  (`_get_per_token_logps_and_entropies`); the old policy's when `gradient_accumulation_steps %
-  (steps_per_generation × num_iterations) != 0` (steps_per_generation defaults to the accumulation steps, so
-  `num_iterations > 1`) or with vLLM's importance-sampling correction (`vllm_importance_sampling_correction`,
-  default True);
+  (`_get_per_token_logps_and_entropies`); the old policy's (`old_policy_runs`) when `gradient_accumulation_steps %
+  (steps_per_generation × num_iterations) != 0` or with vLLM's importance-sampling correction
+  (`vllm_importance_sampling_correction`, default True), and always in RLOO;
 * PPO (OpenRLHF / LLaMA-Factory `stage: ppo`): a frozen reference and a frozen reward model (scalar head) next
   to the policy, plus a trained value model (scalar head).
 """
@@ -36,10 +35,24 @@ def reference_runs(plan: TrainingPlan) -> bool:
     return not plan.task.is_online or (plan.effective_beta or 0) > 0
 
 
+def steps_per_generation(plan: TrainingPlan) -> int:
+    """Optimizer micro-steps fed by one generation: TRL 1.16 `GRPOConfig.__post_init__`, the generation batch over the
+    global batch (per-device batch × processes); the accumulation steps when no generation batch is given."""
+    if plan.generation_batch is None:
+        return plan.grad_accum
+    return max(plan.generation_batch // (plan.micro_batch * plan.dp_size), 1)
+
+
 def old_policy_runs(plan: TrainingPlan) -> bool:
-    """GRPO/RLOO compute the old policy's log-probs under no_grad (`num_iterations` > 1, or vLLM's importance
-    sampling correction)."""
-    return plan.task in (Task.GRPO, Task.RLOO) and (plan.num_iterations > 1 or plan.vllm is not Vllm.NONE)
+    """The old policy's log-probs are computed under no_grad: RLOO always (`rloo_trainer.py`
+    `_generate_and_score_completions`); GRPO when generation and optimisation are misaligned,
+    `gradient_accumulation_steps % (steps_per_generation × num_iterations) != 0`, or with vLLM's importance-sampling
+    correction (default True) (`grpo_trainer.py` `_generate_and_score_completions`)."""
+    if plan.task is Task.RLOO:
+        return True
+    if plan.task is not Task.GRPO:
+        return False
+    return plan.grad_accum % (steps_per_generation(plan) * plan.num_iterations) != 0 or plan.vllm is not Vllm.NONE
 
 
 def frozen_copies(plan: TrainingPlan) -> int:
@@ -74,4 +87,11 @@ def no_grad_forward_bytes(model: ModelSpec, scoring: TrainingPlan) -> int:
     return max(prefill_activation_bytes(model, tokens, cb), head) + 4 * tokens
 
 
-__all__ = ["frozen_copies", "frozen_weight_bytes", "no_grad_forward_bytes", "old_policy_runs", "reference_runs"]
+__all__ = [
+    "frozen_copies",
+    "frozen_weight_bytes",
+    "no_grad_forward_bytes",
+    "old_policy_runs",
+    "reference_runs",
+    "steps_per_generation",
+]
