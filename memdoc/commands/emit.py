@@ -78,8 +78,8 @@ def emit(
 ) -> None:
     """Write the training plan as a config your trainer runs as is.
 
-    TRL `trl sft --config` YAML, HF TrainingArguments YAML, Axolotl YAML or LLaMA-Factory YAML,
-    mapping precision, LoRA/QLoRA, optimizer, batch, accumulation, sequence length,
+    TRL YAML (`trl sft|dpo|kto|reward|grpo|rloo --config`, by --task), HF TrainingArguments YAML, Axolotl YAML or
+    LLaMA-Factory YAML, mapping the task, precision, LoRA/QLoRA, optimizer, batch, accumulation, sequence length,
     checkpointing, attention, sharding and offload; knobs a format cannot express are listed as
     comments at the top and on stderr. ZeRO plans also get a DeepSpeed JSON, FSDP plans an
     accelerate config. Every file starts with the memdoc command and the billed peak per GPU.

@@ -23,7 +23,7 @@ BetaOpt = Annotated[
     typer.Option(
         "--beta",
         help="KL/preference coefficient; with grpo/rloo, 0 loads no reference model. "
-        "\\[default: the trainer's: dpo/kto 0.1, grpo 0.0, rloo 0.05]",
+        "\\[default: the trainer's: dpo/kto 0.1, grpo 0.0, rloo/ppo 0.05]",
         rich_help_panel=POST,
     ),
 ]

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from memdoc.core.model import image_tiling as tiling
 from memdoc.core.model.image_tokens import ImageTokens, VisionRules, image_family, image_tokens, rules_for
 from memdoc.core.model.plan import TrainingPlan
-from memdoc.errors import ConfigError
+from memdoc.errors import ConfigError, PlanError
 
 TEXT_TOKEN = 100
 """The id every text position holds (values do not change memory; any id that is no special token)."""
@@ -66,7 +66,9 @@ def _family(config: dict) -> str:
     return image_family(config["model_type"], vision.get("model_type"), vision.get("image_size"))
 
 
-def _check_traceable(config: dict, rules: VisionRules) -> None:
+def _check_traceable(config: dict, rules: VisionRules, plan: TrainingPlan) -> None:
+    if plan.video_frames:
+        raise PlanError("diagnose traces images, not --video-frames yet; memdoc bill estimates the video's tokens")
     if rules.kind not in _LAYOUTS:
         raise ConfigError(
             f"diagnose cannot trace images for {config['model_type']} yet (Qwen-VL, Gemma 3, Idefics3/SmolVLM "
@@ -81,7 +83,7 @@ def vlm_step_inputs(model, config: dict, plan: TrainingPlan, notes: list[str]) -
 
     hf_config = model.config
     rules = trace_rules(config, plan)
-    _check_traceable(config, rules)
+    _check_traceable(config, rules, plan)
     width, height = plan.image_wh
     tokens = image_tokens(_family(config), width, height, rules, pan_and_scan=plan.pan_and_scan)
     layout = _LAYOUTS[rules.kind](hf_config, tokens, rules, width, height)
@@ -177,9 +179,15 @@ def _gemma3_pixels(conf, tokens: ImageTokens, rules: VisionRules, _size, batch: 
 def _idefics3_pixels(conf, tokens: ImageTokens, rules: VisionRules, _size, batch: tuple[int, int]) -> dict:
     import torch
 
-    from memdoc.probe.fake_index import constant
+    from memdoc.probe.fake_index import INDEX_NUMEL_LIMIT, constant
 
     rows, views = batch[0], batch[1] * tokens.views
+    if rows * views * 3 * rules.tile**2 > INDEX_NUMEL_LIMIT:
+        raise PlanError(
+            f"diagnose traces at most {INDEX_NUMEL_LIMIT:,} Idefics3/SmolVLM pixel values per micro-batch (its views "
+            f"are told apart by their values): {rows} rows × {views} views of {rules.tile}² is more",
+            hint="trace --batch 1 (the bill scales with the batch), or use memdoc bill",
+        )
     return {  # constants: Idefics3Model.get_image_features tells real views from padding by their values
         "pixel_values": constant(lambda: torch.ones(rows, views, 3, rules.tile, rules.tile)),
         "pixel_attention_mask": torch.ones((rows, views, rules.tile, rules.tile), dtype=torch.bool),

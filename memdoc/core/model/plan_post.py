@@ -186,6 +186,13 @@ def _check_generation_batch(plan) -> None:
         raise PlanError(
             f"the generation batch ({generation} completions: --batch × data-parallel GPUs × --accum, or "
             f"--generation-batch) must be a multiple of --generations {plan.num_generations}, as TRL requires",
-            hint=f"e.g. --accum {plan.num_generations} (TRL generates once per optimizer step), or --generations "
-            f"{generation if generation >= 2 else 2}",
+            hint=_generation_hint(plan, generation),
         )
+
+
+def _generation_hint(plan, generation: int) -> str:
+    """A fix that satisfies the rule: as many accumulation steps as generations, or a divisor (≥ 2) of the
+    generation batch as the number of generations."""
+    fix = f"e.g. --accum {plan.num_generations} (TRL generates once per optimizer step)"
+    divisors = [n for n in range(min(plan.num_generations, generation), 1, -1) if generation % n == 0]
+    return fix + (f", or --generations {divisors[0]}" if divisors else "")

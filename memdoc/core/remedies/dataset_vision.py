@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from memdoc.core.model.image_tokens import ImageTokens, image_tokens, rules_for
 from memdoc.core.remedies.dataset_fit import length_stats
+from memdoc.errors import DatasetError
 
 
 @dataclass(frozen=True)
@@ -29,17 +30,26 @@ class SampleImages:
     """Llama-3.2-Vision: the cross-attention states' length."""
 
 
+def _tokens(model_type: str, width: int, height: int, rules, plan, record: int) -> ImageTokens:
+    """One image's tokens; an image its processor refuses (Qwen-VL's `smart_resize`: an aspect ratio above 200) is a
+    one-line DatasetError naming the record."""
+    try:
+        return image_tokens(model_type, width, height, rules, pan_and_scan=plan.pan_and_scan)
+    except ValueError as exc:
+        raise DatasetError(f"record {record}: image {width}x{height}: {exc}") from None
+
+
 def sample_images(sizes: list[list[tuple[int, int]]], model_type: str, plan) -> list[SampleImages]:
     """Each sample's (width, height) list -> its images' tokens, by the family's processor rule with the plan's
     overrides (`max_pixels`, `min_pixels`, `pan_and_scan`); sizes seen before are not recomputed."""
     rules = rules_for(model_type, max_pixels=plan.max_pixels, min_pixels=plan.min_pixels)
     memo: dict[tuple[int, int], ImageTokens] = {}
     out = []
-    for sample in sizes:
+    for record, sample in enumerate(sizes, start=1):
         tokens = []
         for width, height in sample:
             if (width, height) not in memo:
-                memo[width, height] = image_tokens(model_type, width, height, rules, pan_and_scan=plan.pan_and_scan)
+                memo[width, height] = _tokens(model_type, width, height, rules, plan, record)
             tokens.append(memo[width, height])
         out.append(
             SampleImages(

@@ -80,8 +80,8 @@ def _axolotl_grpo(reading: ConfigReading, doc: SourceDoc, block: dict) -> None:
     reading.set(doc, "trl.use_vllm", "vllm", mode)
     if given:
         reading.set(doc, "trl.vllm_mode", "vllm", given)
-    if mode != "colocate":
-        return
+    if given != "colocate":  # Axolotl passes the engine's fraction and sleep mode only with vllm_mode colocate
+        return  # written out (`axolotl/core/trainers/grpo/__init__.py`); else TRL's defaults (0.3, no sleep) hold
     sleep = get_bool(doc, "vllm_enable_sleep_mode", block, where="trl.vllm_enable_sleep_mode")
     if sleep is not None:
         reading.set(doc, "trl.vllm_enable_sleep_mode", "vllm_sleep", sleep)

@@ -45,11 +45,11 @@ ONLINE_KEYS = (
 KTO_KEYS = ("desirable_weight", "undesirable_weight")
 RM_KEYS = ("center_rewards_coefficient",)
 DPO_KEYS = ("beta", "precompute_ref_log_probs", "rpo_alpha", "ref_model_sync_steps")
-GRPO_LOSSES = frozenset({"grpo", "dapo", "bnpo", "dr_grpo"})
+GRPO_LOSSES = frozenset({"grpo", "dapo", "bnpo", "dr_grpo", "cispo", "sapo", "luspo", "vespo"})
 KTO_LOSSES = frozenset({"kto", "apo_zero_unpaired"})
 DPO_LOSSES = frozenset(
     {"sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot", "aot_unpaired"}
-    | {"apo_zero", "apo_down", "discopop", "sigmoid_norm"}
+    | {"apo_zero", "apo_down", "discopop", "sigmoid_norm", "sft"}
 )
 """`loss_type` values of GRPOConfig, KTOConfig and DPOConfig (TRL 1.16 help texts)."""
 

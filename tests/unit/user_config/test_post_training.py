@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 
 import pytest
 from conftest import invoke
@@ -60,10 +61,10 @@ def test_trl_loss_names_are_trl_s():
     def help_text(cls):
         return next(f for f in dataclasses.fields(cls) if f.name == "loss_type").metadata["help"]
 
-    for name in trl_post.DPO_LOSSES:
-        assert f"'{name}'" in help_text(trl.DPOConfig)
-    for name in trl_post.GRPO_LOSSES:
-        assert f"'{name}'" in help_text(trl.GRPOConfig)
+    dpo = set(re.findall(r"`'([a-z_]+)'`", help_text(trl.DPOConfig)))
+    grpo = help_text(trl.GRPOConfig).split("Supported values are ")[1].split(".")[0]
+    assert trl_post.DPO_LOSSES == dpo  # every name, both ways: an unknown one would read a GRPO file as DPO
+    assert trl_post.GRPO_LOSSES == set(re.findall(r"'([a-z_]+)'", grpo))
 
 
 POST_PLANS = [
@@ -153,6 +154,22 @@ def test_axolotl_keys_and_defaults_are_axolotl_s():
     doc = load_doc("ax.yaml", "base_model: x\nsequence_len: 512\nrl: ebft\n")
     reading = read_axolotl(doc, Stack())
     assert "task" not in reading.plan and any(n.key == "rl" for n in reading.not_billed)
+
+
+def test_axolotl_grpo_without_a_vllm_mode_keeps_trl_s_fraction():
+    """Axolotl hands `vllm.gpu_memory_utilization` (its default 0.9) to TRL only under `trl.vllm_mode: colocate`
+    written out (`axolotl/core/trainers/grpo/__init__.py`); without it GRPOConfig's own 0.3 holds."""
+    axolotl = pytest.importorskip("axolotl")
+    from pathlib import Path
+
+    source = (Path(axolotl.__file__).parent / "core/trainers/grpo/__init__.py").read_text(encoding="utf-8")
+    guard = source.index('if trl.vllm_mode == "colocate":')
+    assert guard < source.index('grpo_args_kwargs["vllm_gpu_memory_utilization"]')
+    text = "base_model: x\nsequence_len: 512\nrl: grpo\ntrl:\n  use_vllm: true\n"
+    loose = read_axolotl(load_doc("ax.yaml", text), Stack())
+    assert loose.plan["vllm"] == "colocate" and "vllm_memory" not in loose.plan
+    explicit = read_axolotl(load_doc("ax.yaml", text + "  vllm_mode: colocate\n"), Stack())
+    assert explicit.plan["vllm_memory"] == rl_keys.AXOLOTL_VLLM_MEMORY
 
 
 LF_PLANS = [

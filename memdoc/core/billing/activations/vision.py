@@ -67,7 +67,7 @@ class VisionActivations:
 
 def encoder_tokens(model: ModelSpec, plan: TrainingPlan) -> int:
     """The encoder's sequence for the micro-batch: `ImageTokens.encoder` × images per row (+ the video's) × rows."""
-    image, video = plan_image_tokens(plan, model.model_type)
+    image, video = plan_image_tokens(plan, model.image_family)
     per_row = plan.images_per_sample * image.encoder + (video.encoder if video else 0)
     return plan.micro_batch * per_row
 
