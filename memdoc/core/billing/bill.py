@@ -38,7 +38,7 @@ from memdoc.core.billing.memo import memoized_bill
 from memdoc.core.billing.model_notes import model_notes
 from memdoc.core.billing.parallel import rank_share
 from memdoc.core.billing.posttrain.phases import PostTerms, post_phases, post_terms
-from memdoc.core.billing.posttrain.rows import policy_plan
+from memdoc.core.billing.posttrain.rows import policy_model, policy_plan
 from memdoc.core.billing.reserved import MAX_SIMULATED_LAYERS, ReservedVerdict, reserved_verdict, unsimulated
 from memdoc.core.billing.states import ModelStates, model_states
 from memdoc.core.billing.step_events import training_events
@@ -469,7 +469,7 @@ def compute_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None = Non
 def _post_training_bill(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> Bill:
     """A post-training plan: its policy's supervised step (`posttrain.rows.policy_plan`) plus the task's
     generation, reference forward and resident models, phase by phase (`posttrain.phases`)."""
-    policy = compute_bill(model, policy_plan(plan), gpu)
+    policy = compute_bill(policy_model(model, plan), policy_plan(plan), gpu)
     items = {name: phase.to_dict() for name, phase in policy.phases.items()}
     terms = post_terms(model, plan, gpu, items["optimizer"], policy.acts.loss_forward_peak)
     phases = {name: PhaseBill(**{k: v[k] for k in LINE_ITEMS}) for name, v in post_phases(items, terms).items()}

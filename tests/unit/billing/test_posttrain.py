@@ -100,6 +100,26 @@ def test_every_task_bills_and_simulates(task):
     assert b.peak_phase in b.phase_names and b.peak_reserved >= b.peak_allocated
 
 
+@pytest.mark.slow
+def test_reward_model_is_a_sequence_classifier():
+    """TRL 1.16's RewardTrainer trains `AutoModelForSequenceClassification(num_labels=1)`: its parameters are what
+    transformers builds on the meta device (no LM head, a hidden × 1 score), and no vocabulary logits exist: the
+    forward's transients stay far below the fp32 logits of its rows (2 × 2 × 512 tokens × 152,064 × 4 bytes)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    spec = resolve_model("Qwen/Qwen2.5-7B")
+    data = {k: v for k, v in spec.config.items() if k not in ("model_type", "transformers_version")}
+    conf = AutoConfig.for_model(spec.config["model_type"], **data, num_labels=1)
+    with torch.device("meta"):
+        classifier = AutoModelForSequenceClassification.from_config(conf)
+    counted = sum(p.numel() for p in classifier.parameters())
+    b = compute_bill(spec, parse_plan(task="rm", method="full", micro_batch=2, seq_len=512), resolve_gpu("h100-sxm"))
+    assert b.model.params.total == counted
+    assert b.phases["forward"].weights == 2 * counted  # bf16
+    assert b.phases["forward"].other < 2 * 2 * 512 * spec.vocab_size * 4 // 10
+
+
 def test_post_training_time_adds_decode_and_scoring_first_order():
     """Decode reads the weights and the mean cache once per new token (Qwen2.5-7B's config: 28 layers, 4 kv heads
     of 128); one reference forward is a third of the policy's forward + backward; the output says first-order."""

@@ -78,7 +78,9 @@ def post_terms(
     if plan.vllm is Vllm.COLOCATE and gpu is None:
         notes.append("colocated vLLM's pool is a fraction of the card: give --gpu to bill it")
     if plan.task is Task.RM:
-        notes.append("reward model: its scalar score head is billed as the LM head's loss path (an over-count)")
+        notes.append(
+            "reward model: a sequence classifier, its score head hidden × 1 (no LM head, no vocabulary logits)"
+        )
     if plan.task is Task.PPO:
         notes.append("PPO: reference and reward models frozen, value model trained (its states ≈ the policy's)")
     return PostTerms(

@@ -14,6 +14,9 @@ TRL 1.16:
 
 from __future__ import annotations
 
+import dataclasses
+
+from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Loss, TrainingPlan
 from memdoc.core.model.plan_post import Task
 
@@ -46,6 +49,16 @@ def scored_prefix(plan: TrainingPlan) -> int | None:
     return plan.seq_len if plan.task.is_online else plan.prompt_len
 
 
+def policy_model(model: ModelSpec, plan: TrainingPlan) -> ModelSpec:
+    """The model the policy step trains: the causal LM, or for a reward model the sequence classifier TRL 1.16 builds
+    (`reward_trainer.py`: `AutoModelForSequenceClassification` with `num_labels=1`): no LM head but a `score` linear of
+    hidden × 1, so its "logits" are one number per token and its head one hidden-sized vector."""
+    if plan.task is not Task.RM:
+        return model
+    params = dataclasses.replace(model.params, head=model.hidden_size)
+    return dataclasses.replace(model, vocab_size=1, tie_embeddings=False, params=params)
+
+
 def policy_plan(plan: TrainingPlan) -> TrainingPlan:
     """The supervised plan whose step is the policy's forward, backward and optimizer step of `plan`."""
     return plan.replace(
@@ -59,4 +72,12 @@ def policy_plan(plan: TrainingPlan) -> TrainingPlan:
     )
 
 
-__all__ = ["TRL_FUSED_TASKS", "policy_loss", "policy_plan", "scored_prefix", "trained_rows", "trained_seq"]
+__all__ = [
+    "TRL_FUSED_TASKS",
+    "policy_loss",
+    "policy_model",
+    "policy_plan",
+    "scored_prefix",
+    "trained_rows",
+    "trained_seq",
+]
