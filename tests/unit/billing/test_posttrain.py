@@ -51,11 +51,12 @@ def test_grpo_default_beta_has_no_reference():
     from trl import GRPOConfig
 
     assert GRPOConfig.__dataclass_fields__["beta"].default == 0.0
-    plain = bill(task="grpo", method="lora", micro_batch=8, seq_len=256, completion_len=256)
+    plain = bill(task="grpo", method="full", micro_batch=8, seq_len=256, completion_len=256)
     assert plain.phase_names == ("generation", "forward", "backward", "optimizer")
-    ref = bill(task="grpo", micro_batch=8, seq_len=256, completion_len=256, beta=0.04)
+    ref = bill(task="grpo", method="full", micro_batch=8, seq_len=256, completion_len=256, beta=0.04)
     assert ref.phase_names == ("generation", "reference", "forward", "backward", "optimizer")
-    assert ref.phases["forward"].weights - plain.phases["forward"].weights > 0
+    params = resolve_model("meta-llama/Llama-2-7b-hf").params.total
+    assert ref.phases["forward"].weights - plain.phases["forward"].weights == 2 * params  # the bf16 reference copy
 
 
 def test_grpo_kv_cache_from_the_published_config():
