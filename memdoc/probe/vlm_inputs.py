@@ -90,8 +90,8 @@ def vlm_step_inputs(model, config: dict, plan: TrainingPlan, notes: list[str]) -
     n, rows = plan.images_per_sample, plan.micro_batch
     row = layout.ids * n + [TEXT_TOKEN] * plan.seq_len
     image = layout.is_image * n + [False] * plan.seq_len
-    marks = len(layout.ids) - sum(layout.is_image)
-    if marks:  # the family's begin/end/break markers are text tokens of the row
+    marks = max(len(layout.ids) - tokens.text, 0)  # markers beyond the image's tokens (Pixtral's breaks are in them)
+    if marks:  # the family's begin/end markers are text tokens of the row
         row, image = row[: len(row) - n * marks], image[: len(image) - n * marks]
     ids = torch.tensor([row] * rows)
     inputs = {"input_ids": ids, "labels": ids}
