@@ -32,7 +32,7 @@ import contextlib
 from typing import Callable
 
 from memdoc.core.billing.measurement import Measurement
-from memdoc.core.billing.posttrain.reference import old_policy_runs, steps_per_generation
+from memdoc.core.billing.posttrain.reference import old_policy_runs, reference_runs, steps_per_generation
 from memdoc.core.model.plan import Checkpointing, Method, Precision, TrainingPlan
 from memdoc.core.model.plan_post import Task, Vllm
 from memdoc.errors import ConfigError
@@ -69,13 +69,6 @@ def trace_posttrain_step(
     Returns a `Measurement` whose phases include `generation` and `reference` where the step has them."""
     check_traceable(plan)
     return trace_training_step(config, plan, layers=layers, progress=progress, trace_once=trace_posttrain_once)
-
-
-def has_reference(plan: TrainingPlan) -> bool:
-    """The step runs a reference forward: DPO without precomputed log-probs, GRPO/RLOO with `beta` ≠ 0."""
-    if plan.task is Task.DPO:
-        return not plan.precompute_ref
-    return bool(plan.effective_beta)
 
 
 class _Hooks:
@@ -141,7 +134,7 @@ def _reference_model(config: dict, plan: TrainingPlan, layers: int | None):
     the step runs none): the policy's architecture in the compute dtype, with TRL's fused head (`log_probs` only)."""
     from trl.trainer.utils import add_fused_lm_head
 
-    if plan.is_peft or not has_reference(plan):
+    if plan.is_peft or not reference_runs(plan):
         return None
     pure = {"bfloat16": Precision.BF16, "float16": Precision.FP16}.get(plan.precision.compute_dtype_name)
     ref_plan = plan.replace(
@@ -189,7 +182,7 @@ def _dpo_step(model, ref, opt, plan: TrainingPlan, vocab: int, hooks: _Hooks) ->
         hooks.keep_acts()
         logps = out.log_probs.sum(dim=1)
         ref_logps = torch.zeros_like(logps)  # precomputed: read from the dataset
-        if has_reference(plan):
+        if reference_runs(plan):
             if ref is None:  # the policy's own modules run again (adapter disabled)
                 hooks.forget_roots()
             with hooks.phase("reference"):
@@ -251,7 +244,7 @@ def _online_step(model, ref, opt, plan: TrainingPlan, vocab: int, hooks: _Hooks)
     with hooks.phase("reference"):
         if old_policy_runs(plan):  # TRL's rule (`core/billing/posttrain/reference.py`)
             old = _no_grad_logps(model, model, ids, keep, plan, hooks)
-        if has_reference(plan):
+        if reference_runs(plan):
             ref_lp = _no_grad_logps(model, ref, ids, keep, plan, hooks)
     autocast = _autocast(plan)
     for i in range(plan.grad_accum):
@@ -331,10 +324,10 @@ def _notes(plan: TrainingPlan, hooks: _Hooks, ref, depth: tuple[int, int]) -> li
                 f"old-policy log-probs: num_iterations {plan.num_iterations}, {steps_per_generation(plan)} "
                 "steps per generation (TRL computes them when these misalign with the accumulation steps)"
             )
-    if has_reference(plan):
+    if reference_runs(plan):
         kind = "a frozen copy in the compute dtype" if ref is not None else "the base with the adapter disabled"
         notes.append(f"reference: {kind}, under no_grad")
     return notes
 
 
-__all__ = ["TRACED_TASKS", "check_traceable", "has_reference", "trace_posttrain_once", "trace_posttrain_step"]
+__all__ = ["TRACED_TASKS", "check_traceable", "trace_posttrain_once", "trace_posttrain_step"]

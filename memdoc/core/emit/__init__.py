@@ -19,7 +19,10 @@ def default_filename(fmt: str, task: str = "sft") -> str:
     """The config file name written by default for `fmt` and the plan's task: TRL's is named after the script
     that runs it (`trl dpo --config dpo.yaml`, `trl reward --config reward.yaml`: `trl_post.TRL_SCRIPTS`)."""
     if fmt == "trl" and task != "sft":
-        return f"{'reward' if task == 'rm' else task}.yaml"
+        from memdoc.core.emit.trl_post import TRL_SCRIPTS
+        from memdoc.core.model.plan_post import Task
+
+        return f"{TRL_SCRIPTS.get(Task(task), task)}.yaml"
     return DEFAULT_FILENAMES[fmt]
 
 

@@ -12,6 +12,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from memdoc.core.emit.text import dump_json, yaml_document
+from memdoc.core.emit.trl_post import TRL_TRAINERS
 from memdoc.core.model.plan import (
     ALL_LINEAR,
     Checkpointing,
@@ -21,6 +22,7 @@ from memdoc.core.model.plan import (
     Optimizer,
     Precision,
     Shard,
+    Task,
     TrainingPlan,
 )
 from memdoc.errors import PlanError
@@ -271,9 +273,9 @@ def uses_liger(plan: TrainingPlan) -> bool:
 def _trl_head(plan: TrainingPlan) -> str:
     """Which TRL trainer computes the loss through its fused LM head (TRL 1.16: `add_fused_lm_head` in
     trl/trainer/{sft,dpo,kto,grpo,rloo}_trainer.py)."""
-    name = {"sft": "SFT", "dpo": "DPO", "kto": "KTO", "grpo": "GRPO", "rloo": "RLOO"}.get(plan.task.value, "SFT")
-    source = f"trl/trainer/{name.lower()}_trainer.py"
-    return f"TRL ≥ 1.16's {name}Trainer computes the loss through its fused LM head ({source})"
+    trainer = TRL_TRAINERS.get(plan.task, TRL_TRAINERS[Task.SFT])
+    source = f"trl/trainer/{trainer.removesuffix('Trainer').lower()}_trainer.py"
+    return f"TRL ≥ 1.16's {trainer} computes the loss through its fused LM head ({source})"
 
 
 RM_HEAD_NOTE = (

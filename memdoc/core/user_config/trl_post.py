@@ -29,7 +29,7 @@ from memdoc.core.user_config.reading import ConfigReading, SourceDoc
 from memdoc.core.user_config.values import fail, get_bool, get_choice, get_float, get_int, get_str
 
 RLOO_KEYS = ("normalize_advantages", "reward_clip_range")
-ONLINE_KEYS = (
+GENERATION_KEYS = (
     "num_generations",
     "max_completion_length",
     "generation_batch_size",
@@ -39,9 +39,9 @@ ONLINE_KEYS = (
     "vllm_mode",
     "vllm_gpu_memory_utilization",
     "vllm_enable_sleep_mode",
-    "reward_funcs",
-    "reward_model_name_or_path",
 )
+"""GRPOConfig's and RLOOConfig's generation keys (TRL 1.16)."""
+ONLINE_KEYS = (*GENERATION_KEYS, "reward_funcs", "reward_model_name_or_path")
 KTO_KEYS = ("desirable_weight", "undesirable_weight")
 RM_KEYS = ("center_rewards_coefficient",)
 DPO_KEYS = ("beta", "precompute_ref_log_probs", "rpo_alpha", "ref_model_sync_steps")

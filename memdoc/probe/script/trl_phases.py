@@ -23,6 +23,7 @@ import functools
 import sys
 
 from memdoc.core.billing.vocabulary import LINE_ITEMS, STEP_PHASES
+from memdoc.core.user_config.trl_post import GENERATION_KEYS
 
 TRAINERS = {
     "trl.trainer.grpo_trainer": ("GRPOTrainer", "grpo", {"_generate": "generation"}),
@@ -44,15 +45,7 @@ KNOBS = (
     "loss_type",
     "max_length",
     "precompute_ref_log_probs",
-    "num_generations",
-    "max_completion_length",
-    "generation_batch_size",
-    "steps_per_generation",
-    "num_iterations",
-    "use_vllm",
-    "vllm_mode",
-    "vllm_gpu_memory_utilization",
-    "vllm_enable_sleep_mode",
+    *GENERATION_KEYS,
     "use_liger_kernel",
     "per_device_train_batch_size",
     "gradient_accumulation_steps",
@@ -210,7 +203,8 @@ def plan_fields(report: dict, input_shape: tuple | None) -> dict:
             fields["generation_batch"] = int(knobs["generation_batch_size"])
         if knobs.get("use_vllm"):
             fields["vllm"] = Vllm(knobs.get("vllm_mode") or "colocate")
-            fields["vllm_memory"] = float(knobs.get("vllm_gpu_memory_utilization") or 0.3)
+            if knobs.get("vllm_gpu_memory_utilization") is not None:  # else the plan's default, TRL's
+                fields["vllm_memory"] = float(knobs["vllm_gpu_memory_utilization"])
             fields["vllm_sleep"] = bool(knobs.get("vllm_enable_sleep_mode", False))
         if input_shape and fields.get("completion_len"):
             fields["seq_len"] = max(1, int(input_shape[1]) - fields["completion_len"])

@@ -46,12 +46,22 @@ def test_without_prompt_len_every_position_but_the_last_is_scored():
 def test_grpo_scores_the_completion_of_every_row():
     """`_get_per_token_logps_and_entropies`: `labels[:, :-logits_to_keep] = -100` with logits_to_keep the
     completion length, so each row of prompt + completion has `completion_len` labelled positions."""
-    import torch
+    import inspect
 
+    import torch
+    from trl import GRPOTrainer
+
+    source = inspect.getsource(GRPOTrainer._get_per_token_logps_and_entropies)
+    labelling = (
+        "labels = input_ids_batch.masked_fill(attention_mask_batch == 0, -100)",
+        "labels[:, :-logits_to_keep] = -100",
+    )
+    assert all(line in source for line in labelling)  # the two lines run below, as TRL 1.16 runs them
     rows, prompt, completion = 4, 32, 96
-    input_ids = torch.ones(rows, prompt + completion, dtype=torch.long)
-    labels = input_ids.masked_fill(torch.ones_like(input_ids) == 0, -100)
-    labels[:, :-completion] = -100
+    input_ids_batch = torch.ones(rows, prompt + completion, dtype=torch.long)
+    attention_mask_batch, logits_to_keep = torch.ones_like(input_ids_batch), completion  # full rows: no padding
+    labels = input_ids_batch.masked_fill(attention_mask_batch == 0, -100)
+    labels[:, :-logits_to_keep] = -100
     trl = int((labels[:, 1:] != -100).sum())
     plan = parse_plan(task="grpo", micro_batch=rows, seq_len=prompt, completion_len=completion, num_generations=4)
     assert trl_scored_tokens(policy_plan(plan)) == trl == rows * completion
