@@ -30,9 +30,11 @@ from typer.testing import CliRunner  # noqa: E402
 from memdoc.cli import app  # noqa: E402
 from memdoc.core.model.plan import TrainingPlan  # noqa: E402
 from memdoc.core.model.stack import latest_known_stack  # noqa: E402
-from memdoc.core.user_config import axolotl, deepspeed, llamafactory  # noqa: E402
-from memdoc.core.user_config.detect import FORMATS, detect_format, read_document  # noqa: E402
-from memdoc.core.user_config.reading import ConfigReading, SourceDoc  # noqa: E402
+from memdoc.core.trainers.axolotl import read as axolotl
+from memdoc.core.trainers.deepspeed import read as deepspeed
+from memdoc.core.trainers.llamafactory import read as llamafactory  # noqa: E402
+from memdoc.core.trainers.detect import FORMATS, detect_format, read_document  # noqa: E402
+from memdoc.core.trainers.reading import ConfigReading, SourceDoc  # noqa: E402
 from memdoc.resolve.user_config import load_source  # noqa: E402
 
 PAGE = ROOT / "docs" / "configs.md"
@@ -252,7 +254,7 @@ def fixture_docs() -> Iterator[SourceDoc]:
 
 def emitted_docs() -> Iterator[SourceDoc]:
     """The main config and side files that `memdoc emit` writes, per format and plan."""
-    from memdoc.core.emit import FORMATS as EMIT_FORMATS
+    from memdoc.core.trainers import FORMATS as EMIT_FORMATS
 
     with tempfile.TemporaryDirectory() as tmp:
         for number, plan in enumerate(EMIT_PLANS):

@@ -10,7 +10,7 @@ from benchmarks.engines.census import Census
 
 def ds_config(stage: int, *, precision: str, offload: bool, buckets: dict | None) -> dict:
     """The DeepSpeed JSON of one case: memdoc's emitted keys (overlap_comm, contiguous_gradients,
-    `optimizer` AdamW block with offload: `memdoc/core/emit/deepspeed.py`), numbers instead of "auto"."""
+    `optimizer` AdamW block with offload: `memdoc/core/trainers/deepspeed/write.py`), numbers instead of "auto"."""
     zero = {"stage": stage, "overlap_comm": True, "contiguous_gradients": True} | (buckets or {})
     if offload:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}

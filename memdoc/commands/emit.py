@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from memdoc.commands.options import ForceOpt, JsonOpt, ModelArg, PlanFlags, plan_options, print_setup_notes
-from memdoc.core.emit import FORMATS
+from memdoc.core.trainers import FORMATS
 
 EXAMPLES = """
 Examples:
@@ -28,7 +28,7 @@ Exit status: 0 written, 2 bad input (or an existing file without --force), 3 wit
 
 
 Format = Enum("Format", {fmt: fmt for fmt in FORMATS}, type=str)
-"""The --format choices (from `memdoc.core.emit.FORMATS`)."""
+"""The --format choices (from `memdoc.core.trainers.FORMATS`)."""
 
 
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Target trainer config.")]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from memdoc.core.emit.text import check_fill_in
+from memdoc.core.trainers.text import check_fill_in
 from memdoc.errors import OutputError
 from memdoc.output.files import check_length, check_targets, write_all
 

@@ -4,7 +4,7 @@ what they leave out, and every key not billed."""
 from __future__ import annotations
 
 from memdoc.core.model.stack import Stack
-from memdoc.core.user_config.reading import ConfigReading
+from memdoc.core.trainers.reading import ConfigReading
 from memdoc.render.common import note
 
 

@@ -28,7 +28,7 @@ from memdoc.core.model.plan import (
 )
 from memdoc.core.model.plan_checks import check_plan_against_model, check_requested_plan
 from memdoc.core.model.stack import Stack, moe_experts_layout, qlora_zero3_blockers
-from memdoc.core.user_config.reading import ConfigReading
+from memdoc.core.trainers.reading import ConfigReading
 from memdoc.errors import NoGpuDetectedError, PlanError, UnknownGpuError
 from memdoc.resolve.gpus import detect_local_gpu
 from memdoc.resolve.models import mirror_note, resolve_model
@@ -169,7 +169,7 @@ def stack_defaults(plan: TrainingPlan, model: ModelSpec, stack: Stack, *, set_by
     (`moe_experts_layout`: linear, quantised by QLoRA, before transformers 5; fused from 5 on).
 
     The other stack defaults depend on the trainer and are the config readers': transformers' `optim`
-    (`memdoc.core.user_config.defaults.default_optimizer`) and TRL's loss path (`trl_sft_defaults`)."""
+    (`memdoc.core.trainers.hf.defaults.default_optimizer`) and TRL's loss path (`trl_sft_defaults`)."""
     if model.is_moe and "moe_experts" not in set_by_user:
         plan = plan.replace(moe_experts=moe_experts_layout(stack))
     return plan

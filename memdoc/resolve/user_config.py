@@ -1,5 +1,5 @@
 """Load the user's own training configs (`--config FILE`, repeatable): parse each YAML/JSON file, detect
-its format, read it (`memdoc.core.user_config.detect`), follow the files it references (a trainer
+its format, read it (`memdoc.core.trainers.detect`), follow the files it references (a trainer
 YAML's `deepspeed:` path, relative to that YAML), and merge the readings in order: later files
 override earlier ones, and a referenced file overrides the file that names it.
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import yaml
 
 from memdoc.core.model.stack import Stack
-from memdoc.core.user_config.detect import read_document
-from memdoc.core.user_config.reading import ConfigReading, SourceDoc
+from memdoc.core.trainers.detect import read_document
+from memdoc.core.trainers.reading import ConfigReading, SourceDoc
 from memdoc.errors import ConfigError
 from memdoc.resolve.inputs import read_text
 

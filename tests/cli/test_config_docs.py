@@ -12,8 +12,10 @@ import sys
 import pytest
 from conftest import ROOT
 
-from memdoc.core.user_config import axolotl, deepspeed, llamafactory
-from memdoc.core.user_config.detect import FORMATS
+from memdoc.core.trainers.axolotl import read as axolotl
+from memdoc.core.trainers.deepspeed import read as deepspeed
+from memdoc.core.trainers.llamafactory import read as llamafactory
+from memdoc.core.trainers.detect import FORMATS
 
 
 def _generator():

@@ -15,7 +15,7 @@ import yaml
 from conftest import invoke
 
 from memdoc.core.billing.bill import compute_bill
-from memdoc.core.emit.dispatch import EmitContext, emit, render_main, render_side
+from memdoc.core.trainers.emit import EmitContext, emit, render_main, render_side
 from memdoc.core.model.plan import parse_plan
 from memdoc.resolve.models import resolve_model
 

@@ -21,7 +21,7 @@ from conftest import ROOT
 from conftest import invoke as run
 
 from memdoc.core.billing.bill import compute_bill
-from memdoc.core.emit.dispatch import EmitContext, emit
+from memdoc.core.trainers.emit import EmitContext, emit
 from memdoc.core.model.gpu import resolve_gpu
 from memdoc.core.model.plan import parse_plan
 from memdoc.core.model.plan_checks import check_plan_against_model
@@ -259,7 +259,7 @@ def _ctx(**plan):
 def test_optimizer_names_exist_in_transformers():
     from transformers.training_args import OptimizerNames
 
-    from memdoc.core.emit.base import HF_OPTIMIZERS
+    from memdoc.core.trainers.base import HF_OPTIMIZERS
 
     names = {o.value for o in OptimizerNames}
     assert set(HF_OPTIMIZERS.values()) <= names
@@ -308,7 +308,7 @@ def test_unmappable_knobs_become_notes(fmt):
     ctx = _ctx(checkpointing="selective", precision="fp16")
     out = emit(fmt, ctx)
     assert any("selective" in n for n in out.notes)
-    from memdoc.core.emit.dispatch import render_main
+    from memdoc.core.trainers.emit import render_main
 
     header = [line for line in render_main(ctx, out).splitlines() if line.startswith("#")]
     assert any("selective" in line for line in header)
@@ -322,7 +322,7 @@ def test_notes_printed_on_stderr():
 
 
 def test_floats_written_as_yaml_floats():
-    from memdoc.core.emit.text import dump_yaml  # the serializer of emitted files (moved from base.py, issue 27)
+    from memdoc.core.trainers.text import dump_yaml  # the serializer of emitted files (moved from base.py, issue 27)
 
     text = dump_yaml({"learning_rate": 1e-5, "x": 1e-4})
     assert "e-" in text and isinstance(yaml.safe_load(text)["learning_rate"], float)
@@ -452,16 +452,16 @@ def test_pure_bf16_lora_says_the_trainer_autocasts():
 
 
 def test_every_format_has_one_emitter_and_bill_starts_without_them():
-    """`memdoc.core.emit.FORMATS` (names, default files) and `dispatch.EMITTERS` name the same formats; importing
+    """`memdoc.core.trainers.FORMATS` (names, default files) and `dispatch.EMITTERS` name the same formats; importing
     the CLI for `bill` loads no emitter (the formats' names are all the --format choice needs)."""
     import subprocess
     import sys
 
-    from memdoc.core.emit import FORMATS as NAMES
-    from memdoc.core.emit.dispatch import EMITTERS
+    from memdoc.core.trainers import FORMATS as NAMES
+    from memdoc.core.trainers.emit import EMITTERS
 
     assert tuple(EMITTERS) == NAMES
-    code = "import sys, memdoc.cli; print(sorted(m for m in sys.modules if m.startswith('memdoc.core.emit.')))"
+    code = "import sys, memdoc.cli; print(sorted(m for m in sys.modules if m.startswith('memdoc.core.trainers.')))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"
 

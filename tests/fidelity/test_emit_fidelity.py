@@ -140,7 +140,7 @@ def _llamafactory_registry():
 
 def test_chat_templates_agree_with_llamafactory_registry():
     """For every model LLaMA-Factory registers with a template, memdoc picks the same one (or none)."""
-    from memdoc.core.emit.templates import chat_template
+    from memdoc.core.trainers.templates import chat_template
 
     registry = _llamafactory_registry()
     checked = 0
@@ -159,7 +159,7 @@ def test_chat_template_names_exist_in_both_registries():
 
     from axolotl.utils.schemas.enums import ChatTemplate
 
-    from memdoc.core.emit import templates
+    from memdoc.core.trainers import templates
 
     source = Path(importlib.util.find_spec("llamafactory").origin).parent / "data" / "template.py"
     registered = set(re.findall(r'register_template\(\s*name="([^"]+)"', source.read_text()))

@@ -127,7 +127,7 @@ def test_trl_reward_funcs_placeholder_is_one_the_script_registers():
     import inspect
 
     source = inspect.getsource(importlib.import_module("trl.scripts.grpo").main)
-    from memdoc.core.emit.trl_post import REWARD_FUNCS_PLACEHOLDER
+    from memdoc.core.trainers.trl.post import REWARD_FUNCS_PLACEHOLDER
 
     for name in REWARD_FUNCS_PLACEHOLDER:
         assert f'"{name}": {name}' in source
@@ -206,7 +206,7 @@ def test_axolotl_dataset_types_exist():
         pytest.skip("axolotl not installed")
     from pathlib import Path
 
-    from memdoc.core.emit.axolotl_post import AXOLOTL_DATASET_TYPES
+    from memdoc.core.trainers.axolotl.post import AXOLOTL_DATASET_TYPES
     from memdoc.core.model.plan_post import Task
 
     root = Path(spec.origin).parent / "prompt_strategies"

@@ -111,7 +111,7 @@ def test_llamafactory_vlm_types_are_its_composite_models():
     import re
     from pathlib import Path
 
-    from memdoc.core.emit.vision import LF_VLM_TYPES
+    from memdoc.core.trainers.vision import LF_VLM_TYPES
     from memdoc.core.model.vlm import VLMS
 
     source = Path(importlib.util.find_spec("llamafactory").origin).parent / "model" / "model_utils" / "visual.py"
@@ -155,7 +155,7 @@ def test_vlm_templates(model, lf, axolotl):
     names pick its processing strategy (`axolotl/processing_strategies.py` `get_processing_strategy`)."""
     from axolotl.utils.schemas.enums import ChatTemplate
 
-    from memdoc.core.emit.templates import chat_template
+    from memdoc.core.trainers.templates import chat_template
 
     template = chat_template(model)
     assert (template.llamafactory, template.axolotl) == (lf, axolotl)

@@ -7,7 +7,7 @@ import sys
 import pytest
 from conftest import ROOT, bill_plan
 
-from memdoc.core.emit.dispatch import EmitContext, emit
+from memdoc.core.trainers.emit import EmitContext, emit
 from memdoc.core.model.plan import parse_plan
 from memdoc.errors import PlanError
 

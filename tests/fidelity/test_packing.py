@@ -16,16 +16,16 @@ import yaml
 
 from memdoc.core.billing.states import model_states
 from memdoc.core.billing.steptime import matmul_flops
-from memdoc.core.emit.dispatch import EmitContext, emit
+from memdoc.core.trainers.emit import EmitContext, emit
 from memdoc.core.model.model_spec import spec_from_config
 from memdoc.core.model.plan import parse_plan
 from memdoc.core.model.plan_checks import check_requested_plan
 from memdoc.core.model.stack import Stack
 from memdoc.core.remedies.dataset_fit import packed_rows
-from memdoc.core.user_config.axolotl import read_axolotl
-from memdoc.core.user_config.llamafactory import read_llamafactory
-from memdoc.core.user_config.reading import SourceDoc
-from memdoc.core.user_config.trainer_args import read_trainer_args
+from memdoc.core.trainers.axolotl.read import read_axolotl
+from memdoc.core.trainers.llamafactory.read import read_llamafactory
+from memdoc.core.trainers.reading import SourceDoc
+from memdoc.core.trainers.trl.read import read_trainer_args
 from memdoc.errors import PlanError
 
 os.environ.setdefault("DISABLE_VERSION_CHECK", "1")  # LLaMA-Factory pins transformers<=5.6; its parser is what we test

@@ -99,7 +99,7 @@ BF16_RISK = (
 
 def plan_engine(plan: TrainingPlan) -> Engine:
     """The engine of a plan: `--shard` names it; offload without sharding runs as DeepSpeed ZeRO-Offload
-    (ZeRO-2 on one GPU, ZeRO-1 on several: `core/emit/deepspeed.py` `_zero_stage`)."""
+    (ZeRO-2 on one GPU, ZeRO-1 on several: `core/trainers/deepspeed/write.py` `_zero_stage`)."""
     by_shard = {
         Shard.ZERO1: Engine.ZERO1,
         Shard.ZERO2: Engine.ZERO2,

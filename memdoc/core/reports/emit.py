@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from memdoc.core.billing.bill import Bill, compute_bill
-from memdoc.core.emit import default_filename
-from memdoc.core.emit.dispatch import EmitContext, emit, render_main, render_side
-from memdoc.core.emit.text import shell_join
+from memdoc.core.trainers import default_filename
+from memdoc.core.trainers.emit import EmitContext, emit, render_main, render_side
+from memdoc.core.trainers.text import shell_join
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan, flag_for

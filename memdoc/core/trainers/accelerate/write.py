@@ -1,0 +1,67 @@
+"""accelerate `--config_file` YAML for FSDP full-shard (weights, gradients and optimizer states sharded): FSDP1
+(`--shard fsdp`) or FSDP2 (`--shard fsdp2`, `fsdp_version: 2`)."""
+
+from __future__ import annotations
+
+from memdoc.core.trainers.base import EmitContext
+from memdoc.core.model.plan import (
+    MasterWeights,
+    Method,
+    Offload,
+    Precision,
+    Shard,
+)
+
+
+def fsdp_accelerate_config(ctx: EmitContext, notes: list[str]) -> dict:
+    """An `accelerate launch --config_file` YAML for FSDP full-shard."""
+    plan = ctx.plan
+    mixed = {Precision.BF16: "bf16", Precision.AMP_BF16: "bf16", Precision.AMP_FP16: "fp16"}.get(plan.precision, "no")
+    if plan.precision is Precision.FP16 and plan.method is not Method.FULL:
+        mixed = "fp16"
+    if plan.master_weights is MasterWeights.BF16:
+        # accelerate 1.15 upcasts trainable parameters to fp32 whenever mixed_precision != "no"
+        # (accelerator.py prepare_model; utils/fsdp_utils.py fsdp2_prepare_model): "no" keeps the bf16 model
+        mixed = "no"
+        notes.append(
+            "mixed_precision: no keeps the bf16-loaded model's parameters, gradients and optimizer states in bf16 "
+            "(--master-weights bf16): a numerical risk; set the trainer's bf16 flag off too, or accelerate upcasts"
+        )
+    offload = plan.offload is not Offload.NONE
+    fsdp = {
+        "fsdp_version": 2 if plan.shard is Shard.FSDP2 else 1,
+        "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+        "fsdp_backward_prefetch": "BACKWARD_PRE",
+        "fsdp_cpu_ram_efficient_loading": plan.low_mem_load,
+        "fsdp_forward_prefetch": False,
+        "fsdp_offload_params": offload,
+        "fsdp_reshard_after_forward": "FULL_SHARD",
+        "fsdp_state_dict_type": "FULL_STATE_DICT" if plan.save_gather else "SHARDED_STATE_DICT",
+        "fsdp_sync_module_states": True,
+        "fsdp_use_orig_params": plan.method is Method.FULL,
+        "fsdp_activation_checkpointing": False,
+    }
+    if plan.shard is Shard.FSDP2:  # accelerate/utils/dataclasses.py: FSDP2 drops these, reshard is a bool
+        for key in (
+            "fsdp_backward_prefetch",
+            "fsdp_forward_prefetch",
+            "fsdp_sync_module_states",
+            "fsdp_use_orig_params",
+        ):
+            del fsdp[key]
+        fsdp["fsdp_reshard_after_forward"] = True
+    return {
+        "compute_environment": "LOCAL_MACHINE",
+        "debug": False,
+        "distributed_type": "FSDP",
+        "downcast_bf16": "no",
+        "fsdp_config": fsdp,
+        "machine_rank": 0,
+        "main_training_function": "main",
+        "mixed_precision": mixed,
+        "num_machines": plan.nodes,
+        "num_processes": plan.world_size,
+        "rdzv_backend": "static",
+        "same_network": True,
+        "use_cpu": False,
+    }

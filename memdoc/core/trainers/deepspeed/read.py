@@ -1,0 +1,237 @@
+"""Read a DeepSpeed JSON (the HF Trainer's `deepspeed:` file): the inverse of `memdoc.core.trainers.deepspeed.write`.
+
+Keys and meanings from DeepSpeed 0.19 (`deepspeed/runtime/zero/config.py` `DeepSpeedZeroConfig`,
+`deepspeed/runtime/zero/offload_config.py`, `deepspeed/runtime/config.py`) and the HF integration
+(`transformers/integrations/deepspeed.py`, which fills "auto" values from TrainingArguments):
+
+* `zero_optimization.stage` 0–3 -> shard none/zero1/zero2/zero3;
+* `zero_optimization.offload_optimizer.device` cpu/nvme -> offload optimizer (to cpu/nvme), with
+  `offload_param.device` -> optimizer+params;
+* `bf16.enabled` / `fp16.enabled` true -> amp-bf16/amp-fp16 (DeepSpeed keeps fp32 master weights and
+  optimizer states for 16-bit training); "auto" takes the trainer's flags;
+* `train_micro_batch_size_per_gpu`, `gradient_accumulation_steps`: a number sets the plan, "auto"
+  takes the trainer's;
+* the bucket knobs (`reduce_bucket_size`, `allgather_bucket_size`, `overlap_comm`, `contiguous_gradients`,
+  `stage3_prefetch_bucket_size`, `stage3_param_persistence_threshold`, `stage3_max_live_parameters`,
+  `sub_group_size`) -> the plan fields of the same names (DeepSpeed's default when absent, None for "auto");
+* `bf16.bf16_master_weights_and_grads` + `bf16.bf16_optimizer_states` -> master_weights bf16;
+* `stage3_max_reuse_distance` is not billed (listed with the reason).
+
+A trainer config's `deepspeed:` key (TrainingArguments, Axolotl, LLaMA-Factory) is a path to such a file
+(read next) or the config itself, inline: both go through `read_deepspeed` (`read_deepspeed_key`).
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+from memdoc.core.model.stack import Stack
+from memdoc.core.trainers.reading import ConfigReading, KeyRead, SourceDoc
+from memdoc.core.trainers.values import fail, get_bool, get_int, get_mapping
+from memdoc.errors import quoted
+
+SHARDS = {0: "none", 1: "zero1", 2: "zero2", 3: "zero3"}
+
+BUCKETS = {
+    "stage3_max_reuse_distance": "ZeRO-3's gathered parameters kept for reuse",
+}
+"""`zero_optimization` keys that size caches which memdoc does not bill."""
+
+BUCKET_DEFAULTS = {
+    "reduce_bucket_size": 500_000_000,
+    "allgather_bucket_size": 500_000_000,
+    "stage3_prefetch_bucket_size": 50_000_000,
+    "stage3_param_persistence_threshold": 100_000,
+    "stage3_max_live_parameters": 1_000_000_000,
+    "sub_group_size": 1_000_000_000,
+}
+"""The bucket knobs the bill uses (plan fields of the same name) and DeepSpeed 0.19.8's defaults for a key the
+config leaves out (`deepspeed/runtime/zero/config.py` `DeepSpeedZeroConfig`); "auto" is left to transformers,
+which fills reduce_bucket_size, stage3_prefetch_bucket_size and stage3_param_persistence_threshold from the
+hidden size (the plan's None)."""
+
+STAGE3_ONLY = frozenset(
+    {
+        "stage3_prefetch_bucket_size",
+        "stage3_param_persistence_threshold",
+        "stage3_max_live_parameters",
+        "sub_group_size",
+    }
+)
+"""Bucket knobs that only ZeRO-3 reads (`deepspeed/runtime/zero/stage3.py`)."""
+
+DS_KEYS = frozenset(
+    {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size", "zero_allow_untested_optimizer"}
+)
+"""Top-level keys only a DeepSpeed config has (deepspeed/runtime/constants.py)."""
+
+
+def read_deepspeed(doc: SourceDoc, stack: Stack) -> ConfigReading:
+    """A DeepSpeed config -> shard, offload, precision, micro-batch and accumulation (module docstring)."""
+    reading = ConfigReading(formats=["deepspeed"])
+    zero = get_mapping(doc, "zero_optimization") or {}
+    if "stage" in zero:
+        stage = zero["stage"]
+        if not isinstance(stage, int) or isinstance(stage, bool) or stage not in SHARDS:
+            raise fail(doc, "zero_optimization.stage", f"must be 0, 1, 2 or 3, got {quoted(stage)}")
+        reading.set(doc, "zero_optimization.stage", "shard", SHARDS[stage])
+    _offload(doc, zero, reading)
+    _precision(doc, reading)
+    for key, plan_field in (
+        ("train_micro_batch_size_per_gpu", "micro_batch"),
+        ("gradient_accumulation_steps", "grad_accum"),
+    ):
+        if doc.data.get(key) not in (None, "auto"):
+            reading.set(doc, key, plan_field, get_int(doc, key))
+    if doc.data.get("train_batch_size") not in (None, "auto") and "train_micro_batch_size_per_gpu" not in doc.data:
+        reading.skip(
+            doc,
+            "train_batch_size",
+            "the global batch; memdoc bills the per-GPU micro-batch (train_micro_batch_size_per_gpu, or the trainer's)",
+        )
+    if "zero_optimization" in doc.data:
+        _buckets(doc, zero, reading)
+    _save_gather(doc, zero, reading)
+    for key, what in BUCKETS.items():
+        if key in zero:
+            reading.skip(doc, f"zero_optimization.{key}", f"sizes {what}: not billed")
+    _extras(doc, reading)
+    return reading
+
+
+def _buckets(doc: SourceDoc, zero: dict, reading: ConfigReading) -> None:
+    """The bucket knobs (`BUCKET_DEFAULTS`) and `overlap_comm` / `contiguous_gradients` into the plan: the
+    config's number, None for "auto", DeepSpeed's default when absent (overlap_comm: true under ZeRO-3 only,
+    `DeepSpeedZeroConfig.overlap_comm_valid`)."""
+    for key, default in BUCKET_DEFAULTS.items():
+        if key not in zero and zero.get("stage") != 3 and key in STAGE3_ONLY:
+            continue  # only ZeRO-3 reads it: the plan keeps its default (what emit writes back for ZeRO-3)
+        where = f"zero_optimization.{key}"
+        value = zero.get(key, default)
+        if value == "auto":
+            reading.set(doc, where, key, None)
+            continue
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise fail(doc, where, f'must be a number of elements or "auto", got {quoted(value)}')
+        _knob(reading, doc, zero, key, value)
+    for key, default in (("overlap_comm", zero.get("stage") == 3), ("contiguous_gradients", True)):
+        where = f"zero_optimization.{key}"
+        value = get_bool(doc, key, zero, where=where) if zero.get(key) is not None else default
+        _knob(reading, doc, zero, key, value)
+
+
+def _save_gather(doc: SourceDoc, zero: dict, reading: ConfigReading) -> None:
+    """ZeRO-3's `stage3_gather_16bit_weights_on_model_save` (DeepSpeedZeroConfig's default False; the old
+    spelling `stage3_gather_fp16_weights_on_model_save`) -> `save_gather`: True is the plan's default for ZeRO-3
+    (None, what memdoc emits), False: each rank saves its own partition."""
+    if zero.get("stage") != 3:
+        return
+    for key in ("stage3_gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save"):
+        if key in zero:
+            where = f"zero_optimization.{key}"
+            reading.set(doc, where, "save_gather", None if get_bool(doc, key, zero, where=where) else False)
+            return
+    reading.plan["save_gather"] = False
+
+
+def _knob(reading: ConfigReading, doc: SourceDoc, zero: dict, key: str, value) -> None:
+    """Set plan field `key`: read from `zero_optimization.key`, or DeepSpeed's default when the key is absent
+    (the plan holds it; no key is listed as read)."""
+    if key in zero:
+        reading.set(doc, f"zero_optimization.{key}", key, value)
+    else:
+        reading.plan[key] = value
+
+
+def _offload(doc: SourceDoc, zero: dict, reading: ConfigReading) -> None:
+    """`offload_optimizer` / `offload_param`: {"device": "cpu"|"nvme"|"none", …} (offload_config.py)."""
+    devices = {}
+    for key in ("offload_optimizer", "offload_param"):
+        block = get_mapping(doc, key, zero, where=f"zero_optimization.{key}")
+        if block is None:
+            continue
+        device = block.get("device", "none")
+        if device not in ("none", "cpu", "nvme", None):
+            raise fail(doc, f"zero_optimization.{key}.device", f"must be cpu, nvme or none, got {quoted(device)}")
+        if device in ("cpu", "nvme"):
+            devices[key] = device
+    if not devices:
+        return
+    if "offload_param" in devices and "offload_optimizer" not in devices:
+        reading.skip(doc, "zero_optimization.offload_param", "weights offloaded without the optimizer: not billed")
+        return
+    both = "offload_param" in devices
+    key = "zero_optimization.offload_param" if both else "zero_optimization.offload_optimizer"
+    reading.set(doc, key, "offload", "optimizer+params" if both else "optimizer")
+    reading.set(doc, "zero_optimization.offload_optimizer.device", "offload_to", devices["offload_optimizer"])
+
+
+def _precision(doc: SourceDoc, reading: ConfigReading) -> None:
+    """`bf16.enabled` / `fp16.enabled` (true, false or "auto"); both true is a contradiction."""
+    enabled = {}
+    for key in ("bf16", "fp16"):
+        block = get_mapping(doc, key)
+        if block is None or block.get("enabled", False) == "auto":
+            continue
+        enabled[key] = get_bool(doc, "enabled", block, where=f"{key}.enabled")
+    if enabled.get("bf16") and enabled.get("fp16"):
+        raise fail(doc, "fp16.enabled", "bf16.enabled and fp16.enabled are both true; DeepSpeed trains in one of them")
+    for key in ("bf16", "fp16"):
+        if enabled.get(key):
+            reading.set(doc, f"{key}.enabled", "precision", f"amp-{key}")
+    bf16 = get_mapping(doc, "bf16") or {}
+    if bf16.get("bf16_master_weights_and_grads") is True and bf16.get("bf16_optimizer_states") is True:
+        reading.set(doc, "bf16.bf16_master_weights_and_grads", "master_weights", "bf16")
+        reading.set(doc, "bf16.enabled", "precision", "bf16")
+    elif bf16.get("bf16_master_weights_and_grads") is True:
+        reading.skip(
+            doc,
+            "bf16.bf16_master_weights_and_grads",
+            "bf16 master weights with fp32 optimizer states (no bf16_optimizer_states): billed as fp32 master",
+        )
+
+
+def _extras(doc: SourceDoc, reading: ConfigReading) -> None:
+    """DeepSpeed's own activation checkpointing and optimizer block."""
+    ac = doc.data.get("activation_checkpointing")
+    if isinstance(ac, dict) and (ac.get("partition_activations") or ac.get("cpu_checkpointing")):
+        reading.skip(
+            doc,
+            "activation_checkpointing",
+            "DeepSpeed's partitioned/CPU activation checkpoints (Megatron models only): not billed",
+        )
+    optimizer = doc.data.get("optimizer")
+    if isinstance(optimizer, dict):
+        kind = str(optimizer.get("type", "")).lower()
+        if kind not in ("adam", "adamw", "cpuadam", "fusedadam", ""):
+            reading.skip(
+                doc, "optimizer", f"DeepSpeed optimizer {optimizer.get('type')}: memdoc bills AdamW's 2 states"
+            )
+
+
+def reference(doc: SourceDoc, path: str) -> str:
+    """A path a config names (a DeepSpeed JSON), relative to that config's directory unless absolute."""
+    path = path.strip()
+    return path if posixpath.isabs(path) else posixpath.normpath(posixpath.join(posixpath.dirname(doc.path), path))
+
+
+def read_deepspeed_key(reading: ConfigReading, doc: SourceDoc, stack: Stack, key: str = "deepspeed") -> bool:
+    """A trainer config's `deepspeed:` (transformers/training_args.py `TrainingArguments.deepspeed`: a path
+    or a dict; Axolotl's and LLaMA-Factory's pass it on): a path goes to `reading.referenced` (read next),
+    a mapping is read here as a DeepSpeed config (its keys listed as `file:line (deepspeed)`). Returns
+    whether DeepSpeed is used."""
+    value = doc.data.get(key)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return False
+    if isinstance(value, str):
+        reading.referenced.append(reference(doc, value))
+        reading.read.append(KeyRead(doc.path, key, "shard"))
+    elif isinstance(value, dict):
+        inline = SourceDoc(f"{doc.where(key)} ({key})", value, {})
+        merged = reading.merge(read_deepspeed(inline, stack))
+        reading.plan, reading.read, reading.not_billed = merged.plan, merged.read, merged.not_billed
+    else:
+        raise fail(doc, key, f"must be a path to a DeepSpeed JSON or a mapping, got {quoted(value)}")
+    return True

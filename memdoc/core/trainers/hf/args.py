@@ -1,0 +1,61 @@
+"""TrainingArguments keys shared by every HF-Trainer-based format (HF, TRL, LLaMA-Factory)."""
+
+from __future__ import annotations
+
+from memdoc.core.trainers.accelerate.write import fsdp_accelerate_config
+from memdoc.core.trainers.base import (
+    DS_CONFIG_NAME,
+    FSDP_CONFIG_NAME,
+    LR_SCHEDULER,
+    OUTPUT_DIR_PLACEHOLDER,
+    WARMUP_RATIO,
+    EmitContext,
+    SideFile,
+    checkpointing_keys,
+    default_learning_rate,
+    optimizer_keys,
+    trainer_amp_flags,
+    uses_deepspeed,
+    uses_fsdp,
+)
+from memdoc.core.trainers.deepspeed.write import deepspeed_config
+
+
+def training_arguments(ctx: EmitContext, notes: list[str], placeholders: dict[str, str]) -> dict:
+    """output_dir, batch, accumulation, learning rate, optimizer, autocast, checkpointing, DeepSpeed."""
+    plan = ctx.plan
+    out: dict = {"output_dir": ctx.output_dir or OUTPUT_DIR_PLACEHOLDER}
+    if not ctx.output_dir:
+        placeholders["output_dir"] = "where checkpoints go (--output-dir)"
+    out["per_device_train_batch_size"] = plan.micro_batch
+    out["gradient_accumulation_steps"] = plan.grad_accum
+    out["learning_rate"] = default_learning_rate(plan)
+    placeholders["learning_rate"] = "a common default for this method; tune it"
+    out["num_train_epochs"] = 1
+    out["lr_scheduler_type"] = LR_SCHEDULER
+    out["warmup_steps"] = WARMUP_RATIO
+    out.update(optimizer_keys(plan, notes))
+    out.update(trainer_amp_flags(plan, notes))
+    out.update(checkpointing_keys(plan, notes))
+    if uses_deepspeed(plan):
+        out["deepspeed"] = ctx.side_path(DS_CONFIG_NAME)
+    out["logging_steps"] = 10
+    out["save_strategy"] = "epoch"
+    out["report_to"] = "none"
+    return out
+
+
+def distributed_side_files(ctx: EmitContext, notes: list[str]) -> list[SideFile]:
+    if uses_deepspeed(ctx.plan):
+        return [SideFile(DS_CONFIG_NAME, deepspeed_config(ctx, notes), "json")]
+    if uses_fsdp(ctx.plan):
+        return [SideFile(FSDP_CONFIG_NAME, fsdp_accelerate_config(ctx, notes), "yaml")]
+    return []
+
+
+def multinode_note(ctx: EmitContext, notes: list[str]) -> None:
+    if ctx.plan.nodes > 1:
+        notes.append(
+            f"{ctx.plan.nodes} nodes: run the launch command on every node with its rank "
+            "(accelerate: --num_machines/--machine_rank/--main_process_ip; deepspeed: --hostfile)"
+        )
