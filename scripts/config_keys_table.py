@@ -32,8 +32,8 @@ from memdoc.core.model.plan import TrainingPlan  # noqa: E402
 from memdoc.core.model.stack import latest_known_stack  # noqa: E402
 from memdoc.core.trainers.axolotl import read as axolotl
 from memdoc.core.trainers.deepspeed import read as deepspeed
-from memdoc.core.trainers.llamafactory import read as llamafactory  # noqa: E402
 from memdoc.core.trainers.detect import FORMATS, detect_format, read_document  # noqa: E402
+from memdoc.core.trainers.llamafactory import read as llamafactory  # noqa: E402
 from memdoc.core.trainers.reading import ConfigReading, SourceDoc  # noqa: E402
 from memdoc.resolve.user_config import load_source  # noqa: E402
 

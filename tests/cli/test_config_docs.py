@@ -14,8 +14,8 @@ from conftest import ROOT
 
 from memdoc.core.trainers.axolotl import read as axolotl
 from memdoc.core.trainers.deepspeed import read as deepspeed
-from memdoc.core.trainers.llamafactory import read as llamafactory
 from memdoc.core.trainers.detect import FORMATS
+from memdoc.core.trainers.llamafactory import read as llamafactory
 
 
 def _generator():

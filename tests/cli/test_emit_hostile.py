@@ -15,8 +15,8 @@ import yaml
 from conftest import invoke
 
 from memdoc.core.billing.bill import compute_bill
-from memdoc.core.trainers.emit import EmitContext, emit, render_main, render_side
 from memdoc.core.model.plan import parse_plan
+from memdoc.core.trainers.emit import EmitContext, emit, render_main, render_side
 from memdoc.resolve.models import resolve_model
 
 LONG_PATH = "/data/my set: v2/" + "x" * 250 + " #not a comment 'single' \"double\" ü 中文 🚀: end"

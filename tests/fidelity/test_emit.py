@@ -21,10 +21,10 @@ from conftest import ROOT
 from conftest import invoke as run
 
 from memdoc.core.billing.bill import compute_bill
-from memdoc.core.trainers.emit import EmitContext, emit
 from memdoc.core.model.gpu import resolve_gpu
 from memdoc.core.model.plan import parse_plan
 from memdoc.core.model.plan_checks import check_plan_against_model
+from memdoc.core.trainers.emit import EmitContext, emit
 from memdoc.resolve.models import resolve_model
 from memdoc.resolve.recipes import load_recipe
 

@@ -206,8 +206,8 @@ def test_axolotl_dataset_types_exist():
         pytest.skip("axolotl not installed")
     from pathlib import Path
 
-    from memdoc.core.trainers.axolotl.post import AXOLOTL_DATASET_TYPES
     from memdoc.core.model.plan_post import Task
+    from memdoc.core.trainers.axolotl.post import AXOLOTL_DATASET_TYPES
 
     root = Path(spec.origin).parent / "prompt_strategies"
     packages = {Task.DPO: "dpo", Task.SIMPO: "dpo", Task.ORPO: "orpo", Task.KTO: "kto", Task.RM: "bradley_terry"}

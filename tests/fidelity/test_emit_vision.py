@@ -111,8 +111,8 @@ def test_llamafactory_vlm_types_are_its_composite_models():
     import re
     from pathlib import Path
 
-    from memdoc.core.trainers.vision import LF_VLM_TYPES
     from memdoc.core.model.vlm import VLMS
+    from memdoc.core.trainers.vision import LF_VLM_TYPES
 
     source = Path(importlib.util.find_spec("llamafactory").origin).parent / "model" / "model_utils" / "visual.py"
     registered = set(re.findall(r'register_composite_model\(\s*model_type="([^"]+)"', source.read_text()))

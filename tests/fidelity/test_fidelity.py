@@ -7,8 +7,8 @@ import sys
 import pytest
 from conftest import ROOT, bill_plan
 
-from memdoc.core.trainers.emit import EmitContext, emit
 from memdoc.core.model.plan import parse_plan
+from memdoc.core.trainers.emit import EmitContext, emit
 from memdoc.errors import PlanError
 
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -16,13 +16,13 @@ import yaml
 
 from memdoc.core.billing.states import model_states
 from memdoc.core.billing.steptime import matmul_flops
-from memdoc.core.trainers.emit import EmitContext, emit
 from memdoc.core.model.model_spec import spec_from_config
 from memdoc.core.model.plan import parse_plan
 from memdoc.core.model.plan_checks import check_requested_plan
 from memdoc.core.model.stack import Stack
 from memdoc.core.remedies.dataset_fit import packed_rows
 from memdoc.core.trainers.axolotl.read import read_axolotl
+from memdoc.core.trainers.emit import EmitContext, emit
 from memdoc.core.trainers.llamafactory.read import read_llamafactory
 from memdoc.core.trainers.reading import SourceDoc
 from memdoc.core.trainers.trl.read import read_trainer_args

@@ -19,8 +19,8 @@ def default_filename(fmt: str, task: str = "sft") -> str:
     """The config file name written by default for `fmt` and the plan's task: TRL's is named after the script
     that runs it (`trl dpo --config dpo.yaml`, `trl reward --config reward.yaml`: `trl_post.TRL_SCRIPTS`)."""
     if fmt == "trl" and task != "sft":
-        from memdoc.core.trainers.trl.post import TRL_SCRIPTS
         from memdoc.core.model.plan_post import Task
+        from memdoc.core.trainers.trl.post import TRL_SCRIPTS
 
         return f"{TRL_SCRIPTS.get(Task(task), task)}.yaml"
     return DEFAULT_FILENAMES[fmt]

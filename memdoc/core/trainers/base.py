@@ -11,8 +11,6 @@ import os
 import shlex
 from dataclasses import dataclass, field
 
-from memdoc.core.trainers.text import dump_json, yaml_document
-from memdoc.core.trainers.trl.post import TRL_TRAINERS
 from memdoc.core.model.plan import (
     ALL_LINEAR,
     Checkpointing,
@@ -25,6 +23,8 @@ from memdoc.core.model.plan import (
     Task,
     TrainingPlan,
 )
+from memdoc.core.trainers.text import dump_json, yaml_document
+from memdoc.core.trainers.trl.post import TRL_TRAINERS
 from memdoc.errors import PlanError
 
 DATASET_PLACEHOLDER = "CHANGE_ME_dataset"

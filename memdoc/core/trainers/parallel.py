@@ -18,8 +18,8 @@
 
 from __future__ import annotations
 
-from memdoc.core.trainers.base import Emitted
 from memdoc.core.model.plan import CpImpl, Shard, TrainingPlan
+from memdoc.core.trainers.base import Emitted
 from memdoc.errors import PlanError
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from memdoc.core.billing.bill import compute_bill
-from memdoc.core.trainers.base import EmitContext
-from memdoc.core.trainers.deepspeed.write import deepspeed_config
 from memdoc.core.engines import Engine, engine_layout
 from memdoc.core.model.plan import parse_plan
 from memdoc.core.model.stack import Stack
+from memdoc.core.trainers.base import EmitContext
 from memdoc.core.trainers.deepspeed.read import read_deepspeed
+from memdoc.core.trainers.deepspeed.write import deepspeed_config
 from memdoc.core.trainers.reading import SourceDoc
 from memdoc.errors import PlanError
 from memdoc.resolve.models import resolve_model

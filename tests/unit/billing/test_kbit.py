@@ -8,8 +8,8 @@ import pytest
 from conftest import ROOT, bill_plan
 
 from memdoc.core.billing.kbit import non_quantised_params
-from memdoc.core.trainers.emit import EmitContext, emit
 from memdoc.core.model.plan import parse_plan
+from memdoc.core.trainers.emit import EmitContext, emit
 from memdoc.resolve.models import catalog_config, resolve_model
 
 sys.path.insert(0, str(ROOT / "benchmarks"))

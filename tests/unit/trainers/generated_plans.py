@@ -10,8 +10,8 @@ import yaml
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from memdoc.core.trainers.emit import EmitContext, emit
 from memdoc.core.model.plan import TrainingPlan
+from memdoc.core.trainers.emit import EmitContext, emit
 from memdoc.core.trainers.reading import SourceDoc
 from memdoc.errors import PlanError
 

@@ -14,8 +14,8 @@ import pytest
 
 from memdoc.core.model.stack import Stack
 from memdoc.core.trainers.axolotl.read import read_axolotl
-from memdoc.core.trainers.llamafactory.read import read_llamafactory
 from memdoc.core.trainers.hf.optimizers import ALL_NAMES, BILLED, BILLED_AS, FALLBACK, NOT_BILLED
+from memdoc.core.trainers.llamafactory.read import read_llamafactory
 from memdoc.core.trainers.reading import SourceDoc
 from memdoc.core.trainers.trl.read import read_trainer_args
 

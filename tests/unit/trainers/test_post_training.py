@@ -20,10 +20,10 @@ from generated_plans import emitted_and_read_back, load_doc
 from memdoc.core.model.plan import parse_plan
 from memdoc.core.model.stack import Stack
 from memdoc.core.trainers.axolotl import post_read as rl_keys
-from memdoc.core.trainers.trl import post_read as trl_post
 from memdoc.core.trainers.axolotl.read import read_axolotl
 from memdoc.core.trainers.detect import detect_format
 from memdoc.core.trainers.llamafactory.read import read_llamafactory
+from memdoc.core.trainers.trl import post_read as trl_post
 from memdoc.core.trainers.trl.read import read_trainer_args
 from memdoc.errors import ConfigError
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from memdoc.core.trainers.base import EmitContext
 from memdoc.core.model.plan import (
     MasterWeights,
     Method,
@@ -11,6 +10,7 @@ from memdoc.core.model.plan import (
     Precision,
     Shard,
 )
+from memdoc.core.trainers.base import EmitContext
 
 
 def fsdp_accelerate_config(ctx: EmitContext, notes: list[str]) -> dict:

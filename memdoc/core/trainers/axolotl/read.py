@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from memdoc.core.model.plan import ALL_LINEAR
 from memdoc.core.model.stack import Stack
+from memdoc.core.trainers.axolotl.post_read import read_axolotl_rl
 from memdoc.core.trainers.deepspeed.read import read_deepspeed_key
 from memdoc.core.trainers.fsdp import fsdp_words, read_fsdp
 from memdoc.core.trainers.hf.optimizers import read_optimizer
 from memdoc.core.trainers.precision import trained_precision
 from memdoc.core.trainers.reading import ConfigReading, KeyRead, SourceDoc
-from memdoc.core.trainers.axolotl.post_read import read_axolotl_rl
 from memdoc.core.trainers.values import get_bool, get_float, get_int, get_mapping, get_str, skip_set_keys
 from memdoc.errors import quoted
 

@@ -3,6 +3,8 @@ ZeRO stages point to the DeepSpeed JSON written next to it."""
 
 from __future__ import annotations
 
+from memdoc.core.model.lora import lora_alpha
+from memdoc.core.model.plan import Loss, Method, Offload, OffloadTarget, Optimizer, Precision
 from memdoc.core.trainers.axolotl.post import axolotl_dataset, axolotl_schedule, axolotl_task_keys
 from memdoc.core.trainers.base import (
     DATASET_PLACEHOLDER,
@@ -24,14 +26,12 @@ from memdoc.core.trainers.base import (
     uses_fsdp,
     uses_liger,
 )
-from memdoc.core.trainers.hf.args import multinode_note
 from memdoc.core.trainers.deepspeed.write import deepspeed_config
+from memdoc.core.trainers.hf.args import multinode_note
 from memdoc.core.trainers.kbit import kbit_notes
 from memdoc.core.trainers.packing import packing_keys
 from memdoc.core.trainers.templates import chat_template
 from memdoc.core.trainers.vision import AXOLOTL_VISION_ROWS, axolotl_vision_keys, is_vlm, vision_row_length
-from memdoc.core.model.lora import lora_alpha
-from memdoc.core.model.plan import Loss, Method, Offload, OffloadTarget, Optimizer, Precision
 
 AXOLOTL_DATASET_FORMAT = (
     'rows {"messages": [{"role": "user", "content": …}, {"role": "assistant", "content": …}]}, '

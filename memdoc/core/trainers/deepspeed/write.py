@@ -4,8 +4,8 @@ bucket knobs the bill uses are written out (`bucket_keys`)."""
 
 from __future__ import annotations
 
-from memdoc.core.trainers.base import DS_CONFIG_NAME, NVME_PLACEHOLDER, EmitContext, header_text
 from memdoc.core.model.plan import MasterWeights, Offload, OffloadTarget, Optimizer, Shard, TrainingPlan
+from memdoc.core.trainers.base import DS_CONFIG_NAME, NVME_PLACEHOLDER, EmitContext, header_text
 
 
 def _zero_stage(plan, notes: list[str]) -> int:

@@ -6,6 +6,8 @@ quantisation) or for LoRA: those become notes with the exact `from_pretrained` /
 
 from __future__ import annotations
 
+from memdoc.core.model.lora import lora_alpha
+from memdoc.core.model.plan import Loss, Method
 from memdoc.core.trainers.base import (
     FSDP_CONFIG_NAME,
     LIGER_CE_ONLY_CONFIG,
@@ -24,8 +26,6 @@ from memdoc.core.trainers.hf.args import distributed_side_files, multinode_note,
 from memdoc.core.trainers.kbit import kbit_prepare_clause
 from memdoc.core.trainers.packing import packing_keys
 from memdoc.core.trainers.vision import hf_vision_keys, is_vlm
-from memdoc.core.model.lora import lora_alpha
-from memdoc.core.model.plan import Loss, Method
 from memdoc.errors import PlanError
 
 

@@ -3,6 +3,8 @@ TrainingArguments keys in one file. FSDP runs through `accelerate launch` with t
 
 from __future__ import annotations
 
+from memdoc.core.model.lora import lora_alpha
+from memdoc.core.model.plan import Loss, Method, Precision, Shard
 from memdoc.core.trainers.base import (
     CHECKPOINTING_KWARGS_NOTE,
     DATASET_PLACEHOLDER,
@@ -22,8 +24,6 @@ from memdoc.core.trainers.llamafactory.post import LF_TASK_DATASETS, lf_task_key
 from memdoc.core.trainers.packing import packing_keys
 from memdoc.core.trainers.templates import chat_template
 from memdoc.core.trainers.vision import LF_VISION_ROWS, is_vlm, lf_vision_keys, vision_row_length
-from memdoc.core.model.lora import lora_alpha
-from memdoc.core.model.plan import Loss, Method, Precision, Shard
 from memdoc.errors import PlanError
 
 LF_DATASET_FORMAT = (

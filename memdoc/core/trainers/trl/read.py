@@ -27,8 +27,8 @@ from __future__ import annotations
 from memdoc.core.model.plan import Optimizer
 from memdoc.core.model.stack import Stack, trl_fused_lm_head
 from memdoc.core.trainers.deepspeed.read import read_deepspeed_key
-from memdoc.core.trainers.hf.defaults import default_optimizer, trl_sft_defaults
 from memdoc.core.trainers.fsdp import fsdp_words, read_fsdp
+from memdoc.core.trainers.hf.defaults import default_optimizer, trl_sft_defaults
 from memdoc.core.trainers.hf.optimizers import read_optimizer
 from memdoc.core.trainers.precision import read_precision
 from memdoc.core.trainers.reading import ConfigReading, KeyRead, SourceDoc

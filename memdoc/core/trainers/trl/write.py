@@ -3,6 +3,9 @@ RLOOConfig) + ModelConfig + ScriptArguments keys in one file (the post-training 
 
 from __future__ import annotations
 
+from memdoc.core.model.lora import lora_alpha
+from memdoc.core.model.plan import Loss, Method
+from memdoc.core.model.plan_post import Task
 from memdoc.core.trainers.base import (
     DATASET_PLACEHOLDER,
     FSDP_CONFIG_NAME,
@@ -31,9 +34,6 @@ from memdoc.core.trainers.trl.post import (
     trl_task_keys,
 )
 from memdoc.core.trainers.vision import TRL_VISION_ROWS, is_vlm, trl_vision_keys, trl_vision_notes
-from memdoc.core.model.lora import lora_alpha
-from memdoc.core.model.plan import Loss, Method
-from memdoc.core.model.plan_post import Task
 from memdoc.errors import PlanError
 
 
