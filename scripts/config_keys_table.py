@@ -254,7 +254,7 @@ def fixture_docs() -> Iterator[SourceDoc]:
 
 def emitted_docs() -> Iterator[SourceDoc]:
     """The main config and side files that `memdoc emit` writes, per format and plan."""
-    from memdoc.core.trainers import FORMATS as EMIT_FORMATS
+    from memdoc.core.trainers.registry import FORMATS as EMIT_FORMATS
 
     with tempfile.TemporaryDirectory() as tmp:
         for number, plan in enumerate(EMIT_PLANS):

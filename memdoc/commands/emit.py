@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from memdoc.commands.options import ForceOpt, JsonOpt, ModelArg, PlanFlags, plan_options, print_setup_notes
-from memdoc.core.trainers import FORMATS
+from memdoc.core.trainers.registry import FORMATS
 
 EXAMPLES = """
 Examples:

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from memdoc.core.reports.emit import EmitResult, emit_result, plan_to_emit
-from memdoc.core.trainers import default_filename
+from memdoc.core.trainers.registry import default_filename
 from memdoc.core.trainers.text import check_fill_in
 from memdoc.errors import OutputError
 from memdoc.output.files import check_length, write_all

@@ -259,10 +259,12 @@ def _ctx(**plan):
 def test_optimizer_names_exist_in_transformers():
     from transformers.training_args import OptimizerNames
 
-    from memdoc.core.trainers.base import HF_OPTIMIZERS
+    from memdoc.core.model.plan import Optimizer
+    from memdoc.core.trainers.hf.keys import KEYS
 
     names = {o.value for o in OptimizerNames}
-    assert set(HF_OPTIMIZERS.values()) <= names
+    row = KEYS.row("optimizer")
+    assert {row.write(o.value) for o in Optimizer} | set(row.aliases) <= names
 
 
 @pytest.mark.parametrize(
@@ -452,16 +454,19 @@ def test_pure_bf16_lora_says_the_trainer_autocasts():
 
 
 def test_every_format_has_one_emitter_and_bill_starts_without_them():
-    """`memdoc.core.trainers.FORMATS` (names, default files) and `dispatch.EMITTERS` name the same formats; importing
-    the CLI for `bill` loads no emitter (the formats' names are all the --format choice needs)."""
+    """The registry's formats are the trainers that emit, each with its own `emit`; importing the CLI for `bill`
+    loads no reader or writer (the formats' names and key tables are all the --format choice needs)."""
     import subprocess
     import sys
 
-    from memdoc.core.trainers import FORMATS as NAMES
-    from memdoc.core.trainers.emit import EMITTERS
+    from memdoc.core.trainers.registry import FORMATS, TRAINERS
 
-    assert tuple(EMITTERS) == NAMES
-    code = "import sys, memdoc.cli; print(sorted(m for m in sys.modules if m.startswith('memdoc.core.trainers.')))"
+    assert FORMATS == ("trl", "hf", "axolotl", "llamafactory")
+    assert all(callable(t.emit) for t in TRAINERS if t.name in FORMATS)
+    code = (
+        "import sys, memdoc.cli; print(sorted(m for m in sys.modules if m.startswith('memdoc.core.trainers.') "
+        "and m.rsplit('.', 1)[-1] in ('read', 'write', 'post', 'post_read', 'base', 'emit')))"
+    )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"
 

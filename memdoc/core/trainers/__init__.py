@@ -1,29 +1,9 @@
-"""Emit a training plan as a config its trainer runs as is (pure mapping; no I/O here).
+"""Every trainer memdoc reads and writes, one folder each (`trl/`, `hf/`, `axolotl/`, `llamafactory/`,
+`deepspeed/`, `accelerate/`), with `registry.TRAINERS` the one list of them and `trainer.Trainer` what each answers.
 
-`emit(fmt, ctx)` returns an `Emitted` (main config dict, side files, launch command, notes);
-`render_main` / `render_side` turn it into file text. One module per target format.
+A folder holds `keys.py` (the key table its reader and writer share: `table.KeyTable`), `read.py` (its files -> a
+`reading.ConfigReading`), `write.py` (the plan -> its config: `base.Emitted`) and `facts.py` (packing, CP/TP,
+QLoRA's upcast, the loss path). The modules beside the folders are what the trainers share: the reading contract
+(`reading.py`, `values.py`, `detect.py`, `fsdp.py`, `precision.py`), the writing ground (`base.py`, `text.py`,
+`templates.py`, `vision.py`, `emit.py`, `packing.py`, `parallel.py`, `kbit.py`). Pure mappings, no I/O.
 """
-
-DEFAULT_FILENAMES = {
-    "trl": "sft.yaml",
-    "hf": "training_args.yaml",
-    "axolotl": "axolotl.yaml",
-    "llamafactory": "llamafactory.yaml",
-}
-"""Each target format and the config file name written by default: the one list of formats. The emitters are in
-`dispatch.py` (`emit`), imported only where a config is written, so that `bill` and `plan` start without them."""
-FORMATS = tuple(DEFAULT_FILENAMES)
-
-
-def default_filename(fmt: str, task: str = "sft") -> str:
-    """The config file name written by default for `fmt` and the plan's task: TRL's is named after the script
-    that runs it (`trl dpo --config dpo.yaml`, `trl reward --config reward.yaml`: `trl_post.TRL_SCRIPTS`)."""
-    if fmt == "trl" and task != "sft":
-        from memdoc.core.model.plan_post import Task
-        from memdoc.core.trainers.trl.post import TRL_SCRIPTS
-
-        return f"{TRL_SCRIPTS.get(Task(task), task)}.yaml"
-    return DEFAULT_FILENAMES[fmt]
-
-
-__all__ = ["DEFAULT_FILENAMES", "FORMATS", "default_filename"]

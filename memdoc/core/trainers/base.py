@@ -20,11 +20,10 @@ from memdoc.core.model.plan import (
     Optimizer,
     Precision,
     Shard,
-    Task,
     TrainingPlan,
 )
+from memdoc.core.trainers.hf.keys import KEYS as HF
 from memdoc.core.trainers.text import dump_json, yaml_document
-from memdoc.core.trainers.trl.post import TRL_TRAINERS
 from memdoc.errors import PlanError
 
 DATASET_PLACEHOLDER = "CHANGE_ME_dataset"
@@ -42,17 +41,6 @@ DS_CONFIG_NAME = "ds_config.json"
 FSDP_CONFIG_NAME = "fsdp.yaml"
 SIDE_NAME_IF_TAKEN = {DS_CONFIG_NAME: "deepspeed_zero.json", FSDP_CONFIG_NAME: "accelerate_fsdp.yaml"}
 """Side-file names used when the main config itself is named ds_config.json / fsdp.yaml."""
-
-HF_OPTIMIZERS = {
-    Optimizer.ADAMW_FUSED: "adamw_torch_fused",
-    Optimizer.ADAMW_FOREACH: "adamw_torch",
-    Optimizer.ADAMW_8BIT: "adamw_bnb_8bit",
-    Optimizer.PAGED_ADAMW_8BIT: "paged_adamw_8bit",
-    Optimizer.SGD: "sgd",
-    Optimizer.ADAFACTOR: "adafactor",
-    Optimizer.LION: "lion_32bit",
-}
-"""memdoc optimizer → transformers `OptimizerNames` value (the `optim` key of every HF-based trainer)."""
 
 SGD_OPTIM_ARGS = "momentum=0.9"
 """memdoc bills SGD with momentum (1 state); HF's `sgd` has no momentum unless optim_args sets it."""
@@ -243,7 +231,7 @@ CHECKPOINTING_KWARGS_NOTE = (
 
 
 def optimizer_keys(plan: TrainingPlan, notes: list[str]) -> dict:
-    out = {"optim": HF_OPTIMIZERS[plan.optimizer]}
+    out = {HF["optimizer"]: HF.row("optimizer").write(plan.optimizer.value)}
     if plan.optimizer is Optimizer.SGD:
         out["optim_args"] = SGD_OPTIM_ARGS
     return out
@@ -268,53 +256,6 @@ def uses_liger(plan: TrainingPlan) -> bool:
     """Any Liger kernel: --loss fused (use_liger_kernel's full set) or fused-ce (the fused cross-entropy alone);
     not trl-fused, TRL's own head (TRL's default, nothing to write)."""
     return plan.loss in (Loss.FUSED, Loss.FUSED_CE)
-
-
-def _trl_head(plan: TrainingPlan) -> str:
-    """Which TRL trainer computes the loss through its fused LM head (TRL 1.16: `add_fused_lm_head` in
-    trl/trainer/{sft,dpo,kto,grpo,rloo}_trainer.py)."""
-    trainer = TRL_TRAINERS.get(plan.task, TRL_TRAINERS[Task.SFT])
-    source = f"trl/trainer/{trainer.removesuffix('Trainer').lower()}_trainer.py"
-    return f"TRL ≥ 1.16's {trainer} computes the loss through its fused LM head ({source})"
-
-
-RM_HEAD_NOTE = (
-    "task rm: TRL's RewardTrainer loads AutoModelForSequenceClassification (trl/trainer/reward_trainer.py): a scalar "
-    "score head, no vocabulary logits — --loss does not apply"
-)
-FULL_LOGITS_TRAINERS = {
-    "hf": "the HF Trainer computes",
-    "axolotl": "Axolotl's trainer (a transformers Trainer) computes",
-    "llamafactory": "LLaMA-Factory's trainer (a transformers Seq2SeqTrainer) computes",
-}
-"""The formats whose trainer computes transformers' own loss (the full logits), never TRL's fused LM head."""
-
-
-def loss_path_note(fmt: str, plan: TrainingPlan) -> str | None:
-    """Where the trainer of `fmt` computes the loss differently from the plan's `--loss`, the note that says so
-    and what to bill: TRL ≥ 1.16 always uses its fused LM head (bill trl-fused), the other formats' trainers
-    always compute the full logits or Liger's fused cross-entropy (never trl-fused)."""
-    if fmt == "trl" and plan.task.value == "rm":
-        return RM_HEAD_NOTE
-    trl_head = _trl_head(plan)
-    if fmt == "trl" and plan.loss is Loss.HF:
-        return f"loss hf: {trl_head}, never the full logits — bill --loss trl-fused for this config"
-    if fmt == "trl" and plan.loss is Loss.FUSED:
-        return (
-            f"loss fused: {trl_head} and turns Liger's fused cross-entropy off (use_liger_kernel applies its layer "
-            "kernels only) — bill --loss trl-fused for this config"
-        )
-    if fmt == "trl" and plan.loss is Loss.FUSED_CE:
-        return (
-            f"loss fused-ce: {trl_head} and refuses liger_kernel_config with fused_linear_cross_entropy — on TRL "
-            "≥ 1.16 drop the Liger keys and bill --loss trl-fused"
-        )
-    if fmt in FULL_LOGITS_TRAINERS and plan.loss is Loss.TRL_FUSED:
-        return (
-            f"loss trl-fused: TRL's fused LM head runs in TRL's trainers only; {FULL_LOGITS_TRAINERS[fmt]} the "
-            "full logits — bill --loss hf for this config"
-        )
-    return None
 
 
 WARMUP_RATIO = 0.1

@@ -6,17 +6,9 @@ from __future__ import annotations
 import dataclasses
 import shlex
 
-from memdoc.core.trainers import FORMATS
-from memdoc.core.trainers.axolotl.write import emit_axolotl
-from memdoc.core.trainers.base import EmitContext, Emitted, SideFile, loss_path_note, render_main, render_side
-from memdoc.core.trainers.hf.write import emit_hf
-from memdoc.core.trainers.llamafactory.write import emit_llamafactory
-from memdoc.core.trainers.parallel import add_parallel_keys, check_parallel_format
-from memdoc.core.trainers.trl.write import emit_trl
+from memdoc.core.trainers.base import EmitContext, Emitted, SideFile, render_main, render_side
+from memdoc.core.trainers.registry import FORMATS, format_of
 from memdoc.errors import PlanError
-
-EMITTERS = {"trl": emit_trl, "hf": emit_hf, "axolotl": emit_axolotl, "llamafactory": emit_llamafactory}
-"""Each format of `memdoc.core.trainers.FORMATS` and its emitter (a test holds the two to the same names)."""
 
 
 def _mirrored(asked: str, model_id: str) -> bool:
@@ -29,13 +21,13 @@ def _mirrored(asked: str, model_id: str) -> bool:
 
 def emit(fmt: str, ctx: EmitContext) -> Emitted:
     try:
-        emitter = EMITTERS[fmt]
+        trainer = format_of(fmt)
     except KeyError:
         raise PlanError(f"--format {fmt!r} is not one of: {', '.join(FORMATS)}") from None
-    check_parallel_format(fmt, ctx.plan)
-    emitted = emitter(ctx)
-    add_parallel_keys(fmt, ctx.plan, emitted)
-    loss_note = loss_path_note(fmt, ctx.plan)
+    trainer.check_parallel(ctx.plan)
+    emitted = trainer.emit(ctx)
+    trainer.add_parallel_keys(ctx.plan, emitted)
+    loss_note = trainer.loss_note(ctx.plan)
     if loss_note:
         emitted.notes.append(loss_note)
     if ctx.config_of:
@@ -66,4 +58,4 @@ def emit(fmt: str, ctx: EmitContext) -> Emitted:
     return emitted
 
 
-__all__ = ["EMITTERS", "EmitContext", "Emitted", "SideFile", "emit", "render_main", "render_side"]
+__all__ = ["EmitContext", "Emitted", "SideFile", "emit", "render_main", "render_side"]

@@ -1,4 +1,5 @@
-"""What each format does with QLoRA's fp32 upcast (`--kbit-upcast`), as a note beside the config.
+"""What each format does with QLoRA's fp32 upcast (`--kbit-upcast`), as a note beside the config (each format's own
+answer: `Format.kbit_notes`, in its folder's `facts.py`).
 
 peft's `prepare_model_for_kbit_training` upcasts every non-quantised parameter to fp32
 (`memdoc/core/billing/kbit.py` has the sources). Per format (the trainers' code, 2026 snapshots):
@@ -16,48 +17,13 @@ the flag that bills what the config runs.
 
 from __future__ import annotations
 
-from memdoc.core.model.plan import Method, TrainingPlan
 
-_NOT_RUN = {
-    "trl": "TRL's SFTTrainer (≥ 0.26) does not call peft's prepare_model_for_kbit_training and has no key for it",
-    "axolotl": "Axolotl calls prepare_model_for_kbit_training but then casts norms, embed_tokens and lm_head back "
-    "to the compute dtype (for every adapter; no key keeps them fp32)",
-    "llamafactory": "LLaMA-Factory never calls prepare_model_for_kbit_training (upcast_layernorm: true would upcast "
-    "the norm weights only)",
-}
-
-
-def kbit_prepare_clause(plan: TrainingPlan) -> str:
-    """The hf note's QLoRA clause: call `prepare_model_for_kbit_training` exactly when the plan bills its upcast."""
-    if plan.method is not Method.QLORA:
-        return ""
-    if plan.kbit_upcast:
-        return (
-            " after prepare_model_for_kbit_training(model, use_gradient_checkpointing=...) — its fp32 upcast of "
-            "embeddings, LM head and norms is billed (--kbit-upcast)"
-        )
+def upcast_mismatch(why: str) -> str:
+    """The note of a trainer that does not run the billed fp32 upcast (`--kbit-upcast`)."""
     return (
-        " — without peft's prepare_model_for_kbit_training, whose fp32 upcast of embeddings, LM head and norms "
-        "this plan does not bill (--kbit-upcast bills it)"
+        f"--kbit-upcast: {why}, so this config trains without the billed fp32 upcast "
+        "(less memory than billed); bill it with --no-kbit-upcast"
     )
 
 
-def kbit_notes(fmt: str, plan: TrainingPlan) -> list[str]:
-    """Notes for `fmt` when the plan's upcast choice is not what that trainer runs (and TRL's adapter cast)."""
-    if plan.method is not Method.QLORA:
-        return []
-    notes = []
-    if plan.kbit_upcast and fmt in _NOT_RUN:
-        notes.append(
-            f"--kbit-upcast: {_NOT_RUN[fmt]}, so this config trains without the billed fp32 upcast "
-            "(less memory than billed); bill it with --no-kbit-upcast"
-        )
-    if fmt == "trl":
-        notes.append(
-            "TRL casts a 4-bit model's LoRA adapters to bf16 (billed in fp32, peft's default): "
-            "adapters, their gradients and AdamW states take about half the billed bytes"
-        )
-    return notes
-
-
-__all__ = ["kbit_notes", "kbit_prepare_clause"]
+__all__ = ["upcast_mismatch"]

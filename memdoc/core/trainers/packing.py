@@ -1,4 +1,4 @@
-"""`--packing`: each trainer's keys for packed, padding-free rows with flash-attention's varlen kernel.
+"""`--packing`: the note every format that packs writes; each trainer's keys are in its folder's `facts.py` for packed, padding-free rows with flash-attention's varlen kernel.
 
 The bill assumes no padding and attention within each document, which is flash-attention's varlen path
 (transformers' `flash_attention_2` reads the documents from `position_ids` / `cu_seq_lens`). Under `sdpa`,
@@ -18,31 +18,10 @@ no skipped blocks. So every format that packs also writes flash-attention 2.
 
 from __future__ import annotations
 
-from memdoc.core.model.plan import TrainingPlan
-from memdoc.errors import PlanError
-
 FLASH_NOTE = (
     "packing: attn_implementation flash_attention_2 (pip install flash-attn): its varlen kernel attends within each "
     "packed document, as billed; under sdpa transformers builds a dense block-diagonal mask (tokens² bytes per row)"
 )
 
 
-def packing_keys(fmt: str, plan: TrainingPlan, notes: list[str]) -> dict:
-    """The keys of `fmt` that pack the rows as billed (empty without `--packing`)."""
-    if not plan.packing:
-        return {}
-    if fmt == "hf":
-        raise PlanError(
-            "--packing: HF TrainingArguments have no packing key (it is a data collator in your script)",
-            hint="nearest formats: --format trl (packing, padding_free), axolotl (sample_packing), "
-            "llamafactory (neat_packing)",
-        )
-    notes.append(FLASH_NOTE)
-    if fmt == "trl":
-        return {"packing": True, "padding_free": True, "attn_implementation": "flash_attention_2"}
-    if fmt == "axolotl":
-        return {"sample_packing": True, "pad_to_sequence_len": True, "attn_implementation": "flash_attention_2"}
-    return {"packing": True, "neat_packing": True, "flash_attn": "fa2"}
-
-
-__all__ = ["FLASH_NOTE", "packing_keys"]
+__all__ = ["FLASH_NOTE"]

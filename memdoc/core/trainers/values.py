@@ -107,3 +107,12 @@ def skip_set_keys(reading: ConfigReading, doc: SourceDoc, reasons: dict[str, str
     for key, reason in reasons.items():
         if is_set(doc.data.get(key)):
             reading.skip(doc, key, reason)
+
+
+def read_beta(reading: ConfigReading, doc: SourceDoc, key: str, beta: float | None) -> None:
+    """Set `beta` from `key` (a negative one is an error); nothing when absent."""
+    if beta is None:
+        return
+    if beta < 0:
+        raise fail(doc, key, f"must be 0 or more, got {beta!r}")
+    reading.set(doc, key, "beta", beta)

@@ -23,7 +23,7 @@ import functools
 import sys
 
 from memdoc.core.billing.vocabulary import LINE_ITEMS, STEP_PHASES
-from memdoc.core.trainers.trl.post_read import GENERATION_KEYS
+from memdoc.core.trainers.trl.keys import GENERATION_KEYS
 
 TRAINERS = {
     "trl.trainer.grpo_trainer": ("GRPOTrainer", "grpo", {"_generate": "generation"}),

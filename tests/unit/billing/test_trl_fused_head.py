@@ -15,7 +15,7 @@ from conftest import bill_plan
 
 from memdoc.core.model.plan import Loss, parse_plan
 from memdoc.core.model.stack import parse_stack, trl_fused_lm_head
-from memdoc.core.trainers.hf.defaults import trl_sft_defaults
+from memdoc.core.trainers.trl.defaults import trl_sft_defaults
 
 LLAMA = "meta-llama/Llama-3.1-8B"  # hidden 4096, vocabulary 128256, untied
 H, V = 4096, 128_256

@@ -14,7 +14,8 @@ from conftest import ROOT
 
 from memdoc.core.model.plan import Optimizer
 from memdoc.core.model.stack import LATEST_KNOWN, LATEST_KNOWN_DATE, Stack, parse_stack, parse_version
-from memdoc.core.trainers.hf.defaults import default_optimizer, trl_sft_defaults
+from memdoc.core.trainers.hf.defaults import default_optimizer
+from memdoc.core.trainers.trl.defaults import trl_sft_defaults
 from memdoc.errors import PlanError
 from memdoc.resolve.stack import stack_in_use
 

@@ -22,7 +22,9 @@ from memdoc.core.model.stack import Stack
 from memdoc.core.trainers.axolotl import post_read as rl_keys
 from memdoc.core.trainers.axolotl.read import read_axolotl
 from memdoc.core.trainers.detect import detect_format
+from memdoc.core.trainers.llamafactory import post_read as lf_post
 from memdoc.core.trainers.llamafactory.read import read_llamafactory
+from memdoc.core.trainers.trl import keys as trl_keys
 from memdoc.core.trainers.trl import post_read as trl_post
 from memdoc.core.trainers.trl.read import read_trainer_args
 from memdoc.errors import ConfigError
@@ -42,12 +44,12 @@ def test_trl_task_marks_belong_to_their_class_only():
 
     sft, dpo, kto = _fields(trl.SFTConfig), _fields(trl.DPOConfig), _fields(KTOConfig)
     rm, grpo, rloo = _fields(trl.RewardConfig), _fields(trl.GRPOConfig), _fields(trl.RLOOConfig)
-    assert set(trl_post.RLOO_KEYS) <= rloo - grpo - dpo - kto - rm - sft
+    assert set(trl_keys.RLOO_KEYS) <= rloo - grpo - dpo - kto - rm - sft
     script_only = {"reward_funcs", "reward_model_name_or_path"}  # GRPOScriptArguments (trl/scripts/grpo.py)
-    online = set(trl_post.ONLINE_KEYS) - script_only
+    online = set(trl_keys.ONLINE_KEYS) - script_only
     assert online <= grpo and not online & (dpo | kto | rm | sft)
-    assert set(trl_post.KTO_KEYS) <= kto - dpo - rm - grpo - rloo - sft
-    assert set(trl_post.RM_KEYS) <= rm - dpo - kto - grpo - rloo - sft
+    assert set(trl_keys.KTO_KEYS) <= kto - dpo - rm - grpo - rloo - sft
+    assert set(trl_keys.RM_KEYS) <= rm - dpo - kto - grpo - rloo - sft
     assert {"beta", "precompute_ref_log_probs", "ref_model_sync_steps"} <= dpo
     assert not {"beta", "precompute_ref_log_probs"} & (rm | sft)
     from trl.scripts.grpo import GRPOScriptArguments
@@ -199,7 +201,7 @@ def test_llamafactory_defaults_are_its_own():
     from llamafactory.hparams.finetuning_args import RLHFArguments
 
     defaults = {f.name: f.default for f in dataclasses.fields(RLHFArguments)}
-    assert defaults["pref_beta"] == rl_keys.LF_PREF_BETA and defaults["pref_loss"] == "sigmoid"
+    assert defaults["pref_beta"] == lf_post.LF_PREF_BETA and defaults["pref_loss"] == "sigmoid"
     doc = load_doc("lf.yaml", "model_name_or_path: x\nstage: dpo\n")
     assert detect_format(doc) == "llamafactory"
     reading = read_llamafactory(doc, Stack())
@@ -207,4 +209,4 @@ def test_llamafactory_defaults_are_its_own():
     import typing
 
     losses = typing.get_args(typing.get_type_hints(RLHFArguments)["pref_loss"])
-    assert set(rl_keys.LF_DPO_LOSSES) == set(losses)
+    assert set(lf_post.LF_DPO_LOSSES) == set(losses)

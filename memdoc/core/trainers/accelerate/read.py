@@ -20,7 +20,9 @@ Keys from accelerate 1.15 (`accelerate/commands/config/config_args.py` `ClusterC
 from __future__ import annotations
 
 from memdoc.core.model.stack import Stack
-from memdoc.core.trainers.deepspeed.read import SHARDS, reference
+from memdoc.core.trainers.accelerate.keys import DETECTING, KEYS
+from memdoc.core.trainers.deepspeed.keys import SHARDS
+from memdoc.core.trainers.deepspeed.read import reference
 from memdoc.core.trainers.fsdp import fsdp_option, read_fsdp
 from memdoc.core.trainers.reading import ConfigReading, SourceDoc
 from memdoc.core.trainers.values import fail, get_choice, get_int, get_mapping, get_str
@@ -43,9 +45,10 @@ DISTRIBUTED = (
 )
 """accelerate's `DistributedType` values (accelerate/utils/dataclasses.py)."""
 
-ACCELERATE_KEYS = frozenset(
-    {"distributed_type", "compute_environment", "num_processes", "num_machines", "machine_rank", "mixed_precision"}
-)
+
+def looks_like(data: dict) -> bool:
+    """`distributed_type`, or two of accelerate's cluster keys (accelerate/commands/config/config_args.py)."""
+    return KEYS["shard"] in data or len(DETECTING & set(data)) >= 2
 
 
 def read_accelerate(doc: SourceDoc, stack: Stack) -> ConfigReading:

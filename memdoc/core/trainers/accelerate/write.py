@@ -11,6 +11,7 @@ from memdoc.core.model.plan import (
     Shard,
 )
 from memdoc.core.trainers.base import EmitContext
+from memdoc.errors import PlanError
 
 
 def fsdp_accelerate_config(ctx: EmitContext, notes: list[str]) -> dict:
@@ -65,3 +66,35 @@ def fsdp_accelerate_config(ctx: EmitContext, notes: list[str]) -> dict:
         "same_network": True,
         "use_cpu": False,
     }
+
+
+def check_parallelism(fmt: str, plan) -> None:
+    """`--cp`/`--tp` as accelerate's `parallelism_config`: accelerate 1.15's `_validate_launch_command` refuses a
+    parallelism config without FSDP2, so the plan needs `--shard fsdp2`."""
+    if plan.shard is not Shard.FSDP2:
+        raise PlanError(
+            f"--format {fmt} writes --cp/--tp as accelerate's parallelism_config, which accelerate 1.15 launches "
+            "with FSDP2 only: add --shard fsdp2 (or use --format axolotl)"
+        )
+
+
+def accelerate_parallelism(plan) -> dict:
+    """The accelerate config file's `parallelism_config` (keys as `accelerate launch` takes them)."""
+    return {
+        "parallelism_config_dp_replicate_size": 1,
+        "parallelism_config_dp_shard_size": plan.dp_size,
+        "parallelism_config_tp_size": plan.tp,
+        "parallelism_config_cp_size": plan.cp,
+        "parallelism_config_cp_backend": "torch",
+    }
+
+
+def add_parallelism(plan, emitted) -> None:
+    """Write the plan's CP/TP as the FSDP side file's `parallelism_config` (CP: torch's ring attention)."""
+    for side in emitted.side_files:
+        if side.data.get("distributed_type") == "FSDP":
+            side.data["parallelism_config"] = accelerate_parallelism(plan)
+    emitted.notes.append(
+        f"accelerate parallelism_config: dp_shard {plan.dp_size} × cp {plan.cp} × tp {plan.tp}; CP runs torch's "
+        "ring attention under SDPA, TP transformers' tp_plan"
+    )

@@ -1,0 +1,62 @@
+"""Axolotl (`axolotl train FILE`, 0.19): `keys.py` its key table, `read.py` and `post_read.py` the reader, `write.py`
+and `post.py` the writer, `facts.py` packing, CP/TP and the tiled MLP, QLoRA's upcast and the loss path."""
+
+from __future__ import annotations
+
+from memdoc.core.trainers.axolotl.keys import KEYS, VERSION
+
+
+class Axolotl:
+    name = "axolotl"
+    version = VERSION
+    keys = KEYS
+    document = "axolotl"
+    detect_rank = 0
+    emits = True
+    seq_len_key = KEYS["seq_len"]
+
+    def looks_like(self, data: dict) -> bool:
+        from memdoc.core.trainers.axolotl.read import looks_like
+
+        return looks_like(data)
+
+    def read(self, doc, stack):
+        from memdoc.core.trainers.axolotl.read import read_axolotl
+
+        return read_axolotl(doc, stack)
+
+    def default_filename(self, task: str) -> str:
+        return "axolotl.yaml"
+
+    def emit(self, ctx):
+        from memdoc.core.trainers.axolotl.write import emit_axolotl
+
+        return emit_axolotl(ctx)
+
+    def packing_keys(self, plan, notes):
+        from memdoc.core.trainers.axolotl.facts import packing_keys
+
+        return packing_keys(plan, notes)
+
+    def check_parallel(self, plan):
+        from memdoc.core.trainers.axolotl.facts import check_parallel
+
+        check_parallel(plan)
+
+    def add_parallel_keys(self, plan, emitted):
+        from memdoc.core.trainers.axolotl.facts import add_parallel_keys
+
+        add_parallel_keys(plan, emitted)
+
+    def kbit_notes(self, plan):
+        from memdoc.core.trainers.axolotl.facts import kbit_notes
+
+        return kbit_notes(plan)
+
+    def loss_note(self, plan):
+        from memdoc.core.trainers.axolotl.facts import loss_note
+
+        return loss_note(plan)
+
+
+TRAINER = Axolotl()

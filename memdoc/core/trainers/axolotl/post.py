@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from memdoc.core.model.plan import TrainingPlan
 from memdoc.core.model.plan_post import Task, Vllm
+from memdoc.core.trainers.axolotl.keys import KEYS
 from memdoc.errors import PlanError
 
-AXOLOTL_RL = {Task.DPO: "dpo", Task.KTO: "kto", Task.ORPO: "orpo", Task.SIMPO: "simpo", Task.GRPO: "grpo"}
+AXOLOTL_RL = {Task(task): rl for task, rl in KEYS.row("task").values.items()}
 """memdoc task → Axolotl's `rl:` value (`RLType`)."""
 
 AXOLOTL_DATASET_TYPES = {

@@ -1,5 +1,5 @@
-"""The post-training keys of Axolotl and LLaMA-Factory configs -> the plan's task and its knobs (the inverse of
-`memdoc.core.trainers.axolotl.post` and `memdoc.core.trainers.llamafactory.post`).
+"""The post-training keys of Axolotl configs -> the plan's task and its knobs (the inverse of
+`memdoc.core.trainers.axolotl.post`).
 
 Axolotl 0.19 (`axolotl/utils/schemas/config.py`, `trl.py`, `vllm.py`, `enums.py` `RLType`): `rl` (dpo, ipo -> dpo;
 kto; orpo; simpo; grpo, gdpo -> grpo; ebft is not billed), `rl_beta` or `trl.beta` (`core/builders/rl.py` prefers
@@ -8,34 +8,18 @@ kto; orpo; simpo; grpo, gdpo -> grpo; ebft is not billed), `rl_beta` or `trl.bet
 `vllm_enable_sleep_mode`; `vllm.gpu_memory_utilization` (default 0.9, `VllmConfig`), which
 `core/trainers/grpo/__init__.py` passes to TRL for a colocated engine.
 
-LLaMA-Factory 0.9.5 (`hparams/finetuning_args.py`): `stage` dpo with `pref_loss` sigmoid/hinge/ipo/kto_pair -> dpo,
-orpo -> orpo, simpo -> simpo; kto; rm; ppo; `pref_beta` (default 0.1, the same for every stage); PPO's completion
-length is `max_new_tokens` (`hparams/generating_args.py`).
 """
 
 from __future__ import annotations
 
+from memdoc.core.trainers.axolotl.keys import KEYS, TASK_ALIASES, VLLM_BLOCK
 from memdoc.core.trainers.reading import ConfigReading, SourceDoc
-from memdoc.core.trainers.values import fail, get_bool, get_choice, get_float, get_int, get_mapping, get_str
+from memdoc.core.trainers.values import get_bool, get_choice, get_float, get_int, get_mapping, get_str, read_beta
 
-AXOLOTL_RL = {"dpo": "dpo", "ipo": "dpo", "kto": "kto", "orpo": "orpo", "simpo": "simpo", "grpo": "grpo"}
-AXOLOTL_RL |= {"gdpo": "grpo"}
-"""Axolotl `rl:` -> memdoc task (ipo is DPO with IPO's loss; gdpo is GRPO with GDPO's reward aggregation)."""
-AXOLOTL_VLLM_MEMORY = 0.9
+AXOLOTL_RL = {**{rl: task for task, rl in KEYS.row("task").values.items()}, **TASK_ALIASES}
+"""Axolotl `rl:` -> memdoc task."""
+AXOLOTL_VLLM_MEMORY = VLLM_BLOCK.row("vllm_memory").default
 """`VllmConfig.gpu_memory_utilization` default (axolotl/utils/schemas/vllm.py)."""
-
-LF_STAGES = {"dpo": "dpo", "kto": "kto", "rm": "rm", "ppo": "ppo"}
-LF_DPO_LOSSES = {"sigmoid": "dpo", "hinge": "dpo", "ipo": "dpo", "kto_pair": "dpo", "orpo": "orpo", "simpo": "simpo"}
-LF_PREF_BETA = 0.1
-"""`RLHFArguments.pref_beta` default (llamafactory/hparams/finetuning_args.py)."""
-
-
-def _beta(reading: ConfigReading, doc: SourceDoc, key: str, beta: float | None) -> None:
-    if beta is None:
-        return
-    if beta < 0:
-        raise fail(doc, key, f"must be 0 or more, got {beta!r}")
-    reading.set(doc, key, "beta", beta)
 
 
 def read_axolotl_rl(reading: ConfigReading, doc: SourceDoc) -> None:
@@ -53,9 +37,9 @@ def read_axolotl_rl(reading: ConfigReading, doc: SourceDoc) -> None:
     reading.set(doc, "rl", "task", task)
     block = get_mapping(doc, "trl") or {}
     if block.get("beta") is not None:
-        _beta(reading, doc, "trl.beta", get_float(doc, "beta", block, where="trl.beta"))
+        read_beta(reading, doc, "trl.beta", get_float(doc, "beta", block, where="trl.beta"))
     else:
-        _beta(reading, doc, "rl_beta", get_float(doc, "rl_beta"))
+        read_beta(reading, doc, "rl_beta", get_float(doc, "rl_beta"))
     if task in ("dpo", "kto") and get_bool(doc, "precompute_ref_log_probs") is not None:
         reading.set(doc, "precompute_ref_log_probs", "precompute_ref", get_bool(doc, "precompute_ref_log_probs"))
     if task == "grpo":
@@ -93,26 +77,4 @@ def _axolotl_grpo(reading: ConfigReading, doc: SourceDoc, block: dict) -> None:
         reading.set(doc, "vllm.gpu_memory_utilization", "vllm_memory", memory)
 
 
-def read_llamafactory_rl(reading: ConfigReading, doc: SourceDoc, stage: str) -> None:
-    """`stage` dpo/kto/rm/ppo with `pref_loss`, `pref_beta` and PPO's `max_new_tokens` (see the module docstring)."""
-    task = LF_STAGES[stage]
-    if stage == "dpo":
-        loss = get_choice(doc, "pref_loss", tuple(LF_DPO_LOSSES)) or "sigmoid"
-        task = LF_DPO_LOSSES[loss]
-        reading.set(doc, "pref_loss" if doc.data.get("pref_loss") is not None else "stage", "task", task)
-    else:
-        reading.set(doc, "stage", "task", task)
-    if stage in ("dpo", "kto"):
-        beta = get_float(doc, "pref_beta")
-        if beta is None:
-            reading.set(doc, "pref_beta (default)", "beta", LF_PREF_BETA)
-        else:
-            _beta(reading, doc, "pref_beta", beta)
-    if stage == "ppo":
-        tokens = get_int(doc, "max_new_tokens")
-        if tokens is not None and tokens > 0:
-            reading.set(doc, "max_new_tokens", "completion_len", tokens)
-        reading.set(doc, "stage", "num_generations", 1)  # one completion per prompt (LLaMA-Factory's PPO)
-
-
-__all__ = ["read_axolotl_rl", "read_llamafactory_rl"]
+__all__ = ["read_axolotl_rl"]

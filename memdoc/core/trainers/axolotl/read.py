@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from memdoc.core.model.plan import ALL_LINEAR
 from memdoc.core.model.stack import Stack
+from memdoc.core.trainers.axolotl.keys import DETECTING, KEYS
 from memdoc.core.trainers.axolotl.post_read import read_axolotl_rl
 from memdoc.core.trainers.deepspeed.read import read_deepspeed_key
 from memdoc.core.trainers.fsdp import fsdp_words, read_fsdp
@@ -56,6 +57,16 @@ NOT_BILLED = {
     "dp_shard_size": "an FSDP shard group smaller than the world is not billed (billed over every GPU)",
 }
 """Keys that change memory but that memdoc does not bill, each with the reason (recorded when turned on)."""
+
+
+def looks_like(data: dict) -> bool:
+    """`base_model` with `micro_batch_size`, `sequence_len` or `datasets` entries that have a `type`
+    (axolotl/utils/schemas/config.py)."""
+    if KEYS["model"] not in data:
+        return False
+    datasets = data.get(KEYS["dataset"])
+    typed = isinstance(datasets, list) and any(isinstance(d, dict) and "type" in d for d in datasets)
+    return bool(DETECTING & set(data)) or typed
 
 
 def read_axolotl(doc: SourceDoc, stack: Stack) -> ConfigReading:

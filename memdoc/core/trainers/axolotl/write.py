@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from memdoc.core.model.lora import lora_alpha
 from memdoc.core.model.plan import Loss, Method, Offload, OffloadTarget, Optimizer, Precision
+from memdoc.core.trainers.axolotl.facts import kbit_notes, packing_keys
 from memdoc.core.trainers.axolotl.post import axolotl_dataset, axolotl_schedule, axolotl_task_keys
 from memdoc.core.trainers.base import (
     DATASET_PLACEHOLDER,
     DS_CONFIG_NAME,
-    HF_OPTIMIZERS,
     LIGER_NOTE,
     LR_SCHEDULER,
     OUTPUT_DIR_PLACEHOLDER,
@@ -28,8 +28,7 @@ from memdoc.core.trainers.base import (
 )
 from memdoc.core.trainers.deepspeed.write import deepspeed_config
 from memdoc.core.trainers.hf.args import multinode_note
-from memdoc.core.trainers.kbit import kbit_notes
-from memdoc.core.trainers.packing import packing_keys
+from memdoc.core.trainers.hf.keys import KEYS as HF
 from memdoc.core.trainers.templates import chat_template
 from memdoc.core.trainers.vision import AXOLOTL_VISION_ROWS, axolotl_vision_keys, is_vlm, vision_row_length
 
@@ -160,7 +159,7 @@ def _batch_and_optimizer_keys(plan) -> dict:
         "learning_rate": default_learning_rate(plan),
         "lr_scheduler": LR_SCHEDULER,
         "warmup_ratio": WARMUP_RATIO,
-        "optimizer": HF_OPTIMIZERS[plan.optimizer],
+        "optimizer": HF.row("optimizer").write(plan.optimizer.value),
     }
     if plan.optimizer is Optimizer.SGD:
         config["optim_args"] = SGD_OPTIM_ARGS
@@ -225,7 +224,7 @@ def emit_axolotl(ctx: EmitContext) -> Emitted:
     placeholders["learning_rate"] = "a common default for this method; tune it"
     config.update(_precision(plan, notes))
     config["attn_implementation"] = plan.attention.value
-    config.update(packing_keys("axolotl", plan, notes))
+    config.update(packing_keys(plan, notes))
     config.update(_liger_keys(plan, notes))
     config.update(checkpointing_keys(plan, notes))
     _activation_offload(config)
@@ -233,7 +232,7 @@ def emit_axolotl(ctx: EmitContext) -> Emitted:
         _vision(ctx, config, notes, comments)
     side = _sharding(ctx, config, notes)
     config["logging_steps"] = 10
-    notes.extend(kbit_notes("axolotl", plan))
+    notes.extend(kbit_notes(plan))
     multinode_note(ctx, notes)
     launch = f"axolotl train {ctx.config_arg}"
     if ctx.multi_gpu:

@@ -26,44 +26,20 @@ from __future__ import annotations
 import posixpath
 
 from memdoc.core.model.stack import Stack
+from memdoc.core.trainers.deepspeed.keys import BUCKET_DEFAULTS, DETECTING, SHARDS, STAGE3_ONLY
 from memdoc.core.trainers.reading import ConfigReading, KeyRead, SourceDoc
 from memdoc.core.trainers.values import fail, get_bool, get_int, get_mapping
 from memdoc.errors import quoted
-
-SHARDS = {0: "none", 1: "zero1", 2: "zero2", 3: "zero3"}
 
 BUCKETS = {
     "stage3_max_reuse_distance": "ZeRO-3's gathered parameters kept for reuse",
 }
 """`zero_optimization` keys that size caches which memdoc does not bill."""
 
-BUCKET_DEFAULTS = {
-    "reduce_bucket_size": 500_000_000,
-    "allgather_bucket_size": 500_000_000,
-    "stage3_prefetch_bucket_size": 50_000_000,
-    "stage3_param_persistence_threshold": 100_000,
-    "stage3_max_live_parameters": 1_000_000_000,
-    "sub_group_size": 1_000_000_000,
-}
-"""The bucket knobs the bill uses (plan fields of the same name) and DeepSpeed 0.19.8's defaults for a key the
-config leaves out (`deepspeed/runtime/zero/config.py` `DeepSpeedZeroConfig`); "auto" is left to transformers,
-which fills reduce_bucket_size, stage3_prefetch_bucket_size and stage3_param_persistence_threshold from the
-hidden size (the plan's None)."""
 
-STAGE3_ONLY = frozenset(
-    {
-        "stage3_prefetch_bucket_size",
-        "stage3_param_persistence_threshold",
-        "stage3_max_live_parameters",
-        "sub_group_size",
-    }
-)
-"""Bucket knobs that only ZeRO-3 reads (`deepspeed/runtime/zero/stage3.py`)."""
-
-DS_KEYS = frozenset(
-    {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size", "zero_allow_untested_optimizer"}
-)
-"""Top-level keys only a DeepSpeed config has (deepspeed/runtime/constants.py)."""
+def looks_like(data: dict) -> bool:
+    """Any key only a DeepSpeed config has (deepspeed/runtime/constants.py)."""
+    return bool(DETECTING & set(data))
 
 
 def read_deepspeed(doc: SourceDoc, stack: Stack) -> ConfigReading:

@@ -1,14 +1,13 @@
-"""The trainers' defaults for keys a user's config leaves out, per library version.
+"""transformers' defaults for keys a user's config leaves out, per library version (TRL's: `trl/defaults.py`).
 
 A key absent from a config takes the default of the trainer version that will run it (`Stack`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from memdoc.core.model.plan import Loss, Optimizer
-from memdoc.core.model.stack import Stack, trl_fused_lm_head
+from memdoc.core.model.plan import Optimizer
+from memdoc.core.model.stack import Stack
+from memdoc.core.trainers.hf.keys import KEYS
 
 # ---------------------------------------------------------------------------------------------
 # Stack-dependent defaults (issue 22, "the stack is explicit"): transformers' optimizer, TRL's SFT
@@ -40,33 +39,7 @@ def default_optimizer(stack: Stack) -> Optimizer:
 def hf_default_optim(stack: Stack) -> str:
     """`default_optimizer` as the name `TrainingArguments.optim` takes (`adamw_torch_fused` / `adamw_torch`),
     for readers that map an absent `optim` key through the trainer's own names."""
-    return "adamw_torch_fused" if default_optimizer(stack) is Optimizer.ADAMW_FUSED else "adamw_torch"
+    return KEYS.row("optimizer").write(default_optimizer(stack).value)
 
 
-@dataclass(frozen=True)
-class TrlSftDefaults:
-    """TRL `SFTConfig` defaults that change memory, read from trl/trainer/sft_config.py (TRL 1.16.0)."""
-
-    max_length: int | None = 1024
-    """`max_length`: sequences are truncated to it (None: no truncation); with packing, the block length."""
-    packing: bool = False
-    """`packing`: sequences grouped into `max_length` blocks (with `packing_strategy="bfd"`, the default,
-    padding-free is switched on as well)."""
-    padding_free: bool = False
-    """`padding_free`: the batch flattened into one row without padding (FlashAttention only)."""
-    loss: Loss = Loss.TRL_FUSED
-    """The loss path of `SFTTrainer.compute_loss` with the default `loss_type="nll"`."""
-
-
-def trl_sft_defaults(stack: Stack) -> TrlSftDefaults:
-    """TRL's SFT defaults on this stack.
-
-    Established for TRL 1.16.0 (trl/trainer/sft_config.py: `max_length=1024`, `packing=False`,
-    `padding_free=False`, `loss_type="nll"`; trl/trainer/sft_trainer.py computes "nll" through the fused
-    LM head). Lengths and packing are taken as 1.16's for every version (not established earlier); the
-    loss is TRL's fused head where the stack's TRL has it (`trl_fused_lm_head`), else transformers' own.
-    """
-    return TrlSftDefaults(loss=Loss.TRL_FUSED if trl_fused_lm_head(stack) else Loss.HF)
-
-
-__all__ = ["FUSED_ADAMW_DEFAULT_SINCE", "TrlSftDefaults", "default_optimizer", "hf_default_optim", "trl_sft_defaults"]
+__all__ = ["FUSED_ADAMW_DEFAULT_SINCE", "default_optimizer", "hf_default_optim"]

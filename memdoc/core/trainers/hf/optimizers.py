@@ -2,7 +2,7 @@
 or the reason memdoc does not bill it: the one optimizer table of every reader. TRL and HF files (`optim`),
 LLaMA-Factory (`optim`, handed to `Seq2SeqTrainingArguments`) and Axolotl (`optimizer`, handed to
 `TrainingArguments` unless it is one of Axolotl's own) all take these names. `BILLED` is the inverse of
-`memdoc.core.trainers.base.HF_OPTIMIZERS`.
+the `optim` row of `memdoc.core.trainers.hf.keys`.
 
 Which class each name builds: transformers/trainer_optimizer.py (`_OPTIMIZER_HANDLERS`, called by
 trainer.py `get_optimizer_cls_and_kwargs`). The bitsandbytes names all go through
@@ -20,20 +20,12 @@ from __future__ import annotations
 from dataclasses import fields
 
 from memdoc.core.model.plan import TrainingPlan
+from memdoc.core.trainers.hf.keys import KEYS
 from memdoc.core.trainers.reading import ConfigReading, SourceDoc
 from memdoc.core.trainers.values import fail, get_str
 from memdoc.errors import did_you_mean, quoted
 
-BILLED = {
-    "adamw_torch": "adamw-foreach",
-    "adamw_torch_fused": "adamw-fused",
-    "adamw_bnb_8bit": "adamw-8bit",
-    "adamw_8bit": "adamw-8bit",
-    "paged_adamw_8bit": "paged-adamw-8bit",
-    "sgd": "sgd",
-    "adafactor": "adafactor",
-    "lion_32bit": "lion",
-}
+BILLED = KEYS.row("optimizer").reading()
 """Names memdoc bills, and as what."""
 
 _PAGED = "paged states leave the GPU only under memory pressure"

@@ -23,8 +23,7 @@ from memdoc.core.trainers.base import (
     uses_liger,
 )
 from memdoc.core.trainers.hf.args import distributed_side_files, multinode_note, training_arguments
-from memdoc.core.trainers.kbit import kbit_prepare_clause
-from memdoc.core.trainers.packing import packing_keys
+from memdoc.core.trainers.hf.facts import kbit_prepare_clause, packing_keys
 from memdoc.core.trainers.vision import hf_vision_keys, is_vlm
 from memdoc.errors import PlanError
 
@@ -39,7 +38,7 @@ def emit_hf(ctx: EmitContext) -> Emitted:
             "(no reference model, preference loss or generation)",
             hint="use --format trl (trl dpo/kto/reward/grpo/rloo), axolotl (rl: …) or llamafactory (stage: …)",
         )
-    packing_keys("hf", plan, notes)  # refuses --packing: TrainingArguments have no key
+    packing_keys(plan, notes)  # refuses --packing: TrainingArguments have no key
     config = training_arguments(ctx, notes, placeholders)
     load = [f"dtype=torch.{load_dtype(plan)}", f'attn_implementation="{plan.attention.value}"']
     if plan.method is Method.QLORA:

@@ -14,17 +14,10 @@ from __future__ import annotations
 
 from memdoc.core.model.plan import TrainingPlan
 from memdoc.core.model.plan_post import Task
+from memdoc.core.trainers.llamafactory.keys import STAGES
 from memdoc.errors import PlanError
 
-LF_STAGES = {
-    Task.SFT: ("sft", None),
-    Task.DPO: ("dpo", "sigmoid"),
-    Task.ORPO: ("dpo", "orpo"),
-    Task.SIMPO: ("dpo", "simpo"),
-    Task.KTO: ("kto", None),
-    Task.RM: ("rm", None),
-    Task.PPO: ("ppo", None),
-}
+LF_STAGES = {Task(task): stage for task, stage in STAGES.items()}
 """memdoc task → LLaMA-Factory `stage` and `pref_loss`."""
 
 LF_PAIRED_ROWS = (

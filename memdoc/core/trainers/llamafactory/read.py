@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from memdoc.core.model.plan import ALL_LINEAR
 from memdoc.core.model.stack import Stack
-from memdoc.core.trainers.axolotl.post_read import read_llamafactory_rl
+from memdoc.core.trainers.llamafactory.post_read import read_llamafactory_rl
 from memdoc.core.trainers.deepspeed.read import read_deepspeed_key
 from memdoc.core.trainers.fsdp import fsdp_words, read_fsdp
 from memdoc.core.trainers.hf.defaults import hf_default_optim
 from memdoc.core.trainers.hf.optimizers import read_optimizer
+from memdoc.core.trainers.llamafactory.keys import DETECTING, KEYS
 from memdoc.core.trainers.precision import trained_precision
 from memdoc.core.trainers.reading import ConfigReading, KeyRead, SourceDoc
 from memdoc.core.trainers.values import get_bool, get_float, get_int, get_mapping, get_str, skip_set_keys
@@ -51,6 +52,12 @@ NOT_BILLED = {
     "mixture_of_depths": "mixture-of-depths is not billed",
 }
 """Keys that change memory but that memdoc does not bill, each with the reason (recorded when turned on)."""
+
+
+def looks_like(data: dict) -> bool:
+    """`model_name_or_path` with `stage`, `finetuning_type`, `cutoff_len` or `template`
+    (llamafactory/hparams/finetuning_args.py, data_args.py)."""
+    return KEYS["model"] in data and bool(DETECTING & set(data))
 
 
 def read_llamafactory(doc: SourceDoc, stack: Stack) -> ConfigReading:

@@ -19,9 +19,8 @@ from memdoc.core.trainers.base import (
     uses_liger,
 )
 from memdoc.core.trainers.hf.args import distributed_side_files, multinode_note, training_arguments
-from memdoc.core.trainers.kbit import kbit_notes
+from memdoc.core.trainers.llamafactory.facts import kbit_notes, packing_keys
 from memdoc.core.trainers.llamafactory.post import LF_TASK_DATASETS, lf_task_keys
-from memdoc.core.trainers.packing import packing_keys
 from memdoc.core.trainers.templates import chat_template
 from memdoc.core.trainers.vision import LF_VISION_ROWS, is_vlm, lf_vision_keys, vision_row_length
 from memdoc.errors import PlanError
@@ -101,7 +100,7 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
         comments["template"] = "the family's chat format (LLaMA-Factory's template registry)"
     config["cutoff_len"] = plan.seq_len
     _vision(ctx, config, notes)
-    config.update(packing_keys("llamafactory", plan, notes))
+    config.update(packing_keys(plan, notes))
     args = training_arguments(ctx, notes, placeholders)
     checkpointing = args.pop("gradient_checkpointing")
     _checkpointing_kwargs(args.pop("gradient_checkpointing_kwargs", None) or {}, notes)
@@ -119,7 +118,7 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
                 "loss fused-ce: enable_liger_kernel applies every Liger kernel (RMSNorm, RoPE, SwiGLU too); "
                 "LLaMA-Factory has no key for the fused cross-entropy alone — bill --loss fused for this config"
             )
-    notes.extend(kbit_notes("llamafactory", plan))
+    notes.extend(kbit_notes(plan))
     multinode_note(ctx, notes)
     side = distributed_side_files(ctx, notes)
     return Emitted("llamafactory", config, _launch(ctx), notes, side, placeholders, comments)

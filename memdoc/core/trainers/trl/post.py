@@ -12,26 +12,8 @@ from __future__ import annotations
 
 from memdoc.core.model.plan import TrainingPlan
 from memdoc.core.model.plan_post import Task, Vllm
+from memdoc.core.trainers.trl.keys import SELF_DESCRIBING, TRL_SCRIPTS, TRL_TRAINERS
 from memdoc.errors import PlanError
-
-TRL_SCRIPTS = {
-    Task.SFT: "sft",
-    Task.DPO: "dpo",
-    Task.KTO: "kto",
-    Task.RM: "reward",
-    Task.GRPO: "grpo",
-    Task.RLOO: "rloo",
-}
-"""Each task TRL's CLI runs → its script (`trl/scripts/<name>.py`, the `trl <name>` subcommand)."""
-
-TRL_TRAINERS = {
-    Task.SFT: "SFTTrainer",
-    Task.DPO: "DPOTrainer",
-    Task.KTO: "KTOTrainer",
-    Task.RM: "RewardTrainer",
-    Task.GRPO: "GRPOTrainer",
-    Task.RLOO: "RLOOTrainer",
-}
 
 PAIRED_ROWS = (
     'rows {"prompt": …, "chosen": …, "rejected": …} (strings or message lists; the chat template is applied to '
@@ -70,16 +52,6 @@ UNRUNNABLE = {
     ),
 }
 """Tasks `trl` cannot run, why, and the formats that can."""
-
-
-SELF_DESCRIBING = {
-    Task.KTO: {"desirable_weight": 1.0, "undesirable_weight": 1.0},
-    Task.RM: {"center_rewards_coefficient": None},
-    Task.RLOO: {"normalize_advantages": False},
-}
-"""Keys only the task's config class has, at TRL 1.16's defaults (`KTOConfig`, `RewardConfig`, `RLOOConfig`), so
-that the file says which class it is (memdoc's reader, `memdoc.core.trainers.trl.post_read`, tells the class by such
-keys)."""
 
 
 def trl_script(plan: TrainingPlan) -> str:

@@ -26,25 +26,9 @@ overrides it (flags override files).
 from __future__ import annotations
 
 from memdoc.core.trainers.reading import ConfigReading, SourceDoc
+from memdoc.core.trainers.trl.keys import DPO_KEYS, KTO_KEYS, ONLINE_KEYS, RLOO_KEYS, RM_KEYS
 from memdoc.core.trainers.values import fail, get_bool, get_choice, get_float, get_int, get_str
 
-RLOO_KEYS = ("normalize_advantages", "reward_clip_range")
-GENERATION_KEYS = (
-    "num_generations",
-    "max_completion_length",
-    "generation_batch_size",
-    "steps_per_generation",
-    "num_iterations",
-    "use_vllm",
-    "vllm_mode",
-    "vllm_gpu_memory_utilization",
-    "vllm_enable_sleep_mode",
-)
-"""GRPOConfig's and RLOOConfig's generation keys (TRL 1.16)."""
-ONLINE_KEYS = (*GENERATION_KEYS, "reward_funcs", "reward_model_name_or_path")
-KTO_KEYS = ("desirable_weight", "undesirable_weight")
-RM_KEYS = ("center_rewards_coefficient",)
-DPO_KEYS = ("beta", "precompute_ref_log_probs", "rpo_alpha", "ref_model_sync_steps")
 GRPO_LOSSES = frozenset({"grpo", "dapo", "bnpo", "dr_grpo", "cispo", "sapo", "luspo", "vespo"})
 KTO_LOSSES = frozenset({"kto", "apo_zero_unpaired"})
 DPO_LOSSES = frozenset(
@@ -52,9 +36,6 @@ DPO_LOSSES = frozenset(
     | {"apo_zero", "apo_down", "discopop", "sigmoid_norm", "sft"}
 )
 """`loss_type` values of GRPOConfig, KTOConfig and DPOConfig (TRL 1.16 help texts)."""
-
-POST_TRAINING_KEYS = frozenset({*RLOO_KEYS, *ONLINE_KEYS, *KTO_KEYS, *RM_KEYS, *DPO_KEYS})
-"""Keys that mark a document as a TRL config (`trainer_args.TRL_KEYS` includes them)."""
 
 
 def _loss_types(doc: SourceDoc) -> set[str]:
@@ -147,4 +128,4 @@ def _online(doc: SourceDoc, reading: ConfigReading) -> None:
         reading.skip(doc, "reward_model_name_or_path", "a reward model's weights and forward: not billed")
 
 
-__all__ = ["POST_TRAINING_KEYS", "read_trl_post", "trl_task"]
+__all__ = ["read_trl_post", "trl_task"]

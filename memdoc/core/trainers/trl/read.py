@@ -24,15 +24,22 @@ GRPO/RLOO have no `max_length` (the plan's `seq_len` is their prompt length, TRL
 
 from __future__ import annotations
 
-from memdoc.core.model.plan import Optimizer
 from memdoc.core.model.stack import Stack, trl_fused_lm_head
-from memdoc.core.trainers.deepspeed.read import read_deepspeed_key
-from memdoc.core.trainers.fsdp import fsdp_words, read_fsdp
-from memdoc.core.trainers.hf.defaults import default_optimizer, trl_sft_defaults
-from memdoc.core.trainers.hf.optimizers import read_optimizer
+from memdoc.core.trainers.hf.keys import DETECTING as HF_KEYS
+from memdoc.core.trainers.hf.read import (
+    read_batch,
+    read_checkpointing,
+    read_distributed,
+    read_liger,
+    read_optim,
+    read_run,
+    set_default,
+)
 from memdoc.core.trainers.precision import read_precision
 from memdoc.core.trainers.reading import ConfigReading, KeyRead, SourceDoc
-from memdoc.core.trainers.trl.post_read import POST_TRAINING_KEYS, read_trl_post
+from memdoc.core.trainers.trl.defaults import trl_sft_defaults
+from memdoc.core.trainers.trl.keys import DETECTING as TRL_KEYS
+from memdoc.core.trainers.trl.post_read import read_trl_post
 from memdoc.core.trainers.values import (
     fail,
     get_bool,
@@ -44,60 +51,6 @@ from memdoc.core.trainers.values import (
 )
 from memdoc.errors import quoted
 
-TRL_KEYS = (
-    frozenset(
-        {
-            "model_name_or_path",
-            "dtype",
-            "torch_dtype",
-            "use_peft",
-            "lora_r",
-            "lora_alpha",
-            "lora_dropout",
-            "lora_target_modules",
-            "load_in_4bit",
-            "load_in_8bit",
-            "bnb_4bit_quant_type",
-            "use_bnb_nested_quant",
-            "max_length",
-            "max_seq_length",
-            "packing",
-            "padding_free",
-            "dataset_name",
-            "dataset_text_field",
-            "attn_implementation",
-        }
-    )
-    | POST_TRAINING_KEYS
-)
-"""Keys of TRL's ModelConfig / SFTConfig / ScriptArguments / post-training configs that TrainingArguments lacks."""
-
-HF_KEYS = frozenset(
-    {
-        "output_dir",
-        "per_device_train_batch_size",
-        "gradient_accumulation_steps",
-        "optim",
-        "bf16",
-        "fp16",
-        "gradient_checkpointing",
-        "activation_checkpointing",
-        "learning_rate",
-        "num_train_epochs",
-        "max_steps",
-        "deepspeed",
-        "fsdp",
-        "lr_scheduler_type",
-        "logging_steps",
-        "save_strategy",
-        "warmup_steps",
-        "report_to",
-    }
-)
-"""TrainingArguments keys (transformers/training_args.py) that mark a document as trainer arguments."""
-
-TRAINER_DEFAULTS = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}
-"""TrainingArguments' defaults that differ from memdoc's plan defaults or that a run always has."""
 TRL_LORA_DEFAULTS = {"lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.05}
 """ModelConfig's LoRA defaults (trl/trainer/model_config.py)."""
 TRL_MAX_LENGTH = 1024
@@ -105,6 +58,11 @@ TRL_MAX_LENGTH = 1024
 
 ATTENTION = {"sdpa": "sdpa", "eager": "eager", "flash_attention_2": "sdpa", "flash_attention_3": "sdpa"}
 """attn_implementation -> memdoc's kernel: flash attention saves O(s) state, as memdoc's sdpa bills."""
+
+
+def is_trainer_args(data: dict) -> bool:
+    """Does a document look like TRL's or TrainingArguments' keys?"""
+    return bool((TRL_KEYS | HF_KEYS) & set(data))
 
 
 def is_trl(data: dict) -> bool:
@@ -119,61 +77,21 @@ def read_trainer_args(doc: SourceDoc, stack: Stack) -> ConfigReading:
     if model:
         reading.model = model
         reading.read.append(KeyRead(doc.path, "model_name_or_path", "model"))
-    _batch(doc, reading)
+    read_batch(doc, reading)
     _method(doc, reading, trl)
     read_precision(doc, reading, trl=trl)
-    _optimizer(doc, reading, stack)
+    read_optim(doc, reading, stack)
     task = read_trl_post(doc, reading) if trl else None
     _length(doc, reading, trl and task not in ("grpo", "rloo"))
-    _checkpointing(doc, reading, trl)
+    read_checkpointing(doc, reading, trl)
     if trl and trl_fused_lm_head(stack):
         _trl_loss(doc, reading, stack)
     else:
-        _liger(doc, reading)
+        read_liger(doc, reading)
     _attention(doc, reading)
-    _distributed(doc, reading, stack)
-    _run(doc, reading)
+    read_distributed(doc, reading, stack)
+    read_run(doc, reading)
     return reading
-
-
-def _run(doc: SourceDoc, reading: ConfigReading) -> None:
-    """The evaluation's and the save's keys (`core/billing/run_phases.py`): the evaluation batch, how many steps
-    of logits stay on the GPU, whether only the loss is kept, whether checkpoints carry the optimizer."""
-    for key, plan_field, get in (
-        ("per_device_eval_batch_size", "eval_batch", get_int),
-        ("eval_accumulation_steps", "eval_accumulation_steps", get_int),
-        ("save_only_model", "save_only_model", get_bool),
-    ):
-        value = get(doc, key)
-        if value is not None:
-            reading.set(doc, key, plan_field, value)
-    if get_bool(doc, "prediction_loss_only"):
-        reading.set(doc, "prediction_loss_only", "eval_keeps_logits", False)
-    strategy = get_str(doc, "eval_strategy")
-    if strategy is not None and strategy != "no":
-        reading.skip(
-            doc,
-            "eval_strategy",
-            "the evaluation set's size is not in the config: give --eval-samples (and --eval-keeps-logits when "
-            "a compute_metrics keeps the logits) to bill the evaluation",
-        )
-
-
-def _set_default(doc: SourceDoc, reading: ConfigReading, key: str, plan_field: str, value) -> None:
-    """A key the document leaves out, at the trainer's default (listed as `key (default)`)."""
-    reading.set(doc, f"{key} (default)", plan_field, value)
-
-
-def _batch(doc: SourceDoc, reading: ConfigReading) -> None:
-    for key, plan_field in (
-        ("per_device_train_batch_size", "micro_batch"),
-        ("gradient_accumulation_steps", "grad_accum"),
-    ):
-        value = get_int(doc, key)
-        if value is not None:
-            reading.set(doc, key, plan_field, value)
-        else:
-            _set_default(doc, reading, key, plan_field, TRAINER_DEFAULTS[key])
 
 
 def _method(doc: SourceDoc, reading: ConfigReading, trl: bool) -> None:
@@ -214,14 +132,14 @@ def _lora(doc: SourceDoc, reading: ConfigReading, trl: bool) -> None:
         if value is not None:
             reading.set(doc, key, plan_field, value)
         elif trl:
-            _set_default(doc, reading, key, plan_field, TRL_LORA_DEFAULTS[key])
+            set_default(doc, reading, key, plan_field, TRL_LORA_DEFAULTS[key])
     dropout = get_float(doc, "lora_dropout")
     if dropout is not None and not 0 <= dropout < 1:
         raise fail(doc, "lora_dropout", f"must be a probability in [0, 1), got {dropout!r}")
     if dropout is not None:
         reading.set(doc, "lora_dropout", "lora_dropout", dropout)
     elif trl:
-        _set_default(doc, reading, "lora_dropout", "lora_dropout", TRL_LORA_DEFAULTS["lora_dropout"])
+        set_default(doc, reading, "lora_dropout", "lora_dropout", TRL_LORA_DEFAULTS["lora_dropout"])
     targets = doc.data.get("lora_target_modules")
     if isinstance(targets, str) and targets.strip():
         reading.set(doc, "lora_target_modules", "lora_targets", [t.strip() for t in targets.split(",")])
@@ -238,18 +156,6 @@ def _lora(doc: SourceDoc, reading: ConfigReading, trl: bool) -> None:
             reading.skip(doc, key, reason)
 
 
-def _optimizer(doc: SourceDoc, reading: ConfigReading, stack: Stack) -> None:
-    """`optim`: every `OptimizerNames` value (memdoc.core.trainers.hf.optimizers; a name transformers does not
-    know is an error, as in its parser); absent: the stack's default (`defaults.default_optimizer`), left to
-    the plan's own default when that is fused AdamW."""
-    if doc.data.get("optim") is not None:
-        read_optimizer(reading, doc, "optim", strict=True)
-        return
-    default = default_optimizer(stack)
-    if default is not Optimizer.ADAMW_FUSED:
-        _set_default(doc, reading, "optim", "optimizer", default.value)
-
-
 def _length(doc: SourceDoc, reading: ConfigReading, trl: bool) -> None:
     """`max_length` (SFTConfig; `max_seq_length` before TRL 0.20): sequences are truncated (or packed) to it;
     memdoc bills every sequence at that length (packing fills it, padding pads a batch to its longest)."""
@@ -257,60 +163,11 @@ def _length(doc: SourceDoc, reading: ConfigReading, trl: bool) -> None:
     if key:
         reading.set(doc, key, "seq_len", get_int(doc, key))
     elif trl:
-        _set_default(doc, reading, "max_length", "seq_len", TRL_MAX_LENGTH)
+        set_default(doc, reading, "max_length", "seq_len", TRL_MAX_LENGTH)
     # TRL: "bfd" packing turns padding_free on (`SFTTrainer.__init__`); either packs the rows without padding
     packed = next((k for k in ("packing", "padding_free") if get_bool(doc, k)), None)
     if packed:
         reading.set(doc, packed, "packing", True)
-
-
-def _checkpointing(doc: SourceDoc, reading: ConfigReading, trl: bool) -> None:
-    """`activation_checkpointing` (transformers ≥ 5.x) or its alias `gradient_checkpointing`; TRL's default
-    is on (trl/trainer/base_config.py). Kwargs: `every_n_layers` -> checkpoint_every, `offload` ->
-    activation_offload."""
-    if doc.data.get("activation_offloading") is True:  # TRL's SFTConfig key, not transformers' offload kwarg
-        reading.skip(
-            doc,
-            "activation_offloading",
-            "TRL's activation offloading (torchtune's: every activation but the last linear's to pinned host memory, "
-            "trl/models/activation_offloading.py): not billed (--activation-offload bills transformers' own)",
-        )
-    key = next((k for k in ("activation_checkpointing", "gradient_checkpointing") if k in doc.data), None)
-    on = get_bool(doc, key) if key else None
-    if on is None:
-        if trl:
-            _set_default(doc, reading, "gradient_checkpointing", "checkpointing", "full")
-            on, key = True, "gradient_checkpointing"
-    else:
-        reading.set(doc, key, "checkpointing", "full" if on else "none")
-    if not on:
-        return
-    kw_key = key + "_kwargs"
-    kwargs = get_mapping(doc, kw_key) or {}
-    every = get_int(doc, "every_n_layers", kwargs, where=f"{kw_key}.every_n_layers")
-    if every is not None:
-        reading.set(doc, f"{kw_key}.every_n_layers", "checkpoint_every", every)
-    offload = get_bool(doc, "offload", kwargs, where=f"{kw_key}.offload")
-    if offload is not None:  # transformers 5.24 pops it in `Trainer.__init__` (`activation_checkpointing_enable`)
-        reading.set(doc, f"{kw_key}.offload", "activation_offload", offload)
-
-
-def _liger(doc: SourceDoc, reading: ConfigReading) -> None:
-    """`use_liger_kernel` (+ `liger_kernel_config`): every kernel -> loss fused; the fused cross-entropy
-    alone -> fused-ce (memdoc.core.trainers.base.LIGER_CE_ONLY_CONFIG); no fused cross-entropy -> hf."""
-    if not get_bool(doc, "use_liger_kernel"):
-        return
-    config = get_mapping(doc, "liger_kernel_config") or {}
-    flce = config.get("fused_linear_cross_entropy", True) is not False
-    others = any(config.get(k, True) is not False for k in ("rope", "rms_norm", "swiglu"))
-    if flce:
-        reading.set(doc, "use_liger_kernel", "loss", "fused" if others else "fused-ce")
-    else:
-        reading.set(doc, "use_liger_kernel", "loss", "hf")
-        if others:
-            reading.skip(
-                doc, "liger_kernel_config", "Liger's RMSNorm/RoPE/SwiGLU without its fused cross-entropy: not billed"
-            )
 
 
 def _trl_loss(doc: SourceDoc, reading: ConfigReading, stack: Stack) -> None:
@@ -349,25 +206,3 @@ def _attention(doc: SourceDoc, reading: ConfigReading) -> None:
         reading.set(doc, "attn_implementation", "attention", ATTENTION[name])
     else:
         reading.skip(doc, "attn_implementation", f"{name}: memdoc bills sdpa/flash (O(s) state) or eager (O(s²))")
-
-
-def _distributed(doc: SourceDoc, reading: ConfigReading, stack: Stack) -> None:
-    """`deepspeed`: a path (read next, relative to this file) or an inline dict (`deepspeed.read_deepspeed_key`);
-    `fsdp`/`fsdp_config` (`fsdp.read_fsdp`)."""
-    read_deepspeed_key(reading, doc, stack)
-    _fsdp(doc, reading)
-
-
-def _fsdp(doc: SourceDoc, reading: ConfigReading) -> None:
-    """`fsdp`: true, or the legacy option string ("full_shard offload", "shard_grad_op", "hybrid_shard", …;
-    transformers' `FSDPOption`) with `fsdp_config` (`reshard_after_forward`, `cpu_offload`,
-    `activation_checkpointing`; TrainingArguments._process_fsdp_args). `fsdp_config` as a path to a JSON is
-    not read."""
-    words = fsdp_words(doc)
-    if not words:
-        return
-    path = isinstance(doc.data.get("fsdp_config"), str)
-    config = {} if path else get_mapping(doc, "fsdp_config") or {}
-    read_fsdp(reading, doc, "fsdp", words, config)
-    if path:
-        reading.skip(doc, "fsdp_config", "a path to an FSDP JSON: not read (memdoc reads accelerate configs)")

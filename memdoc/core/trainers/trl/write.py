@@ -22,8 +22,7 @@ from memdoc.core.trainers.base import (
     uses_liger,
 )
 from memdoc.core.trainers.hf.args import distributed_side_files, multinode_note, training_arguments
-from memdoc.core.trainers.kbit import kbit_notes
-from memdoc.core.trainers.packing import packing_keys
+from memdoc.core.trainers.trl.facts import kbit_notes, packing_keys
 from memdoc.core.trainers.trl.post import (
     REWARD_FUNCS_NOTE,
     REWARD_FUNCS_PLACEHOLDER,
@@ -57,7 +56,7 @@ def _task_keys(ctx: EmitContext, config: dict, notes: list[str], placeholders: d
             f"--packing --task {plan.task.value}: TRL's {TRL_TRAINERS[plan.task]} has no packing key",
             hint="drop --packing (TRL packs SFT rows only)",
         )
-    config.update(packing_keys("trl", plan, notes))
+    config.update(packing_keys(plan, notes))
     config.update(trl_task_keys(plan, notes))
     if plan.task in (Task.GRPO, Task.RLOO):
         config["reward_funcs"] = list(REWARD_FUNCS_PLACEHOLDER)
@@ -97,7 +96,7 @@ def emit_trl(ctx: EmitContext) -> Emitted:
         if plan.loss is Loss.FUSED_CE:
             config["liger_kernel_config"] = dict(LIGER_CE_ONLY_CONFIG)
         notes.append(LIGER_NOTE)
-    notes.extend(kbit_notes("trl", plan))
+    notes.extend(kbit_notes(plan))
     multinode_note(ctx, notes)
     side = distributed_side_files(ctx, notes)
     if uses_fsdp(plan):
