@@ -23,6 +23,7 @@ from memdoc.core.model.plan import (
     TrainingPlan,
 )
 from memdoc.core.trainers.hf.keys import KEYS as HF
+from memdoc.core.trainers.hf.keys import LIGER_KEYS as LIGER
 from memdoc.core.trainers.text import dump_json, yaml_document
 from memdoc.errors import PlanError
 
@@ -144,9 +145,9 @@ def trainer_amp_flags(plan: TrainingPlan, notes: list[str]) -> dict:
     """`bf16`/`fp16` of HF TrainingArguments (which mean autocast, not storage)."""
     p = plan.precision
     if p in (Precision.BF16, Precision.AMP_BF16):
-        return {"bf16": True, "fp16": False}
+        return {HF["bf16"]: True, HF["fp16"]: False}
     if p is Precision.AMP_FP16:
-        return {"bf16": False, "fp16": True}
+        return {HF["bf16"]: False, HF["fp16"]: True}
     if p is Precision.FP16:
         if plan.method is Method.FULL:
             notes.append(
@@ -154,9 +155,9 @@ def trainer_amp_flags(plan: TrainingPlan, notes: list[str]) -> dict:
                 "gradients, so fp16 AMP is off and the model is loaded in float16 without loss scaling — expect "
                 "overflow/underflow; prefer --precision bf16 or amp-fp16"
             )
-            return {"bf16": False, "fp16": False}
-        return {"bf16": False, "fp16": True}
-    return {"bf16": False, "fp16": False}
+            return {HF["bf16"]: False, HF["fp16"]: False}
+        return {HF["bf16"]: False, HF["fp16"]: True}
+    return {HF["bf16"]: False, HF["fp16"]: False}
 
 
 def precision_note(plan: TrainingPlan) -> str:
@@ -201,7 +202,7 @@ def checkpointing_keys(plan: TrainingPlan, notes: list[str]) -> dict:
     `training_args.py` `TrainingArguments.__post_init__`); older transformers pass them on to
     `torch.utils.checkpoint.checkpoint`, which refuses them: a note says so."""
     if plan.checkpointing is Checkpointing.NONE:
-        return {"gradient_checkpointing": False}
+        return {HF["checkpointing"]: False}
     if plan.checkpointing is Checkpointing.SAC_OP:
         raise PlanError(
             "--checkpointing sac-op is torchtitan's op-level selective checkpointing; HF-based trainers (trl, hf, "
@@ -216,12 +217,12 @@ def checkpointing_keys(plan: TrainingPlan, notes: list[str]) -> dict:
         )
     kwargs = dict(GRADIENT_CHECKPOINTING_KWARGS)
     if plan.checkpointing is Checkpointing.FULL and plan.checkpoint_every > 1:
-        kwargs["every_n_layers"] = plan.checkpoint_every
+        kwargs[HF["checkpoint_every"]] = plan.checkpoint_every
     if plan.checkpointing is Checkpointing.FULL and plan.activation_offload:
-        kwargs["offload"] = True
+        kwargs[HF["activation_offload"]] = True
     if len(kwargs) > len(GRADIENT_CHECKPOINTING_KWARGS):
         notes.append(CHECKPOINTING_KWARGS_NOTE)
-    return {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": kwargs}
+    return {HF["checkpointing"]: True, HF["checkpointing_kwargs"]: kwargs}
 
 
 CHECKPOINTING_KWARGS_NOTE = (
@@ -233,7 +234,7 @@ CHECKPOINTING_KWARGS_NOTE = (
 def optimizer_keys(plan: TrainingPlan, notes: list[str]) -> dict:
     out = {HF["optimizer"]: HF.row("optimizer").write(plan.optimizer.value)}
     if plan.optimizer is Optimizer.SGD:
-        out["optim_args"] = SGD_OPTIM_ARGS
+        out[HF["optim_args"]] = SGD_OPTIM_ARGS
     return out
 
 
@@ -242,11 +243,11 @@ LIGER_NOTE = (
     "keeps the logits from ever being stored whole"
 )
 LIGER_CE_ONLY_CONFIG = {
-    "rope": False,
-    "rms_norm": False,
-    "swiglu": False,
-    "geglu": False,
-    "fused_linear_cross_entropy": True,
+    LIGER["rope"]: False,
+    LIGER["rms_norm"]: False,
+    LIGER["swiglu"]: False,
+    LIGER["geglu"]: False,
+    LIGER["fused_linear_cross_entropy"]: True,
 }
 """`liger_kernel_config` for --loss fused-ce: transformers passes it to liger's `_apply_liger_kernel_to_instance`,
 which keeps the keys the model's patch function takes (swiglu for Llama, geglu for Gemma)."""

@@ -16,7 +16,9 @@ reader (Axolotl's `bf16: auto` and `bfloat16`, LLaMA-Factory's fp32 upcast of tr
 
 from __future__ import annotations
 
+from memdoc.core.trainers.hf.keys import KEYS as HF
 from memdoc.core.trainers.reading import ConfigReading, KeyRead, SourceDoc
+from memdoc.core.trainers.trl.keys import KEYS as TRL
 from memdoc.core.trainers.values import fail, get_bool, get_choice
 
 DTYPES = ("auto", "bfloat16", "float16", "float32", "bf16", "fp16", "fp32", "half", "float")
@@ -26,14 +28,16 @@ _BITS16 = {"bfloat16": "bf16", "float16": "fp16"}
 
 def read_precision(doc: SourceDoc, reading: ConfigReading, *, trl: bool) -> None:
     """Set `precision` from the load dtype and the autocast flags (see the module docstring)."""
-    bf16, fp16 = get_bool(doc, "bf16"), get_bool(doc, "fp16")
+    bf16, fp16 = get_bool(doc, HF["bf16"]), get_bool(doc, HF["fp16"])
     if bf16 and fp16:
         raise fail(doc, "fp16", "bf16 and fp16 are both true; a run autocasts to one of them")
     if trl and bf16 is None:
         bf16 = not fp16  # trl/trainer/base_config.py __post_init__
     amp = "bf16" if bf16 else "fp16" if fp16 else None
     amp_key = "bf16" if bf16 else "fp16"
-    dtype_key = next((k for k in ("dtype", "torch_dtype") if doc.data.get(k) is not None), None)
+    dtype_key = next(
+        (k for k in (TRL["precision"], *TRL.row("precision").read_also) if doc.data.get(k) is not None), None
+    )
     load = get_choice(doc, dtype_key, DTYPES) if dtype_key else ("float32" if trl else None)
     load = _SHORT.get(load, load)
     where = dtype_key or amp_key

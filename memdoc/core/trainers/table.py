@@ -55,8 +55,8 @@ class Key:
         return self.values.get(value, value) if self.values else value
 
     def reading(self) -> dict:
-        """The trainer's value -> plan value: the inverse of `values`, then `aliases`."""
-        return {**{v: k for k, v in self.values.items()}, **self.aliases}
+        """The trainer's value -> plan value: `aliases`, then the inverse of `values` (which wins)."""
+        return {**self.aliases, **{v: k for k, v in self.values.items()}}
 
     def read(self, value: Any) -> Any:
         """The plan value of the trainer's `value` (as is where the row maps no values)."""

@@ -10,6 +10,7 @@ from memdoc.core.model.plan import (
     Precision,
     Shard,
 )
+from memdoc.core.trainers.accelerate.keys import FSDP, KEYS, PARALLELISM
 from memdoc.core.trainers.base import EmitContext
 from memdoc.errors import PlanError
 
@@ -30,17 +31,17 @@ def fsdp_accelerate_config(ctx: EmitContext, notes: list[str]) -> dict:
         )
     offload = plan.offload is not Offload.NONE
     fsdp = {
-        "fsdp_version": 2 if plan.shard is Shard.FSDP2 else 1,
+        FSDP["shard"]: 2 if plan.shard is Shard.FSDP2 else 1,
         "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
         "fsdp_backward_prefetch": "BACKWARD_PRE",
-        "fsdp_cpu_ram_efficient_loading": plan.low_mem_load,
+        FSDP["low_mem_load"]: plan.low_mem_load,
         "fsdp_forward_prefetch": False,
-        "fsdp_offload_params": offload,
-        "fsdp_reshard_after_forward": "FULL_SHARD",
-        "fsdp_state_dict_type": "FULL_STATE_DICT" if plan.save_gather else "SHARDED_STATE_DICT",
+        FSDP["offload"]: offload,
+        FSDP["reshard_after_forward"]: "FULL_SHARD",
+        FSDP["save_gather"]: "FULL_STATE_DICT" if plan.save_gather else "SHARDED_STATE_DICT",
         "fsdp_sync_module_states": True,
         "fsdp_use_orig_params": plan.method is Method.FULL,
-        "fsdp_activation_checkpointing": False,
+        FSDP["checkpointing"]: False,
     }
     if plan.shard is Shard.FSDP2:  # accelerate/utils/dataclasses.py: FSDP2 drops these, reshard is a bool
         for key in (
@@ -50,18 +51,18 @@ def fsdp_accelerate_config(ctx: EmitContext, notes: list[str]) -> dict:
             "fsdp_use_orig_params",
         ):
             del fsdp[key]
-        fsdp["fsdp_reshard_after_forward"] = True
+        fsdp[FSDP["reshard_after_forward"]] = True
     return {
-        "compute_environment": "LOCAL_MACHINE",
+        KEYS["compute_environment"]: "LOCAL_MACHINE",
         "debug": False,
-        "distributed_type": "FSDP",
+        KEYS["shard"]: "FSDP",
         "downcast_bf16": "no",
-        "fsdp_config": fsdp,
-        "machine_rank": 0,
+        KEYS["fsdp_config"]: fsdp,
+        KEYS["machine_rank"]: 0,
         "main_training_function": "main",
-        "mixed_precision": mixed,
-        "num_machines": plan.nodes,
-        "num_processes": plan.world_size,
+        KEYS["precision"]: mixed,
+        KEYS["nodes"]: plan.nodes,
+        KEYS["gpus_per_node"]: plan.world_size,
         "rdzv_backend": "static",
         "same_network": True,
         "use_cpu": False,
@@ -81,19 +82,19 @@ def check_parallelism(fmt: str, plan) -> None:
 def accelerate_parallelism(plan) -> dict:
     """The accelerate config file's `parallelism_config` (keys as `accelerate launch` takes them)."""
     return {
-        "parallelism_config_dp_replicate_size": 1,
-        "parallelism_config_dp_shard_size": plan.dp_size,
-        "parallelism_config_tp_size": plan.tp,
-        "parallelism_config_cp_size": plan.cp,
-        "parallelism_config_cp_backend": "torch",
+        PARALLELISM["dp_replicate_size"]: 1,
+        PARALLELISM["dp_size"]: plan.dp_size,
+        PARALLELISM["tp"]: plan.tp,
+        PARALLELISM["cp"]: plan.cp,
+        PARALLELISM["cp_impl"]: "torch",
     }
 
 
 def add_parallelism(plan, emitted) -> None:
     """Write the plan's CP/TP as the FSDP side file's `parallelism_config` (CP: torch's ring attention)."""
     for side in emitted.side_files:
-        if side.data.get("distributed_type") == "FSDP":
-            side.data["parallelism_config"] = accelerate_parallelism(plan)
+        if side.data.get(KEYS["shard"]) == "FSDP":
+            side.data[KEYS["parallelism_config"]] = accelerate_parallelism(plan)
     emitted.notes.append(
         f"accelerate parallelism_config: dp_shard {plan.dp_size} × cp {plan.cp} × tp {plan.tp}; CP runs torch's "
         "ring attention under SDPA, TP transformers' tp_plan"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from memdoc.core.model.plan import TrainingPlan
 from memdoc.core.model.plan_post import Task, Vllm
-from memdoc.core.trainers.axolotl.keys import KEYS
+from memdoc.core.trainers.axolotl.keys import KEYS, TRL_BLOCK, VLLM_BLOCK
 from memdoc.errors import PlanError
 
 AXOLOTL_RL = {Task(task): rl for task, rl in KEYS.row("task").values.items()}
@@ -81,18 +81,18 @@ def axolotl_task_keys(plan: TrainingPlan, notes: list[str]) -> dict:
     if task is Task.SFT:
         return {}
     if task is Task.RM:
-        return {"model_type": "AutoModelForSequenceClassification", "num_labels": 1, "reward_model": True}
-    out: dict = {"rl": AXOLOTL_RL[task]}
+        return {"model_type": "AutoModelForSequenceClassification", "num_labels": 1, KEYS["reward_model"]: True}
+    out: dict = {KEYS["task"]: AXOLOTL_RL[task]}
     beta = plan.effective_beta
     if task is Task.GRPO:
-        out["trl"] = _grpo_block(plan, notes)
+        out[KEYS["trl"]] = _grpo_block(plan, notes)
         if plan.vllm is Vllm.COLOCATE:
-            out["vllm"] = {"gpu_memory_utilization": float(plan.vllm_memory)}
+            out[KEYS["vllm"]] = {VLLM_BLOCK["vllm_memory"]: float(plan.vllm_memory)}
         return out
     if beta is not None:
-        out["rl_beta"] = float(beta)
+        out[KEYS["beta"]] = float(beta)
     if task in (Task.DPO, Task.KTO):
-        out["precompute_ref_log_probs"] = plan.precompute_ref
+        out[KEYS["precompute_ref"]] = plan.precompute_ref
     if task is Task.KTO:  # Axolotl's validator requires it for KTO (axolotl/utils/schemas/validation.py)
         out["remove_unused_columns"] = False
     return out
@@ -101,21 +101,21 @@ def axolotl_task_keys(plan: TrainingPlan, notes: list[str]) -> dict:
 def _grpo_block(plan: TrainingPlan, notes: list[str]) -> dict:
     """The `trl:` block of `rl: grpo` (`TRLConfig`); `trl.beta` is TRL's own GRPO `beta`."""
     block: dict = {
-        "beta": float(plan.effective_beta),
-        "max_completion_length": plan.completion_len,
-        "num_generations": plan.num_generations,
-        "num_iterations": plan.num_iterations,
-        "use_vllm": plan.vllm is not Vllm.NONE,
+        TRL_BLOCK["beta"]: float(plan.effective_beta),
+        TRL_BLOCK["completion_len"]: plan.completion_len,
+        TRL_BLOCK["num_generations"]: plan.num_generations,
+        TRL_BLOCK["num_iterations"]: plan.num_iterations,
+        TRL_BLOCK["vllm"]: plan.vllm is not Vllm.NONE,
     }
     if plan.generation_batch is not None:
-        block["generation_batch_size"] = plan.generation_batch
+        block[TRL_BLOCK["generation_batch"]] = plan.generation_batch
     if plan.vllm is not Vllm.NONE:
-        block["vllm_mode"] = plan.vllm.value
+        block[TRL_BLOCK["vllm_mode"]] = plan.vllm.value
     if plan.vllm is Vllm.COLOCATE:
-        block["vllm_enable_sleep_mode"] = plan.vllm_sleep
+        block[TRL_BLOCK["vllm_sleep"]] = plan.vllm_sleep
     if plan.vllm is Vllm.SERVER:
         notes.append("vllm_mode server: start `axolotl vllm-serve CONFIG` on other GPUs first; they are not billed")
-    block["reward_funcs"] = list(AXOLOTL_REWARD_FUNCS)
+    block[TRL_BLOCK["reward_funcs"]] = list(AXOLOTL_REWARD_FUNCS)
     notes.append(f"trl.reward_funcs: {AXOLOTL_REWARD_NOTE}")
     return block
 

@@ -12,7 +12,7 @@ kto; orpo; simpo; grpo, gdpo -> grpo; ebft is not billed), `rl_beta` or `trl.bet
 
 from __future__ import annotations
 
-from memdoc.core.trainers.axolotl.keys import KEYS, TASK_ALIASES, VLLM_BLOCK
+from memdoc.core.trainers.axolotl.keys import KEYS, TASK_ALIASES, TRL_BLOCK, VLLM_BLOCK
 from memdoc.core.trainers.reading import ConfigReading, SourceDoc
 from memdoc.core.trainers.values import get_bool, get_choice, get_float, get_int, get_mapping, get_str, read_beta
 
@@ -24,24 +24,24 @@ AXOLOTL_VLLM_MEMORY = VLLM_BLOCK.row("vllm_memory").default
 
 def read_axolotl_rl(reading: ConfigReading, doc: SourceDoc) -> None:
     """`rl:` and its keys, or `reward_model: true` (see the module docstring)."""
-    if get_bool(doc, "reward_model"):
-        reading.set(doc, "reward_model", "task", "rm")
+    if get_bool(doc, KEYS["reward_model"]):
+        reading.set(doc, KEYS["reward_model"], "task", "rm")
         return
-    rl = get_str(doc, "rl")
+    rl = get_str(doc, KEYS["task"])
     if rl is None:
         return
     task = AXOLOTL_RL.get(rl.strip().lower())
     if task is None:
-        reading.skip(doc, "rl", f"rl {rl}: not a task memdoc bills (dpo, ipo, kto, orpo, simpo, grpo, gdpo)")
+        reading.skip(doc, KEYS["task"], f"rl {rl}: not a task memdoc bills (dpo, ipo, kto, orpo, simpo, grpo, gdpo)")
         return
-    reading.set(doc, "rl", "task", task)
-    block = get_mapping(doc, "trl") or {}
-    if block.get("beta") is not None:
-        read_beta(reading, doc, "trl.beta", get_float(doc, "beta", block, where="trl.beta"))
+    reading.set(doc, KEYS["task"], "task", task)
+    block = get_mapping(doc, KEYS["trl"]) or {}
+    if block.get(TRL_BLOCK["beta"]) is not None:
+        read_beta(reading, doc, "trl.beta", get_float(doc, TRL_BLOCK["beta"], block, where="trl.beta"))
     else:
-        read_beta(reading, doc, "rl_beta", get_float(doc, "rl_beta"))
-    if task in ("dpo", "kto") and get_bool(doc, "precompute_ref_log_probs") is not None:
-        reading.set(doc, "precompute_ref_log_probs", "precompute_ref", get_bool(doc, "precompute_ref_log_probs"))
+        read_beta(reading, doc, KEYS["beta"], get_float(doc, KEYS["beta"]))
+    if task in ("dpo", "kto") and get_bool(doc, KEYS["precompute_ref"]) is not None:
+        reading.set(doc, KEYS["precompute_ref"], "precompute_ref", get_bool(doc, KEYS["precompute_ref"]))
     if task == "grpo":
         _axolotl_grpo(reading, doc, block)
 
@@ -49,28 +49,28 @@ def read_axolotl_rl(reading: ConfigReading, doc: SourceDoc) -> None:
 def _axolotl_grpo(reading: ConfigReading, doc: SourceDoc, block: dict) -> None:
     """The `trl:` block's generation keys and the colocated engine's share of the card (`vllm:`)."""
     for key, plan_field in (
-        ("num_generations", "num_generations"),
-        ("max_completion_length", "completion_len"),
-        ("generation_batch_size", "generation_batch"),
-        ("num_iterations", "num_iterations"),
+        (TRL_BLOCK["num_generations"], "num_generations"),
+        (TRL_BLOCK["completion_len"], "completion_len"),
+        (TRL_BLOCK["generation_batch"], "generation_batch"),
+        (TRL_BLOCK["num_iterations"], "num_iterations"),
     ):
         value = get_int(doc, key, block, where=f"trl.{key}")
         if value is not None:
             reading.set(doc, f"trl.{key}", plan_field, value)
-    if not get_bool(doc, "use_vllm", block, where="trl.use_vllm"):
+    if not get_bool(doc, TRL_BLOCK["vllm"], block, where="trl.use_vllm"):
         return
-    given = get_choice(doc, "vllm_mode", ("colocate", "server"), block, where="trl.vllm_mode")
+    given = get_choice(doc, TRL_BLOCK["vllm_mode"], ("colocate", "server"), block, where="trl.vllm_mode")
     mode = given or "colocate"  # None: TRL's GRPOConfig default
     reading.set(doc, "trl.use_vllm", "vllm", mode)
     if given:
         reading.set(doc, "trl.vllm_mode", "vllm", given)
     if given != "colocate":  # Axolotl passes the engine's fraction and sleep mode only with vllm_mode colocate
         return  # written out (`axolotl/core/trainers/grpo/__init__.py`); else TRL's defaults (0.3, no sleep) hold
-    sleep = get_bool(doc, "vllm_enable_sleep_mode", block, where="trl.vllm_enable_sleep_mode")
+    sleep = get_bool(doc, TRL_BLOCK["vllm_sleep"], block, where="trl.vllm_enable_sleep_mode")
     if sleep is not None:
         reading.set(doc, "trl.vllm_enable_sleep_mode", "vllm_sleep", sleep)
-    engine = get_mapping(doc, "vllm") or {}
-    memory = get_float(doc, "gpu_memory_utilization", engine, where="vllm.gpu_memory_utilization")
+    engine = get_mapping(doc, KEYS["vllm"]) or {}
+    memory = get_float(doc, VLLM_BLOCK["vllm_memory"], engine, where="vllm.gpu_memory_utilization")
     if memory is None:
         reading.set(doc, "vllm.gpu_memory_utilization (default)", "vllm_memory", AXOLOTL_VLLM_MEMORY)
     else:

@@ -18,22 +18,23 @@ from memdoc.core.trainers.axolotl.keys import DETECTING, KEYS
 from memdoc.core.trainers.axolotl.post_read import read_axolotl_rl
 from memdoc.core.trainers.deepspeed.read import read_deepspeed_key
 from memdoc.core.trainers.fsdp import fsdp_words, read_fsdp
+from memdoc.core.trainers.hf.keys import KEYS as HF
 from memdoc.core.trainers.hf.optimizers import read_optimizer
 from memdoc.core.trainers.precision import trained_precision
 from memdoc.core.trainers.reading import ConfigReading, KeyRead, SourceDoc
 from memdoc.core.trainers.values import get_bool, get_float, get_int, get_mapping, get_str, skip_set_keys
 from memdoc.errors import quoted
 
-DEFAULT_OPTIMIZER = "adamw_torch_fused"
+DEFAULT_OPTIMIZER = KEYS.row("optimizer").default
 """axolotl/utils/schemas/training.py `HyperparametersConfig.optimizer` default (Axolotl's own, whatever
 the transformers version)."""
-DEFAULT_SEQUENCE_LEN = 512
+DEFAULT_SEQUENCE_LEN = KEYS.row("seq_len").default
 """axolotl/utils/schemas/config.py `sequence_len` default."""
-PEFT_DEFAULT_RANK = 8
+PEFT_DEFAULT_RANK = KEYS.row("lora_rank").default
 """peft `LoraConfig.r` default, which Axolotl passes through when `lora_r` is absent."""
 
 NOT_BILLED = {
-    "load_in_8bit": "an 8-bit (LLM.int8) base is not billed; its weights are billed in the compute dtype",
+    KEYS["load_in_8bit"]: "an 8-bit (LLM.int8) base is not billed; its weights are billed in the compute dtype",
     "lora_modules_to_save": "fully trained copies of these modules (weights, gradients, states) are not billed",
     "peft_use_dora": "DoRA's magnitude vectors and its extra weight-norm activations are not billed",
     "peft_layers_to_transform": "billed with adapters on every layer",
@@ -44,11 +45,11 @@ NOT_BILLED = {
     "lora_o_kernel": "Axolotl's fused LoRA output kernel saves other activations than peft's LoRA: not billed",
     "relora": "ReLoRA restarts are not billed",
     "unfrozen_parameters": "billed as a full fine-tune: the frozen parameters' gradients and states are counted",
-    "activation_offloading": "activations offloaded to CPU/disk are billed on the GPU",
+    KEYS["activation_offload"]: "activations offloaded to CPU/disk are billed on the GPU",
     "layer_offloading": "weights offloaded to the CPU between uses are billed on the GPU",
     "selective_checkpointing": "Axolotl's selective checkpointing (saved attention) is not memdoc's selective mode",
     "dynamic_checkpoint": "a dynamic checkpointing schedule is not billed",
-    "tiled_mlp": "a tiled MLP (ALST) that never holds the whole MLP activation is not billed",
+    KEYS["tiled_mlp_on"]: "a tiled MLP (ALST) that never holds the whole MLP activation is not billed",
     "chunked_cross_entropy": "Axolotl's chunked cross-entropy is not billed (bill --loss fused-ce for a chunked loss)",
     "flash_attn_cross_entropy": "flash-attention's cross-entropy is not billed",
     "flash_attn_fuse_mlp": "flash-attention's fused MLP is not billed",
@@ -75,20 +76,20 @@ def read_axolotl(doc: SourceDoc, stack: Stack) -> ConfigReading:
     Axolotl's defaults are its own schema's, not the libraries'; `stack` only reaches an inline DeepSpeed
     config's reader."""
     reading = ConfigReading(formats=["axolotl"])
-    model = get_str(doc, "base_model")
+    model = get_str(doc, KEYS["model"])
     if model is not None:
         reading.model = model
-        reading.read.append(KeyRead(doc.path, "base_model", "model"))
+        reading.read.append(KeyRead(doc.path, KEYS["model"], "model"))
     method = _method(reading, doc)
     if method != "full":
         _lora(reading, doc)
     _precision(reading, doc, method)
-    read_optimizer(reading, doc, "optimizer", DEFAULT_OPTIMIZER)
+    read_optimizer(reading, doc, KEYS["optimizer"], DEFAULT_OPTIMIZER)
     _batch(reading, doc)
     _checkpointing(reading, doc)
     _attention(reading, doc)
-    if get_bool(doc, "sample_packing"):  # multipack: rows of sequence_len, attention per sample
-        reading.set(doc, "sample_packing", "packing", True)
+    if get_bool(doc, KEYS["packing"]):  # multipack: rows of sequence_len, attention per sample
+        reading.set(doc, KEYS["packing"], "packing", True)
     _loss(reading, doc)
     _sharding(reading, doc, stack)
     _parallel(reading, doc)
@@ -101,41 +102,45 @@ def _parallel(reading: ConfigReading, doc: SourceDoc) -> None:
     """`context_parallel_size` (`sequence_parallel_degree`, its deprecated name: `utils/schemas/validation.py`
     `check_context_parallel_size`) -> --cp with ring attention (ring-flash-attn); `tensor_parallel_size` -> --tp
     (DeepSpeed AutoTP, the same column/row split of the linears)."""
-    for key in ("context_parallel_size", "sequence_parallel_degree"):
+    for key in (KEYS["cp"], "sequence_parallel_degree"):
         cp = get_int(doc, key)
         if cp is not None and cp > 1:
             reading.set(doc, key, "cp", cp)
             reading.plan["cp_impl"] = "ring"
             break
-    tp = get_int(doc, "tensor_parallel_size")
+    tp = get_int(doc, KEYS["tp"])
     if tp is not None and tp > 1:
-        reading.set(doc, "tensor_parallel_size", "tp", tp)
+        reading.set(doc, KEYS["tp"], "tp", tp)
 
 
 def _method(reading: ConfigReading, doc: SourceDoc) -> str:
     """adapter + load_in_4bit -> full, lora or qlora (peft.py `LoraConfig`): `qlora`, or `lora` over a 4-bit
     base, is memdoc's qlora; no adapter trains every weight."""
-    adapter = get_str(doc, "adapter")
-    four, eight = get_bool(doc, "load_in_4bit"), get_bool(doc, "load_in_8bit")
+    adapter = get_str(doc, KEYS["method"])
+    four, eight = get_bool(doc, KEYS["load_in_4bit"]), get_bool(doc, KEYS["load_in_8bit"])
     if four and eight:
-        raise doc.error("load_in_4bit", "load_in_4bit and load_in_8bit are both true; choose one")
+        raise doc.error(KEYS["load_in_4bit"], "load_in_4bit and load_in_8bit are both true; choose one")
     if adapter is not None and adapter.strip().lower() not in ("", "lora", "qlora"):
-        reading.skip(doc, "adapter", f"adapter {adapter!r} is not billed (memdoc bills lora and qlora); billed as full")
+        reading.skip(
+            doc, KEYS["method"], f"adapter {adapter!r} is not billed (memdoc bills lora and qlora); billed as full"
+        )
         return "full"
     adapter = (adapter or "").strip().lower()
     if adapter == "qlora" and four is False:
-        raise doc.error("load_in_4bit", "adapter: qlora needs load_in_4bit: true (Axolotl's QLoRA loads a 4-bit base)")
+        raise doc.error(
+            KEYS["load_in_4bit"], "adapter: qlora needs load_in_4bit: true (Axolotl's QLoRA loads a 4-bit base)"
+        )
     if adapter == "qlora" and eight:
-        raise doc.error("load_in_8bit", "adapter: qlora trains over a 4-bit base, not load_in_8bit")
+        raise doc.error(KEYS["load_in_8bit"], "adapter: qlora trains over a 4-bit base, not load_in_8bit")
     if not adapter:
         if four:
-            reading.skip(doc, "load_in_4bit", "a 4-bit base without an adapter is not billed; billed as full")
+            reading.skip(doc, KEYS["load_in_4bit"], "a 4-bit base without an adapter is not billed; billed as full")
         reading.plan["method"] = "full"
         return "full"
     method = "qlora" if adapter == "qlora" or four else "lora"
-    reading.set(doc, "adapter", "method", method)
+    reading.set(doc, KEYS["method"], "method", method)
     if four:
-        reading.read.append(KeyRead(doc.path, "load_in_4bit", "method"))
+        reading.read.append(KeyRead(doc.path, KEYS["load_in_4bit"], "method"))
     return method
 
 
@@ -143,37 +148,37 @@ def _lora(reading: ConfigReading, doc: SourceDoc) -> None:
     """lora_r (peft's 8 when absent), lora_alpha, lora_dropout (schema default 0.0) and the targets:
     `lora_target_linear: true` is every linear (peft's all-linear, with or without a module list beside it);
     `lora_target_modules` a list of names (or one name; other text is a peft regex, not billed)."""
-    rank = get_int(doc, "lora_r")
+    rank = get_int(doc, KEYS["lora_rank"])
     if rank is None:
         reading.plan["lora_rank"] = PEFT_DEFAULT_RANK
     else:
-        reading.set(doc, "lora_r", "lora_rank", rank)
-    alpha = get_int(doc, "lora_alpha")
+        reading.set(doc, KEYS["lora_rank"], "lora_rank", rank)
+    alpha = get_int(doc, KEYS["lora_alpha"])
     if alpha is not None:
-        reading.set(doc, "lora_alpha", "lora_alpha", alpha)
-    dropout = get_float(doc, "lora_dropout")
+        reading.set(doc, KEYS["lora_alpha"], "lora_alpha", alpha)
+    dropout = get_float(doc, KEYS["lora_dropout"])
     if dropout is None:
         reading.plan["lora_dropout"] = 0.0
     else:
-        reading.set(doc, "lora_dropout", "lora_dropout", dropout)
-    if get_bool(doc, "lora_target_linear"):
-        reading.set(doc, "lora_target_linear", "lora_targets", [ALL_LINEAR])
+        reading.set(doc, KEYS["lora_dropout"], "lora_dropout", dropout)
+    if get_bool(doc, KEYS["lora_target_linear"]):
+        reading.set(doc, KEYS["lora_target_linear"], "lora_targets", [ALL_LINEAR])
         return
-    targets = doc.data.get("lora_target_modules")
+    targets = doc.data.get(KEYS["lora_targets"])
     if targets is None:
         return
     if isinstance(targets, str):
         if targets.strip() == ALL_LINEAR or targets.replace("_", "").replace(".", "").isalnum():
-            reading.set(doc, "lora_target_modules", "lora_targets", [targets.strip()])
+            reading.set(doc, KEYS["lora_targets"], "lora_targets", [targets.strip()])
         else:
-            reading.skip(doc, "lora_target_modules", f"a regex of modules ({targets!r}) is not billed")
+            reading.skip(doc, KEYS["lora_targets"], f"a regex of modules ({targets!r}) is not billed")
         return
     if not isinstance(targets, list) or not targets or not all(isinstance(t, str) and t for t in targets):
-        raise doc.error("lora_target_modules", f"must be a list of module names, got {quoted(targets)}")
-    reading.set(doc, "lora_target_modules", "lora_targets", list(targets))
+        raise doc.error(KEYS["lora_targets"], f"must be a list of module names, got {quoted(targets)}")
+    reading.set(doc, KEYS["lora_targets"], "lora_targets", list(targets))
 
 
-_DTYPE_KEYS = ("bf16", "fp16", "bfloat16", "float16", "float32")
+_DTYPE_KEYS = (KEYS["bf16"], KEYS["fp16"], KEYS["bfloat16"], KEYS["float16"], KEYS["float32"])
 
 
 def _precision(reading: ConfigReading, doc: SourceDoc, method: str) -> None:
@@ -184,17 +189,17 @@ def _precision(reading: ConfigReading, doc: SourceDoc, method: str) -> None:
     weights (no fp32 master copy: pure bf16/fp16); a LoRA base is frozen, so bf16 autocast over it is
     memdoc's amp-bf16 (`precision.trained_precision`)."""
     bf16 = _bf16_flag(doc)
-    fp16, bfloat16, float16 = (get_bool(doc, k) for k in ("fp16", "bfloat16", "float16"))
-    get_bool(doc, "float32")
+    fp16, bfloat16, float16 = (get_bool(doc, k) for k in (KEYS["fp16"], KEYS["bfloat16"], KEYS["float16"]))
+    get_bool(doc, KEYS["float32"])
     if bf16 is True and fp16:
-        raise doc.error("fp16", "bf16 and fp16 are both true; choose one")
+        raise doc.error(KEYS["fp16"], "bf16 and fp16 are both true; choose one")
     if bfloat16 and float16:
-        raise doc.error("float16", "bfloat16 and float16 are both true; choose one")
+        raise doc.error(KEYS["float16"], "bfloat16 and float16 are both true; choose one")
     if bf16 == "auto":
         bf16 = not fp16
     if bf16 or bfloat16:
         weights = "bf16"
-    elif fp16 or float16 or get_bool(doc, "load_in_8bit"):
+    elif fp16 or float16 or get_bool(doc, KEYS["load_in_8bit"]):
         weights = "fp16"
     else:
         weights = "fp32"
@@ -207,49 +212,49 @@ def _precision(reading: ConfigReading, doc: SourceDoc, method: str) -> None:
 
 
 def _bf16_flag(doc: SourceDoc) -> bool | str:
-    value = doc.data.get("bf16", "auto")
+    value = doc.data.get(KEYS["bf16"], "auto")
     if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
         return "auto"
-    return get_bool(doc, "bf16")
+    return get_bool(doc, KEYS["bf16"])
 
 
 def _batch(reading: ConfigReading, doc: SourceDoc) -> None:
     """micro_batch_size and gradient_accumulation_steps (schema defaults 1), sequence_len (512); a total
     `batch_size` without accumulation gives batch_size // micro_batch_size (`normalize_config`)."""
-    micro = get_int(doc, "micro_batch_size")
+    micro = get_int(doc, KEYS["micro_batch"])
     if micro is None:
         reading.plan["micro_batch"] = 1
     else:
-        reading.set(doc, "micro_batch_size", "micro_batch", micro)
-    accum, total = get_int(doc, "gradient_accumulation_steps"), get_int(doc, "batch_size")
+        reading.set(doc, KEYS["micro_batch"], "micro_batch", micro)
+    accum, total = get_int(doc, KEYS["grad_accum"]), get_int(doc, KEYS["batch_size"])
     if accum is not None:
-        reading.set(doc, "gradient_accumulation_steps", "grad_accum", accum)
+        reading.set(doc, KEYS["grad_accum"], "grad_accum", accum)
     elif total is not None:
-        reading.set(doc, "batch_size", "grad_accum", max(1, total // (micro or 1)))
+        reading.set(doc, KEYS["batch_size"], "grad_accum", max(1, total // (micro or 1)))
     else:
         reading.plan["grad_accum"] = 1
-    seq = get_int(doc, "sequence_len")
+    seq = get_int(doc, KEYS["seq_len"])
     if seq is None:
         reading.plan["seq_len"] = DEFAULT_SEQUENCE_LEN
     else:
-        reading.set(doc, "sequence_len", "seq_len", seq)
+        reading.set(doc, KEYS["seq_len"], "seq_len", seq)
 
 
 def _checkpointing(reading: ConfigReading, doc: SourceDoc) -> None:
     """gradient_checkpointing: true (or 'offload'/'offload_disk', which also move the checkpointed inputs
     off the GPU: not billed) -> full; false/absent (the default) -> none. Its kwargs must be a mapping
     (`use_reentrant` does not change what is saved)."""
-    get_mapping(doc, "gradient_checkpointing_kwargs")
-    value = doc.data.get("gradient_checkpointing")
-    if isinstance(value, str) and value.strip().lower() in ("offload", "offload_disk"):
-        reading.set(doc, "gradient_checkpointing", "checkpointing", "full")
-        reading.skip(doc, "gradient_checkpointing", f"{value}: the checkpointed layer inputs are billed on the GPU")
+    get_mapping(doc, KEYS["checkpointing_kwargs"])
+    value = doc.data.get(KEYS["checkpointing"])
+    if isinstance(value, str) and value.strip().lower() in (HF["activation_offload"], "offload_disk"):
+        reading.set(doc, KEYS["checkpointing"], "checkpointing", "full")
+        reading.skip(doc, KEYS["checkpointing"], f"{value}: the checkpointed layer inputs are billed on the GPU")
         return
-    on = get_bool(doc, "gradient_checkpointing")
+    on = get_bool(doc, KEYS["checkpointing"])
     if on is None:
         reading.plan["checkpointing"] = "none"
     else:
-        reading.set(doc, "gradient_checkpointing", "checkpointing", "full" if on else "none")
+        reading.set(doc, KEYS["checkpointing"], "checkpointing", "full" if on else "none")
 
 
 _O_S_KERNELS = (
@@ -278,11 +283,11 @@ _LEGACY_ATTN = {
 def _attention(reading: ConfigReading, doc: SourceDoc) -> None:
     """attn_implementation, or the first legacy flag set (both at once is Axolotl's own error); absent,
     transformers picks sdpa."""
-    impl = get_str(doc, "attn_implementation")
+    impl = get_str(doc, KEYS["attention"])
     flags = [k for k in _LEGACY_ATTN if get_bool(doc, k)]
     if impl and flags:
         raise doc.error(flags[0], f"attn_implementation and {flags[0]} both choose the attention; keep one")
-    key = "attn_implementation" if impl else (flags[0] if flags else None)
+    key = KEYS["attention"] if impl else (flags[0] if flags else None)
     if key is None:
         reading.plan["attention"] = "sdpa"
         return
@@ -297,43 +302,45 @@ def _attention(reading: ConfigReading, doc: SourceDoc) -> None:
 
 LIGER_PLUGIN = "LigerPlugin"
 CCE_PLUGIN = "CutCrossEntropyPlugin"
-_LIGER_ALL = ("liger_rope", "liger_rms_norm", "liger_glu_activation")
+_LIGER_ALL = (KEYS["liger_rope"], KEYS["liger_rms_norm"], KEYS["liger_glu_activation"])
 
 
 def _loss(reading: ConfigReading, doc: SourceDoc) -> None:
     """`plugins` with Liger's plugin: liger_fused_linear_cross_entropy -> fused-ce, with liger_rope,
     liger_rms_norm and liger_glu_activation too -> fused (axolotl/integrations/liger/args.py; every key
     defaults to None, off). Cut cross-entropy (its plugin; `cut_cross_entropy` defaults true) is not billed."""
-    plugins = doc.data.get("plugins") or []
+    plugins = doc.data.get(KEYS["loss"]) or []
     if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
-        raise doc.error("plugins", f"must be a list of plugin class paths, got {quoted(plugins)}")
+        raise doc.error(KEYS["loss"], f"must be a list of plugin class paths, got {quoted(plugins)}")
     liger = any(p.endswith(LIGER_PLUGIN) for p in plugins)
-    flce = get_bool(doc, "liger_fused_linear_cross_entropy")
+    flce = get_bool(doc, KEYS["liger_flce"])
     kernels = [get_bool(doc, k) for k in _LIGER_ALL]
     if liger and flce:
         loss = "fused" if all(kernels) else "fused-ce"
-        reading.set(doc, "liger_fused_linear_cross_entropy", "loss", loss)
+        reading.set(doc, KEYS["liger_flce"], "loss", loss)
         for key in _LIGER_ALL if loss == "fused" else ():
             reading.read.append(KeyRead(doc.path, key, "loss"))
     else:
         reading.plan["loss"] = "hf"
-    if liger and get_bool(doc, "liger_cross_entropy") and not flce:
-        reading.skip(doc, "liger_cross_entropy", "Liger's (unfused) cross-entropy is not billed")
+    if liger and get_bool(doc, KEYS["liger_cross_entropy"]) and not flce:
+        reading.skip(doc, KEYS["liger_cross_entropy"], "Liger's (unfused) cross-entropy is not billed")
     if not liger and (flce or any(kernels)):
-        reading.skip(doc, "plugins", "liger_* keys take effect only with axolotl.integrations.liger.LigerPlugin")
-    if any(p.endswith(CCE_PLUGIN) for p in plugins) and get_bool(doc, "cut_cross_entropy") is not False:
-        reading.skip(doc, "plugins", "cut cross-entropy (never stores the logits) is not billed; bill --loss fused-ce")
+        reading.skip(doc, KEYS["loss"], "liger_* keys take effect only with axolotl.integrations.liger.LigerPlugin")
+    if any(p.endswith(CCE_PLUGIN) for p in plugins) and get_bool(doc, KEYS["cut_cross_entropy"]) is not False:
+        reading.skip(
+            doc, KEYS["loss"], "cut cross-entropy (never stores the logits) is not billed; bill --loss fused-ce"
+        )
 
 
 def _sharding(reading: ConfigReading, doc: SourceDoc, stack: Stack) -> None:
     """`deepspeed:` (a JSON path, read next, or an inline mapping) or FSDP (`fsdp_config`, the deprecated
     `fsdp` list, `fsdp_version`; config.py) -> shard (`fsdp.read_fsdp`); both at once is a contradiction."""
-    config = get_mapping(doc, "fsdp_config") or {}
+    config = get_mapping(doc, KEYS["fsdp_config"]) or {}
     words = fsdp_words(doc)
-    version = get_int(doc, "fsdp_version")
+    version = get_int(doc, KEYS["fsdp_version"])
     fsdp = bool(config or words or version)
     if read_deepspeed_key(reading, doc, stack) and fsdp:
-        key = "fsdp_config" if config else ("fsdp" if words else "fsdp_version")
+        key = KEYS["fsdp_config"] if config else ("fsdp" if words else KEYS["fsdp_version"])
         raise doc.error(key, f"deepspeed and {key} both shard the model; keep one")
     if fsdp:
-        read_fsdp(reading, doc, "fsdp_config" if config else "fsdp", words, config)
+        read_fsdp(reading, doc, KEYS["fsdp_config"] if config else "fsdp", words, config)

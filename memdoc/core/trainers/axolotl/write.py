@@ -6,6 +6,7 @@ from __future__ import annotations
 from memdoc.core.model.lora import lora_alpha
 from memdoc.core.model.plan import Loss, Method, Offload, OffloadTarget, Optimizer, Precision
 from memdoc.core.trainers.axolotl.facts import kbit_notes, packing_keys
+from memdoc.core.trainers.axolotl.keys import KEYS
 from memdoc.core.trainers.axolotl.post import axolotl_dataset, axolotl_schedule, axolotl_task_keys
 from memdoc.core.trainers.base import (
     DATASET_PLACEHOLDER,
@@ -44,26 +45,30 @@ def _precision(plan, notes: list[str]) -> dict:
     p = plan.precision
     if plan.is_peft and p in (Precision.BF16, Precision.FP16):
         notes.append(precision_note(plan))
-        return {"bf16": True, "fp16": False} if p is Precision.BF16 else {"bf16": False, "fp16": True}
+        return (
+            {KEYS["bf16"]: True, KEYS["fp16"]: False}
+            if p is Precision.BF16
+            else {KEYS["bf16"]: False, KEYS["fp16"]: True}
+        )
     if p is Precision.BF16:
         notes.append(
             "precision bf16 (pure): Axolotl loads the weights in bfloat16 when bf16 is set; "
             "bfloat16: true marks no fp32 master copy"
         )
-        return {"bf16": True, "bfloat16": True, "fp16": False}
+        return {KEYS["bf16"]: True, KEYS["bfloat16"]: True, KEYS["fp16"]: False}
     if p is Precision.AMP_BF16:
         notes.append(
             "precision amp-bf16: Axolotl has no key for fp32 master weights — with bf16: true it loads the weights in "
             "bfloat16 (trainable LoRA weights are upcast to fp32 by peft), so a full fine-tune runs as pure bf16 "
             "and uses less memory than billed"
         )
-        return {"bf16": True, "fp16": False}
+        return {KEYS["bf16"]: True, KEYS["fp16"]: False}
     if p is Precision.FP16:
-        return {"bf16": False, "fp16": True, "float16": True}
+        return {KEYS["bf16"]: False, KEYS["fp16"]: True, KEYS["float16"]: True}
     if p is Precision.AMP_FP16:
         notes.append("precision amp-fp16: Axolotl loads the weights in float16 when fp16 is set (no fp32 master copy)")
-        return {"bf16": False, "fp16": True}
-    return {"bf16": False, "fp16": False, "float32": True}
+        return {KEYS["bf16"]: False, KEYS["fp16"]: True}
+    return {KEYS["bf16"]: False, KEYS["fp16"]: False, KEYS["float32"]: True}
 
 
 def _fsdp(plan, notes: list[str]) -> dict:
@@ -81,15 +86,15 @@ def _fsdp(plan, notes: list[str]) -> dict:
             "reads the checkpoint (bill it with --no-low-mem-load)"
         )
     return {
-        "fsdp_version": 2,
-        "fsdp_config": {
+        KEYS["fsdp_version"]: 2,
+        KEYS["fsdp_config"]: {
             "offload_params": offload,
             # FSDP2 + bitsandbytes 4-bit deadlocks with rank-0-only loading (Axolotl refuses it).
             "cpu_ram_efficient_loading": plan.method is not Method.QLORA and plan.low_mem_load,
             "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
             "state_dict_type": "FULL_STATE_DICT" if plan.save_gather else "SHARDED_STATE_DICT",
             "reshard_after_forward": True,
-            "activation_checkpointing": False,
+            HF["activation_checkpointing"]: False,
         },
     }
 
@@ -104,15 +109,15 @@ def _adapter_keys(plan) -> dict:
             bnb_config_kwargs={"bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True},
         )
     elif plan.method is Method.LORA:
-        config["adapter"] = "lora"
+        config[KEYS["method"]] = "lora"
     if plan.is_peft:
-        config["lora_r"] = plan.lora_rank
-        config["lora_alpha"] = lora_alpha(plan)
-        config["lora_dropout"] = plan.lora_dropout
+        config[KEYS["lora_rank"]] = plan.lora_rank
+        config[KEYS["lora_alpha"]] = lora_alpha(plan)
+        config[KEYS["lora_dropout"]] = plan.lora_dropout
         if all_linear(plan):
-            config["lora_target_linear"] = True
+            config[KEYS["lora_target_linear"]] = True
         else:
-            config["lora_target_modules"] = list(plan.lora_targets)
+            config[KEYS["lora_targets"]] = list(plan.lora_targets)
     return config
 
 
@@ -139,30 +144,30 @@ def _data_keys(ctx: EmitContext, config: dict, placeholders: dict[str, str], com
         {"type": "chat_template", "field_messages": "messages"},
         AXOLOTL_DATASET_FORMAT,
     )
-    config["datasets"] = [{"path": ctx.dataset or DATASET_PLACEHOLDER, **entry}]
-    comments["datasets"] = rows
+    config[KEYS["dataset"]] = [{"path": ctx.dataset or DATASET_PLACEHOLDER, **entry}]
+    comments[KEYS["dataset"]] = rows
     if not ctx.dataset:
-        placeholders["datasets"] = f"set path (--dataset); {rows}"
-    config["output_dir"] = ctx.output_dir or OUTPUT_DIR_PLACEHOLDER
+        placeholders[KEYS["dataset"]] = f"set path (--dataset); {rows}"
+    config[HF["output_dir"]] = ctx.output_dir or OUTPUT_DIR_PLACEHOLDER
     if not ctx.output_dir:
-        placeholders["output_dir"] = "where checkpoints go (--output-dir)"
+        placeholders[HF["output_dir"]] = "where checkpoints go (--output-dir)"
 
 
 def _batch_and_optimizer_keys(plan) -> dict:
     """Sequence length, batch, accumulation, schedule and optimizer."""
     config = {
-        "sequence_len": plan.seq_len,
-        "sample_packing": False,
-        "micro_batch_size": plan.micro_batch,
-        "gradient_accumulation_steps": plan.grad_accum,
+        KEYS["seq_len"]: plan.seq_len,
+        KEYS["packing"]: False,
+        KEYS["micro_batch"]: plan.micro_batch,
+        KEYS["grad_accum"]: plan.grad_accum,
         "num_epochs": 1,
-        "learning_rate": default_learning_rate(plan),
+        HF["learning_rate"]: default_learning_rate(plan),
         "lr_scheduler": LR_SCHEDULER,
         "warmup_ratio": WARMUP_RATIO,
-        "optimizer": HF.row("optimizer").write(plan.optimizer.value),
+        KEYS["optimizer"]: HF.row(KEYS["optimizer"]).write(plan.optimizer.value),
     }
     if plan.optimizer is Optimizer.SGD:
-        config["optim_args"] = SGD_OPTIM_ARGS
+        config[KEYS["optim_args"]] = SGD_OPTIM_ARGS
     return config
 
 
@@ -170,10 +175,10 @@ def _liger_keys(plan, notes: list[str]) -> dict:
     """The Liger plugin and its fused linear cross-entropy (with every kernel under --loss fused)."""
     if not uses_liger(plan):
         return {}
-    config: dict = {"plugins": [LIGER_PLUGIN]}
+    config: dict = {KEYS["loss"]: [LIGER_PLUGIN]}
     if plan.loss is Loss.FUSED:  # what use_liger_kernel=True applies: every kernel the model has
         config.update(liger_rope=True, liger_rms_norm=True, liger_glu_activation=True)
-    config["liger_fused_linear_cross_entropy"] = True
+    config[KEYS["liger_flce"]] = True
     notes.append(LIGER_NOTE)
     return config
 
@@ -181,7 +186,7 @@ def _liger_keys(plan, notes: list[str]) -> dict:
 def _sharding(ctx: EmitContext, config: dict, notes: list[str]) -> list[SideFile]:
     """ZeRO: the DeepSpeed JSON beside the config; FSDP: its keys in the config. Returns the side files."""
     if uses_deepspeed(ctx.plan):
-        config["deepspeed"] = ctx.side_path(DS_CONFIG_NAME)
+        config[KEYS["shard"]] = ctx.side_path(DS_CONFIG_NAME)
         return [SideFile(DS_CONFIG_NAME, deepspeed_config(ctx, notes), "json")]
     if uses_fsdp(ctx.plan):
         config.update(_fsdp(ctx.plan, notes))
@@ -192,9 +197,9 @@ def _activation_offload(config: dict) -> None:
     """`--activation-offload` as Axolotl's own key: `activation_offloading: hidden_states` offloads the checkpointed
     layers' inputs, non-reentrant, through transformers' switch (`axolotl/core/builders/base.py`
     `_configure_gradient_checkpointing`, 0.19), instead of the `offload` kwarg."""
-    kwargs = config.get("gradient_checkpointing_kwargs") or {}
-    if kwargs.pop("offload", False):
-        config["activation_offloading"] = "hidden_states"
+    kwargs = config.get(KEYS["checkpointing_kwargs"]) or {}
+    if kwargs.pop(HF["activation_offload"], False):
+        config[KEYS["activation_offload"]] = "hidden_states"
 
 
 def _vision(ctx: EmitContext, config: dict, notes: list[str], comments: dict[str, str]) -> None:
@@ -204,8 +209,8 @@ def _vision(ctx: EmitContext, config: dict, notes: list[str], comments: dict[str
     config.update(axolotl_vision_keys(ctx.plan, notes))
     if ctx.plan.has_vision:
         length = vision_row_length(ctx.plan, ctx.image_family or ctx.model_type)
-        config["sequence_len"] = length
-        comments["datasets"] = AXOLOTL_VISION_ROWS
+        config[KEYS["seq_len"]] = length
+        comments[KEYS["dataset"]] = AXOLOTL_VISION_ROWS
         notes.append(
             f"sequence_len {length} = the billed row (text + image tokens); Axolotl's multimodal collator does not "
             "truncate, so keep each row's text within the planned length"
@@ -216,14 +221,14 @@ def emit_axolotl(ctx: EmitContext) -> Emitted:
     plan = ctx.plan
     notes: list[str] = []
     placeholders: dict[str, str] = {}
-    config: dict = {"base_model": ctx.model_id, **axolotl_task_keys(plan, notes), **_adapter_keys(plan)}
+    config: dict = {KEYS["model"]: ctx.model_id, **axolotl_task_keys(plan, notes), **_adapter_keys(plan)}
     comments = _chat_template(ctx, config, notes)
     _data_keys(ctx, config, placeholders, comments)
     config.update(_batch_and_optimizer_keys(plan))
     axolotl_schedule(plan, config, notes)
-    placeholders["learning_rate"] = "a common default for this method; tune it"
+    placeholders[HF["learning_rate"]] = "a common default for this method; tune it"
     config.update(_precision(plan, notes))
-    config["attn_implementation"] = plan.attention.value
+    config[KEYS["attention"]] = plan.attention.value
     config.update(packing_keys(plan, notes))
     config.update(_liger_keys(plan, notes))
     config.update(checkpointing_keys(plan, notes))
@@ -231,7 +236,7 @@ def emit_axolotl(ctx: EmitContext) -> Emitted:
     if is_vlm(ctx.model_type):
         _vision(ctx, config, notes, comments)
     side = _sharding(ctx, config, notes)
-    config["logging_steps"] = 10
+    config[HF["logging_steps"]] = 10
     notes.extend(kbit_notes(plan))
     multinode_note(ctx, notes)
     launch = f"axolotl train {ctx.config_arg}"

@@ -32,8 +32,8 @@ ZERO = KeyTable(
     "deepspeed",
     VERSION,
     (
-        Key("shard", "zero_optimization.stage", {v: k for k, v in SHARDS.items()}),
-        Key("offload", "zero_optimization.offload_optimizer"),
+        Key("shard", "zero_optimization.stage", {v: k for k, v in SHARDS.items()}, name="stage"),
+        Key("offload", "zero_optimization.offload_optimizer", name="offload_optimizer"),
         Key("offload", "zero_optimization.offload_param", name="offload_param"),
         Key(
             "save_gather",
@@ -63,7 +63,7 @@ OFFLOAD = KeyTable(
     "deepspeed",
     VERSION,
     (
-        Key("offload_to", "offload_optimizer.device"),
+        Key("offload_to", "offload_optimizer.device", name="device"),
         Key("offload_to", "offload_optimizer.pin_memory", name="pin_memory"),
         Key("offload_to", "offload_optimizer.nvme_path", name="nvme_path"),
     ),
@@ -75,8 +75,8 @@ PRECISION = KeyTable(
     "deepspeed",
     VERSION,
     (
-        Key("precision", "bf16.enabled"),
-        Key("master_weights", "bf16.bf16_master_weights_and_grads"),
+        Key("precision", "bf16.enabled", name="enabled"),
+        Key("master_weights", "bf16.bf16_master_weights_and_grads", name="master_weights_and_grads"),
         Key("master_weights", "bf16.bf16_optimizer_states", name="bf16_optimizer_states"),
     ),
     block="bf16",

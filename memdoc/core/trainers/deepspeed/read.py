@@ -26,13 +26,22 @@ from __future__ import annotations
 import posixpath
 
 from memdoc.core.model.stack import Stack
-from memdoc.core.trainers.deepspeed.keys import BUCKET_DEFAULTS, DETECTING, SHARDS, STAGE3_ONLY
+from memdoc.core.trainers.deepspeed.keys import (
+    BUCKET_DEFAULTS,
+    DETECTING,
+    KEYS,
+    OFFLOAD,
+    PRECISION,
+    SHARDS,
+    STAGE3_ONLY,
+    ZERO,
+)
 from memdoc.core.trainers.reading import ConfigReading, KeyRead, SourceDoc
 from memdoc.core.trainers.values import fail, get_bool, get_int, get_mapping
 from memdoc.errors import quoted
 
 BUCKETS = {
-    "stage3_max_reuse_distance": "ZeRO-3's gathered parameters kept for reuse",
+    ZERO["stage3_max_reuse_distance"]: "ZeRO-3's gathered parameters kept for reuse",
 }
 """`zero_optimization` keys that size caches which memdoc does not bill."""
 
@@ -45,27 +54,27 @@ def looks_like(data: dict) -> bool:
 def read_deepspeed(doc: SourceDoc, stack: Stack) -> ConfigReading:
     """A DeepSpeed config -> shard, offload, precision, micro-batch and accumulation (module docstring)."""
     reading = ConfigReading(formats=["deepspeed"])
-    zero = get_mapping(doc, "zero_optimization") or {}
-    if "stage" in zero:
-        stage = zero["stage"]
+    zero = get_mapping(doc, KEYS["shard"]) or {}
+    if ZERO["stage"] in zero:
+        stage = zero[ZERO["stage"]]
         if not isinstance(stage, int) or isinstance(stage, bool) or stage not in SHARDS:
             raise fail(doc, "zero_optimization.stage", f"must be 0, 1, 2 or 3, got {quoted(stage)}")
         reading.set(doc, "zero_optimization.stage", "shard", SHARDS[stage])
     _offload(doc, zero, reading)
     _precision(doc, reading)
     for key, plan_field in (
-        ("train_micro_batch_size_per_gpu", "micro_batch"),
-        ("gradient_accumulation_steps", "grad_accum"),
+        (KEYS["micro_batch"], "micro_batch"),
+        (KEYS["grad_accum"], "grad_accum"),
     ):
         if doc.data.get(key) not in (None, "auto"):
             reading.set(doc, key, plan_field, get_int(doc, key))
-    if doc.data.get("train_batch_size") not in (None, "auto") and "train_micro_batch_size_per_gpu" not in doc.data:
+    if doc.data.get(KEYS["train_batch_size"]) not in (None, "auto") and KEYS["micro_batch"] not in doc.data:
         reading.skip(
             doc,
-            "train_batch_size",
+            KEYS["train_batch_size"],
             "the global batch; memdoc bills the per-GPU micro-batch (train_micro_batch_size_per_gpu, or the trainer's)",
         )
-    if "zero_optimization" in doc.data:
+    if KEYS["shard"] in doc.data:
         _buckets(doc, zero, reading)
     _save_gather(doc, zero, reading)
     for key, what in BUCKETS.items():
@@ -80,7 +89,7 @@ def _buckets(doc: SourceDoc, zero: dict, reading: ConfigReading) -> None:
     config's number, None for "auto", DeepSpeed's default when absent (overlap_comm: true under ZeRO-3 only,
     `DeepSpeedZeroConfig.overlap_comm_valid`)."""
     for key, default in BUCKET_DEFAULTS.items():
-        if key not in zero and zero.get("stage") != 3 and key in STAGE3_ONLY:
+        if key not in zero and zero.get(ZERO["stage"]) != 3 and key in STAGE3_ONLY:
             continue  # only ZeRO-3 reads it: the plan keeps its default (what emit writes back for ZeRO-3)
         where = f"zero_optimization.{key}"
         value = zero.get(key, default)
@@ -92,7 +101,7 @@ def _buckets(doc: SourceDoc, zero: dict, reading: ConfigReading) -> None:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise fail(doc, where, f'must be a number of elements or "auto", got {quoted(value)}')
         _knob(reading, doc, zero, key, value)
-    for key, default in (("overlap_comm", zero.get("stage") == 3), ("contiguous_gradients", True)):
+    for key, default in ((ZERO["overlap_comm"], zero.get(ZERO["stage"]) == 3), (ZERO["contiguous_gradients"], True)):
         where = f"zero_optimization.{key}"
         value = get_bool(doc, key, zero, where=where) if zero.get(key) is not None else default
         _knob(reading, doc, zero, key, value)
@@ -102,9 +111,9 @@ def _save_gather(doc: SourceDoc, zero: dict, reading: ConfigReading) -> None:
     """ZeRO-3's `stage3_gather_16bit_weights_on_model_save` (DeepSpeedZeroConfig's default False; the old
     spelling `stage3_gather_fp16_weights_on_model_save`) -> `save_gather`: True is the plan's default for ZeRO-3
     (None, what memdoc emits), False: each rank saves its own partition."""
-    if zero.get("stage") != 3:
+    if zero.get(ZERO["stage"]) != 3:
         return
-    for key in ("stage3_gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save"):
+    for key in (ZERO["save_gather"], "stage3_gather_fp16_weights_on_model_save"):
         if key in zero:
             where = f"zero_optimization.{key}"
             reading.set(doc, where, "save_gather", None if get_bool(doc, key, zero, where=where) else False)
@@ -124,44 +133,44 @@ def _knob(reading: ConfigReading, doc: SourceDoc, zero: dict, key: str, value) -
 def _offload(doc: SourceDoc, zero: dict, reading: ConfigReading) -> None:
     """`offload_optimizer` / `offload_param`: {"device": "cpu"|"nvme"|"none", …} (offload_config.py)."""
     devices = {}
-    for key in ("offload_optimizer", "offload_param"):
+    for key in (ZERO["offload_optimizer"], ZERO["offload_param"]):
         block = get_mapping(doc, key, zero, where=f"zero_optimization.{key}")
         if block is None:
             continue
-        device = block.get("device", "none")
+        device = block.get(OFFLOAD["device"], "none")
         if device not in ("none", "cpu", "nvme", None):
             raise fail(doc, f"zero_optimization.{key}.device", f"must be cpu, nvme or none, got {quoted(device)}")
         if device in ("cpu", "nvme"):
             devices[key] = device
     if not devices:
         return
-    if "offload_param" in devices and "offload_optimizer" not in devices:
+    if ZERO["offload_param"] in devices and ZERO["offload_optimizer"] not in devices:
         reading.skip(doc, "zero_optimization.offload_param", "weights offloaded without the optimizer: not billed")
         return
-    both = "offload_param" in devices
+    both = ZERO["offload_param"] in devices
     key = "zero_optimization.offload_param" if both else "zero_optimization.offload_optimizer"
-    reading.set(doc, key, "offload", "optimizer+params" if both else "optimizer")
-    reading.set(doc, "zero_optimization.offload_optimizer.device", "offload_to", devices["offload_optimizer"])
+    reading.set(doc, key, "offload", "optimizer+params" if both else KEYS["optimizer"])
+    reading.set(doc, "zero_optimization.offload_optimizer.device", "offload_to", devices[ZERO["offload_optimizer"]])
 
 
 def _precision(doc: SourceDoc, reading: ConfigReading) -> None:
     """`bf16.enabled` / `fp16.enabled` (true, false or "auto"); both true is a contradiction."""
     enabled = {}
-    for key in ("bf16", "fp16"):
+    for key in (KEYS["bf16"], KEYS["fp16"]):
         block = get_mapping(doc, key)
-        if block is None or block.get("enabled", False) == "auto":
+        if block is None or block.get(PRECISION["enabled"], False) == "auto":
             continue
-        enabled[key] = get_bool(doc, "enabled", block, where=f"{key}.enabled")
-    if enabled.get("bf16") and enabled.get("fp16"):
+        enabled[key] = get_bool(doc, PRECISION["enabled"], block, where=f"{key}.enabled")
+    if enabled.get(KEYS["bf16"]) and enabled.get(KEYS["fp16"]):
         raise fail(doc, "fp16.enabled", "bf16.enabled and fp16.enabled are both true; DeepSpeed trains in one of them")
-    for key in ("bf16", "fp16"):
+    for key in (KEYS["bf16"], KEYS["fp16"]):
         if enabled.get(key):
             reading.set(doc, f"{key}.enabled", "precision", f"amp-{key}")
-    bf16 = get_mapping(doc, "bf16") or {}
-    if bf16.get("bf16_master_weights_and_grads") is True and bf16.get("bf16_optimizer_states") is True:
+    bf16 = get_mapping(doc, KEYS["bf16"]) or {}
+    if bf16.get(PRECISION["master_weights_and_grads"]) is True and bf16.get(PRECISION["bf16_optimizer_states"]) is True:
         reading.set(doc, "bf16.bf16_master_weights_and_grads", "master_weights", "bf16")
         reading.set(doc, "bf16.enabled", "precision", "bf16")
-    elif bf16.get("bf16_master_weights_and_grads") is True:
+    elif bf16.get(PRECISION["master_weights_and_grads"]) is True:
         reading.skip(
             doc,
             "bf16.bf16_master_weights_and_grads",
@@ -171,19 +180,19 @@ def _precision(doc: SourceDoc, reading: ConfigReading) -> None:
 
 def _extras(doc: SourceDoc, reading: ConfigReading) -> None:
     """DeepSpeed's own activation checkpointing and optimizer block."""
-    ac = doc.data.get("activation_checkpointing")
+    ac = doc.data.get(KEYS["checkpointing"])
     if isinstance(ac, dict) and (ac.get("partition_activations") or ac.get("cpu_checkpointing")):
         reading.skip(
             doc,
-            "activation_checkpointing",
+            KEYS["checkpointing"],
             "DeepSpeed's partitioned/CPU activation checkpoints (Megatron models only): not billed",
         )
-    optimizer = doc.data.get("optimizer")
+    optimizer = doc.data.get(KEYS["optimizer"])
     if isinstance(optimizer, dict):
         kind = str(optimizer.get("type", "")).lower()
         if kind not in ("adam", "adamw", "cpuadam", "fusedadam", ""):
             reading.skip(
-                doc, "optimizer", f"DeepSpeed optimizer {optimizer.get('type')}: memdoc bills AdamW's 2 states"
+                doc, KEYS["optimizer"], f"DeepSpeed optimizer {optimizer.get('type')}: memdoc bills AdamW's 2 states"
             )
 
 

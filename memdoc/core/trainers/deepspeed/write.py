@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from memdoc.core.model.plan import MasterWeights, Offload, OffloadTarget, Optimizer, Shard, TrainingPlan
 from memdoc.core.trainers.base import DS_CONFIG_NAME, NVME_PLACEHOLDER, EmitContext, header_text
+from memdoc.core.trainers.deepspeed.keys import KEYS, OFFLOAD, PRECISION, ZERO
 
 
 def _zero_stage(plan, notes: list[str]) -> int:
@@ -29,10 +30,12 @@ def _offload_keys(plan, stage: int, notes: list[str]) -> dict:
     if plan.offload_to is OffloadTarget.NVME and stage != 3:
         notes.append("offload to nvme needs ZeRO-3 in DeepSpeed: optimizer offloaded to cpu instead")
         target = "cpu"
-    device = {"device": target, "pin_memory": True} | ({"nvme_path": NVME_PLACEHOLDER} if target == "nvme" else {})
-    keys = {"offload_optimizer": device}
+    device = {OFFLOAD["device"]: target, OFFLOAD["pin_memory"]: True} | (
+        {OFFLOAD["nvme_path"]: NVME_PLACEHOLDER} if target == "nvme" else {}
+    )
+    keys = {ZERO["offload_optimizer"]: device}
     if plan.offload is Offload.OPTIMIZER_PARAMS:
-        keys["offload_param"] = dict(device)
+        keys[ZERO["offload_param"]] = dict(device)
     if target == "nvme":
         notes.append(
             f"offload to nvme: set nvme_path ({NVME_PLACEHOLDER}) in {DS_CONFIG_NAME} to a fast local NVMe mount"
@@ -48,7 +51,7 @@ def _offloaded_optimizer(plan, notes: list[str]) -> dict:
             "`optimizer` block of the DeepSpeed JSON)"
         )
         return {
-            "optimizer": {
+            KEYS["optimizer"]: {
                 "type": "AdamW",
                 "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"},
             }
@@ -58,7 +61,7 @@ def _offloaded_optimizer(plan, notes: list[str]) -> dict:
         "optimizer on offloaded states (zero_force_ds_cpu_optimizer: false); slower than its "
         "CPU Adam"
     )
-    return {"zero_force_ds_cpu_optimizer": False}
+    return {KEYS["force_ds_cpu_optimizer"]: False}
 
 
 def bucket_keys(plan: TrainingPlan, stage: int) -> dict:
@@ -66,16 +69,16 @@ def bucket_keys(plan: TrainingPlan, stage: int) -> dict:
     "auto" for the three transformers fills from the hidden size (`integrations/deepspeed.py`), else DeepSpeed's
     default written explicitly (`deepspeed/runtime/zero/config.py` `DeepSpeedZeroConfig`)."""
     auto = lambda value: "auto" if value is None else value  # noqa: E731
-    keys: dict = {"reduce_bucket_size": auto(plan.reduce_bucket_size), "overlap_comm": plan.overlap_comm}
-    keys["contiguous_gradients"] = plan.contiguous_gradients
+    keys: dict = {ZERO["reduce_bucket_size"]: auto(plan.reduce_bucket_size), ZERO["overlap_comm"]: plan.overlap_comm}
+    keys[ZERO["contiguous_gradients"]] = plan.contiguous_gradients
     if stage < 3:
-        keys["allgather_bucket_size"] = plan.allgather_bucket_size
+        keys[ZERO["allgather_bucket_size"]] = plan.allgather_bucket_size
         return keys
     return keys | {
-        "stage3_prefetch_bucket_size": auto(plan.stage3_prefetch_bucket_size),
-        "stage3_param_persistence_threshold": auto(plan.stage3_param_persistence_threshold),
-        "stage3_max_live_parameters": plan.stage3_max_live_parameters,
-        "sub_group_size": plan.sub_group_size,
+        ZERO["stage3_prefetch_bucket_size"]: auto(plan.stage3_prefetch_bucket_size),
+        ZERO["stage3_param_persistence_threshold"]: auto(plan.stage3_param_persistence_threshold),
+        ZERO["stage3_max_live_parameters"]: plan.stage3_max_live_parameters,
+        ZERO["sub_group_size"]: plan.sub_group_size,
     }
 
 
@@ -83,27 +86,27 @@ def deepspeed_config(ctx: EmitContext, notes: list[str]) -> dict:
     """A DeepSpeed JSON for the HF Trainer: zero_optimization stage + offload; batch keys 'auto'."""
     plan = ctx.plan
     stage = _zero_stage(plan, notes)
-    zero: dict = {"stage": stage}
+    zero: dict = {ZERO["stage"]: stage}
     if stage == 3:
         # the save gathers the 16-bit model on rank 0 unless the plan says not to (`run_phases.save_gathers`)
-        zero["stage3_gather_16bit_weights_on_model_save"] = plan.save_gather is not False
+        zero[ZERO["save_gather"]] = plan.save_gather is not False
     if plan.offload is not Offload.NONE:
         zero.update(_offload_keys(plan, stage, notes))
     zero.update(bucket_keys(plan, stage))
-    bf16: dict = {"enabled": "auto"}
+    bf16: dict = {PRECISION["enabled"]: "auto"}
     if plan.master_weights is MasterWeights.BF16:
         # deepspeed/runtime/precision_config.py (0.19.8): bf16 master weights, gradients and optimizer states
         bf16.update(bf16_master_weights_and_grads=True, bf16_optimizer_states=True)
         notes.append("bf16 master weights and optimizer states (bf16_master_weights_and_grads): a numerical risk")
     config: dict = {
         "_comment": header_text(ctx, one_line=True),
-        "bf16": bf16,
-        "fp16": {"enabled": "auto"},
-        "zero_optimization": zero,
-        "gradient_accumulation_steps": "auto",
+        KEYS["bf16"]: bf16,
+        KEYS["fp16"]: {PRECISION["enabled"]: "auto"},
+        KEYS["shard"]: zero,
+        KEYS["grad_accum"]: "auto",
         "gradient_clipping": "auto",
-        "train_batch_size": "auto",
-        "train_micro_batch_size_per_gpu": "auto",
+        KEYS["train_batch_size"]: "auto",
+        KEYS["micro_batch"]: "auto",
     }
     if plan.offload is not Offload.NONE:
         config.update(_offloaded_optimizer(plan, notes))

@@ -19,29 +19,30 @@ from memdoc.core.trainers.base import (
     uses_fsdp,
 )
 from memdoc.core.trainers.deepspeed.write import deepspeed_config
+from memdoc.core.trainers.hf.keys import KEYS as HF
 
 
 def training_arguments(ctx: EmitContext, notes: list[str], placeholders: dict[str, str]) -> dict:
     """output_dir, batch, accumulation, learning rate, optimizer, autocast, checkpointing, DeepSpeed."""
     plan = ctx.plan
-    out: dict = {"output_dir": ctx.output_dir or OUTPUT_DIR_PLACEHOLDER}
+    out: dict = {HF["output_dir"]: ctx.output_dir or OUTPUT_DIR_PLACEHOLDER}
     if not ctx.output_dir:
-        placeholders["output_dir"] = "where checkpoints go (--output-dir)"
-    out["per_device_train_batch_size"] = plan.micro_batch
-    out["gradient_accumulation_steps"] = plan.grad_accum
-    out["learning_rate"] = default_learning_rate(plan)
-    placeholders["learning_rate"] = "a common default for this method; tune it"
-    out["num_train_epochs"] = 1
-    out["lr_scheduler_type"] = LR_SCHEDULER
-    out["warmup_steps"] = WARMUP_RATIO
+        placeholders[HF["output_dir"]] = "where checkpoints go (--output-dir)"
+    out[HF["micro_batch"]] = plan.micro_batch
+    out[HF["grad_accum"]] = plan.grad_accum
+    out[HF["learning_rate"]] = default_learning_rate(plan)
+    placeholders[HF["learning_rate"]] = "a common default for this method; tune it"
+    out[HF["epochs"]] = 1
+    out[HF["lr_scheduler"]] = LR_SCHEDULER
+    out[HF["warmup"]] = WARMUP_RATIO
     out.update(optimizer_keys(plan, notes))
     out.update(trainer_amp_flags(plan, notes))
     out.update(checkpointing_keys(plan, notes))
     if uses_deepspeed(plan):
-        out["deepspeed"] = ctx.side_path(DS_CONFIG_NAME)
-    out["logging_steps"] = 10
-    out["save_strategy"] = "epoch"
-    out["report_to"] = "none"
+        out[HF["shard"]] = ctx.side_path(DS_CONFIG_NAME)
+    out[HF["logging_steps"]] = 10
+    out[HF["save_strategy"]] = "epoch"
+    out[HF["report_to"]] = "none"
     return out
 
 

@@ -24,6 +24,7 @@ from memdoc.core.trainers.base import (
 )
 from memdoc.core.trainers.hf.args import distributed_side_files, multinode_note, training_arguments
 from memdoc.core.trainers.hf.facts import kbit_prepare_clause, packing_keys
+from memdoc.core.trainers.hf.keys import KEYS
 from memdoc.core.trainers.vision import hf_vision_keys, is_vlm
 from memdoc.errors import PlanError
 
@@ -69,11 +70,9 @@ def emit_hf(ctx: EmitContext) -> Emitted:
         f"to input_ids (+ labels) truncated/packed to {plan.seq_len} tokens and pass it as Trainer(train_dataset=...)"
     )
     if uses_liger(plan):
-        config["use_liger_kernel"] = (
-            True  # all of Liger's kernels for the model: RMSNorm, RoPE, SwiGLU/GeGLU, fused loss
-        )
+        config[KEYS["loss"]] = True  # all of Liger's kernels for the model: RMSNorm, RoPE, SwiGLU/GeGLU, fused loss
         if plan.loss is Loss.FUSED_CE:
-            config["liger_kernel_config"] = dict(LIGER_CE_ONLY_CONFIG)
+            config[KEYS["liger_kernel_config"]] = dict(LIGER_CE_ONLY_CONFIG)
         notes.append(LIGER_NOTE)
     multinode_note(ctx, notes)
     side = distributed_side_files(ctx, notes)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from memdoc.core.model.plan import TrainingPlan
 from memdoc.core.model.plan_post import Task
-from memdoc.core.trainers.llamafactory.keys import STAGES
+from memdoc.core.trainers.llamafactory.keys import KEYS, STAGES
 from memdoc.errors import PlanError
 
 LF_STAGES = {Task(task): stage for task, stage in STAGES.items()}
@@ -51,22 +51,22 @@ def lf_task_keys(plan: TrainingPlan, notes: list[str], placeholders: dict[str, s
             hint=f"use --format trl (trl {task.value}) or, for grpo, axolotl (rl: grpo)",
         )
     stage, loss = LF_STAGES[task]
-    out: dict = {"stage": stage}
+    out: dict = {KEYS["task"]: stage}
     if loss:
-        out["pref_loss"] = loss
-        out["pref_ftx"] = 0.0
+        out[KEYS["pref_loss"]] = loss
+        out[KEYS["pref_ftx"]] = 0.0
     beta = plan.effective_beta if task not in (Task.ORPO, Task.SIMPO) else plan.beta
     if beta is not None and task is not Task.PPO:
-        out["pref_beta"] = float(beta)
+        out[KEYS["beta"]] = float(beta)
     if plan.precompute_ref:
         notes.append(
             "--precompute-ref: LLaMA-Factory has no key for precomputed reference log-probabilities; its reference "
             "forward runs every step (more memory and compute than billed)"
         )
     if task is Task.PPO:
-        out["reward_model"] = REWARD_MODEL_PLACEHOLDER
-        placeholders["reward_model"] = "your trained reward model (a LoRA adapter of this base, or a full model)"
-        out["max_new_tokens"] = plan.completion_len
+        out[KEYS["reward_model"]] = REWARD_MODEL_PLACEHOLDER
+        placeholders[KEYS["reward_model"]] = "your trained reward model (a LoRA adapter of this base, or a full model)"
+        out[KEYS["completion_len"]] = plan.completion_len
         notes.append(PPO_TRL_NOTE)
         notes.append(
             f"--generations {plan.num_generations}: LLaMA-Factory's PPO samples one completion per prompt and has no "

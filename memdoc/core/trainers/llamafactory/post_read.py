@@ -22,22 +22,24 @@ def read_llamafactory_rl(reading: ConfigReading, doc: SourceDoc, stage: str) -> 
     """`stage` dpo/kto/rm/ppo with `pref_loss`, `pref_beta` and PPO's `max_new_tokens` (see the module docstring)."""
     task = LF_STAGES[stage]
     if stage == "dpo":
-        loss = get_choice(doc, "pref_loss", tuple(LF_DPO_LOSSES)) or "sigmoid"
+        loss = get_choice(doc, KEYS["pref_loss"], tuple(LF_DPO_LOSSES)) or "sigmoid"
         task = LF_DPO_LOSSES[loss]
-        reading.set(doc, "pref_loss" if doc.data.get("pref_loss") is not None else "stage", "task", task)
+        reading.set(
+            doc, KEYS["pref_loss"] if doc.data.get(KEYS["pref_loss"]) is not None else KEYS["task"], "task", task
+        )
     else:
-        reading.set(doc, "stage", "task", task)
+        reading.set(doc, KEYS["task"], "task", task)
     if stage in ("dpo", "kto"):
-        beta = get_float(doc, "pref_beta")
+        beta = get_float(doc, KEYS["beta"])
         if beta is None:
             reading.set(doc, "pref_beta (default)", "beta", LF_PREF_BETA)
         else:
-            read_beta(reading, doc, "pref_beta", beta)
+            read_beta(reading, doc, KEYS["beta"], beta)
     if stage == "ppo":
-        tokens = get_int(doc, "max_new_tokens")
+        tokens = get_int(doc, KEYS["completion_len"])
         if tokens is not None and tokens > 0:
-            reading.set(doc, "max_new_tokens", "completion_len", tokens)
-        reading.set(doc, "stage", "num_generations", 1)  # one completion per prompt (LLaMA-Factory's PPO)
+            reading.set(doc, KEYS["completion_len"], "completion_len", tokens)
+        reading.set(doc, KEYS["task"], "num_generations", 1)  # one completion per prompt (LLaMA-Factory's PPO)
 
 
 __all__ = ["read_llamafactory_rl"]

@@ -16,18 +16,21 @@ from __future__ import annotations
 
 from memdoc.core.model.plan import ALL_LINEAR
 from memdoc.core.model.stack import Stack
-from memdoc.core.trainers.llamafactory.post_read import read_llamafactory_rl
 from memdoc.core.trainers.deepspeed.read import read_deepspeed_key
 from memdoc.core.trainers.fsdp import fsdp_words, read_fsdp
 from memdoc.core.trainers.hf.defaults import hf_default_optim
+from memdoc.core.trainers.hf.keys import KEYS as HF
 from memdoc.core.trainers.hf.optimizers import read_optimizer
 from memdoc.core.trainers.llamafactory.keys import DETECTING, KEYS
+from memdoc.core.trainers.llamafactory.post_read import read_llamafactory_rl
 from memdoc.core.trainers.precision import trained_precision
 from memdoc.core.trainers.reading import ConfigReading, KeyRead, SourceDoc
 from memdoc.core.trainers.values import get_bool, get_float, get_int, get_mapping, get_str, skip_set_keys
 from memdoc.errors import quoted
 
-DEFAULTS = {"lora_rank": 8, "lora_dropout": 0.0, "seq_len": 2048, "micro_batch": 8, "grad_accum": 1}
+DEFAULTS = {f: KEYS.row(f).default for f in ("lora_rank", "lora_dropout", "seq_len")} | {
+    f: HF.row(f).default for f in ("micro_batch", "grad_accum")
+}
 """finetuning_args.py lora_rank 8, lora_dropout 0.0; data_args.py cutoff_len 2048; transformers'
 TrainingArguments per_device_train_batch_size 8, gradient_accumulation_steps 1."""
 
@@ -64,16 +67,16 @@ def read_llamafactory(doc: SourceDoc, stack: Stack) -> ConfigReading:
     """What a LLaMA-Factory config says about the plan; absent keys take LLaMA-Factory's defaults, and an
     absent `optim` transformers' default for `stack` (`defaults.hf_default_optim`)."""
     reading = ConfigReading(formats=["llamafactory"])
-    model = get_str(doc, "model_name_or_path")
+    model = get_str(doc, KEYS["model"])
     if model is not None:
         reading.model = model
-        reading.read.append(KeyRead(doc.path, "model_name_or_path", "model"))
+        reading.read.append(KeyRead(doc.path, KEYS["model"], "model"))
     _stage(reading, doc)
     method = _method(reading, doc)
     if method != "full":
         _lora(reading, doc)
     _precision(reading, doc, method)
-    read_optimizer(reading, doc, "optim", hf_default_optim(stack))
+    read_optimizer(reading, doc, HF["optimizer"], hf_default_optim(stack))
     _batch(reading, doc)
     _checkpointing(reading, doc)
     _attention(reading, doc)
@@ -87,18 +90,18 @@ def read_llamafactory(doc: SourceDoc, stack: Stack) -> ConfigReading:
 def _stage(reading: ConfigReading, doc: SourceDoc) -> None:
     """`stage` (default sft): pt packs by default (parser.py: packing = stage == "pt"); rm/ppo/dpo/kto are the
     post-training tasks (`rl_keys.read_llamafactory_rl`)."""
-    stage = (get_str(doc, "stage") or "sft").strip().lower()
+    stage = (get_str(doc, KEYS["task"]) or "sft").strip().lower()
     if stage in ("rm", "ppo", "dpo", "kto"):
         read_llamafactory_rl(reading, doc, stage)
-    elif stage == "pt" and doc.data.get("packing") is None:
-        reading.set(doc, "stage", "packing", True)  # parser.py: packing = stage == "pt"
+    elif stage == "pt" and doc.data.get(KEYS["packing"]) is None:
+        reading.set(doc, KEYS["task"], "packing", True)  # parser.py: packing = stage == "pt"
 
 
 def _packing(reading: ConfigReading, doc: SourceDoc) -> None:
     """`neat_packing` (packing without cross-attention; data_args.py sets `packing` with it) or `packing` ->
     packing. `packing` alone attends across the packed documents: billed with one document per row (the
     plan's `document_tokens` left unset), which is what its attention costs."""
-    for key in ("neat_packing", "packing"):
+    for key in (KEYS["neat_packing"], "packing"):
         on = get_bool(doc, key)
         if on is not None:
             reading.set(doc, key, "packing", on)
@@ -109,29 +112,31 @@ def _method(reading: ConfigReading, doc: SourceDoc) -> str:
     """finetuning_type (default lora) + quantization_bit: bitsandbytes 4-bit under LoRA is memdoc's qlora
     (NF4 with double quantisation by default: model_args.py `QuantizationArguments`); quantisation needs
     LoRA or OFT (parser.py)."""
-    kind = (get_str(doc, "finetuning_type") or "lora").strip().lower()
-    bits = get_int(doc, "quantization_bit")
+    kind = (get_str(doc, KEYS["method"]) or "lora").strip().lower()
+    bits = get_int(doc, KEYS["quantization_bit"])
     if bits is not None and kind not in ("lora", "oft"):
-        raise doc.error("quantization_bit", f"quantization needs finetuning_type lora (or oft), not {kind}")
+        raise doc.error(KEYS["quantization_bit"], f"quantization needs finetuning_type lora (or oft), not {kind}")
     if kind in ("freeze", "oft"):
         reading.skip(
-            doc, "finetuning_type", f"finetuning_type {kind} is not billed (memdoc bills full and lora); billed as full"
+            doc, KEYS["method"], f"finetuning_type {kind} is not billed (memdoc bills full and lora); billed as full"
         )
         reading.plan["method"] = "full"
         return "full"
     if kind == "full":
-        reading.set(doc, "finetuning_type", "method", "full")
+        reading.set(doc, KEYS["method"], "method", "full")
         return "full"
-    quant = (get_str(doc, "quantization_method") or "bnb").strip().lower()
+    quant = (get_str(doc, KEYS["quantization_method"]) or "bnb").strip().lower()
     if bits == 4 and quant in ("bnb", "bitsandbytes"):
-        _set_or_default(reading, doc, "finetuning_type", "method", "qlora")
-        reading.read.append(KeyRead(doc.path, "quantization_bit", "method"))
-        if get_bool(doc, "double_quantization") is False:
-            reading.skip(doc, "double_quantization", "4-bit constants without double quantisation are not billed")
+        _set_or_default(reading, doc, KEYS["method"], "method", "qlora")
+        reading.read.append(KeyRead(doc.path, KEYS["quantization_bit"], "method"))
+        if get_bool(doc, KEYS["double_quantization"]) is False:
+            reading.skip(doc, KEYS["double_quantization"], "4-bit constants without double quantisation are not billed")
         return "qlora"
-    _set_or_default(reading, doc, "finetuning_type", "method", "lora")
+    _set_or_default(reading, doc, KEYS["method"], "method", "lora")
     if bits is not None:
-        reading.skip(doc, "quantization_bit", f"a {bits}-bit {quant} base is not billed; billed in the compute dtype")
+        reading.skip(
+            doc, KEYS["quantization_bit"], f"a {bits}-bit {quant} base is not billed; billed in the compute dtype"
+        )
     return "lora"
 
 
@@ -146,20 +151,26 @@ def _set_or_default(reading: ConfigReading, doc: SourceDoc, key: str, plan_field
 def _lora(reading: ConfigReading, doc: SourceDoc) -> None:
     """lora_rank, lora_alpha (absent: 2 × rank, memdoc's own default), lora_dropout and lora_target
     (`all`, the default, is every linear; else comma-separated module names)."""
-    _set_or_default(reading, doc, "lora_rank", "lora_rank", get_int(doc, "lora_rank") or DEFAULTS["lora_rank"])
-    alpha = get_int(doc, "lora_alpha")
-    if alpha is not None:
-        reading.set(doc, "lora_alpha", "lora_alpha", alpha)
-    dropout = get_float(doc, "lora_dropout")
     _set_or_default(
-        reading, doc, "lora_dropout", "lora_dropout", DEFAULTS["lora_dropout"] if dropout is None else dropout
+        reading, doc, KEYS["lora_rank"], "lora_rank", get_int(doc, KEYS["lora_rank"]) or DEFAULTS[KEYS["lora_rank"]]
     )
-    target = get_str(doc, "lora_target")
+    alpha = get_int(doc, KEYS["lora_alpha"])
+    if alpha is not None:
+        reading.set(doc, KEYS["lora_alpha"], "lora_alpha", alpha)
+    dropout = get_float(doc, KEYS["lora_dropout"])
+    _set_or_default(
+        reading,
+        doc,
+        KEYS["lora_dropout"],
+        "lora_dropout",
+        DEFAULTS[KEYS["lora_dropout"]] if dropout is None else dropout,
+    )
+    target = get_str(doc, KEYS["lora_targets"])
     names = [t.strip() for t in (target or "all").split(",") if t.strip()]
     if not names:
-        raise doc.error("lora_target", f"must name modules (or all), got {quoted(target)}")
+        raise doc.error(KEYS["lora_targets"], f"must name modules (or all), got {quoted(target)}")
     targets = [ALL_LINEAR] if names == ["all"] else names
-    _set_or_default(reading, doc, "lora_target", "lora_targets", targets)
+    _set_or_default(reading, doc, KEYS["lora_targets"], "lora_targets", targets)
 
 
 def _precision(reading: ConfigReading, doc: SourceDoc, method: str) -> None:
@@ -169,11 +180,11 @@ def _precision(reading: ConfigReading, doc: SourceDoc, method: str) -> None:
     the trainable ones to fp32 unless pure_bf16. So a full fine-tune is amp-bf16/amp-fp16 (fp32 master
     weights), pure_bf16 is bf16, neither flag fp32; a LoRA base stays in the compute dtype (amp-bf16 or
     amp-fp16 under autocast, bf16 without it): `precision.trained_precision` of those weights."""
-    bf16, fp16, pure = (get_bool(doc, k) for k in ("bf16", "fp16", "pure_bf16"))
+    bf16, fp16, pure = (get_bool(doc, k) for k in (HF["bf16"], HF["fp16"], KEYS["pure_bf16"]))
     if bf16 and fp16:
-        raise doc.error("fp16", "bf16 and fp16 are both true; choose one")
+        raise doc.error(HF["fp16"], "bf16 and fp16 are both true; choose one")
     if pure and fp16:
-        raise doc.error("fp16", "pure_bf16 and fp16 are both true; choose one")
+        raise doc.error(HF["fp16"], "pure_bf16 and fp16 are both true; choose one")
     if pure:
         weights, amp = "bf16", None
     else:
@@ -181,7 +192,7 @@ def _precision(reading: ConfigReading, doc: SourceDoc, method: str) -> None:
         weights = "fp32" if method == "full" else amp or "bf16"  # adapter.py's upcast; else the compute dtype
     precision = trained_precision(weights, amp, peft=method != "full")
     reading.plan["precision"] = precision
-    for key in ("bf16", "fp16", "pure_bf16"):
+    for key in (HF["bf16"], HF["fp16"], KEYS["pure_bf16"]):
         if doc.data.get(key) is not None:
             reading.set(doc, key, "precision", precision)
 
@@ -189,9 +200,9 @@ def _precision(reading: ConfigReading, doc: SourceDoc, method: str) -> None:
 def _batch(reading: ConfigReading, doc: SourceDoc) -> None:
     """per_device_train_batch_size, gradient_accumulation_steps and cutoff_len (defaults in `DEFAULTS`)."""
     for key, plan_field in (
-        ("per_device_train_batch_size", "micro_batch"),
-        ("gradient_accumulation_steps", "grad_accum"),
-        ("cutoff_len", "seq_len"),
+        (HF["micro_batch"], "micro_batch"),
+        (HF["grad_accum"], "grad_accum"),
+        (KEYS["seq_len"], "seq_len"),
     ):
         value = get_int(doc, key)
         _set_or_default(reading, doc, key, plan_field, DEFAULTS[plan_field] if value is None else value)
@@ -201,43 +212,42 @@ def _checkpointing(reading: ConfigReading, doc: SourceDoc) -> None:
     """LLaMA-Factory checkpoints unless disable_gradient_checkpointing (model/model_utils/checkpointing.py,
     reentrant unless use_reentrant_gc: false: the same saved layer inputs). TrainingArguments'
     `gradient_checkpointing` is not how LLaMA-Factory turns it on; a `false` there changes nothing."""
-    off = get_bool(doc, "disable_gradient_checkpointing")
-    get_bool(doc, "use_reentrant_gc")
-    _set_or_default(reading, doc, "disable_gradient_checkpointing", "checkpointing", "none" if off else "full")
-    if get_bool(doc, "gradient_checkpointing") is False and not off:
+    off = get_bool(doc, KEYS["checkpointing"])
+    get_bool(doc, KEYS["use_reentrant_gc"])
+    _set_or_default(reading, doc, KEYS["checkpointing"], "checkpointing", "none" if off else "full")
+    if get_bool(doc, HF["checkpointing"]) is False and not off:
         reading.skip(
             doc,
-            "gradient_checkpointing",
+            HF["checkpointing"],
             "LLaMA-Factory checkpoints anyway (disable_gradient_checkpointing: true turns it off); billed as full",
         )
 
 
-_FLASH_ATTN = {"auto": "sdpa", "sdpa": "sdpa", "fa2": "sdpa", "fa3": "sdpa", "disabled": "eager"}
-"""llamafactory/extras/constants.py `AttentionFunction` -> memdoc attention (model/model_utils/attention.py:
-auto leaves transformers' default, sdpa; disabled is eager; FlashAttention-2/3 keep O(s) state, as sdpa)."""
+_FLASH_ATTN = KEYS.row("attention").reading()
+"""`flash_attn` -> memdoc attention (`keys.FLASH_ATTN`)."""
 
 
 def _attention(reading: ConfigReading, doc: SourceDoc) -> None:
-    value = get_str(doc, "flash_attn")
+    value = get_str(doc, KEYS["attention"])
     if value is not None and value.strip().lower() not in _FLASH_ATTN:
-        raise doc.error("flash_attn", f"{quoted(value)} is not one of: {', '.join(_FLASH_ATTN)}")
-    _set_or_default(reading, doc, "flash_attn", "attention", _FLASH_ATTN[(value or "auto").strip().lower()])
+        raise doc.error(KEYS["attention"], f"{quoted(value)} is not one of: {', '.join(_FLASH_ATTN)}")
+    _set_or_default(reading, doc, KEYS["attention"], "attention", _FLASH_ATTN[(value or "auto").strip().lower()])
 
 
 def _loss(reading: ConfigReading, doc: SourceDoc) -> None:
     """enable_liger_kernel applies every Liger kernel the model has (transformers' `apply_liger_kernel`):
     memdoc's fused loss."""
-    on = get_bool(doc, "enable_liger_kernel")
-    _set_or_default(reading, doc, "enable_liger_kernel", "loss", "fused" if on else "hf")
+    on = get_bool(doc, KEYS["loss"])
+    _set_or_default(reading, doc, KEYS["loss"], "loss", "fused" if on else "hf")
 
 
 def _sharding(reading: ConfigReading, doc: SourceDoc, stack: Stack) -> None:
     """`deepspeed:` (a JSON path, read next, or an inline mapping) or transformers' `fsdp` words with
     `fsdp_config` -> shard (`fsdp.read_fsdp`; LLaMA-Factory otherwise takes FSDP from an accelerate config at
     launch); both at once contradict."""
-    config = get_mapping(doc, "fsdp_config") or {}
+    config = get_mapping(doc, HF["fsdp_config"]) or {}
     words = fsdp_words(doc)
     if read_deepspeed_key(reading, doc, stack) and words:
-        raise doc.error("fsdp", "deepspeed and fsdp both shard the model; keep one")
+        raise doc.error(HF["fsdp"], "deepspeed and fsdp both shard the model; keep one")
     if words:
         read_fsdp(reading, doc, "fsdp", words, config)

@@ -19,7 +19,9 @@ from memdoc.core.trainers.base import (
     uses_liger,
 )
 from memdoc.core.trainers.hf.args import distributed_side_files, multinode_note, training_arguments
+from memdoc.core.trainers.hf.keys import KEYS as HF
 from memdoc.core.trainers.llamafactory.facts import kbit_notes, packing_keys
+from memdoc.core.trainers.llamafactory.keys import KEYS
 from memdoc.core.trainers.llamafactory.post import LF_TASK_DATASETS, lf_task_keys
 from memdoc.core.trainers.templates import chat_template
 from memdoc.core.trainers.vision import LF_VISION_ROWS, is_vlm, lf_vision_keys, vision_row_length
@@ -54,7 +56,7 @@ def _precision(plan, notes: list[str]) -> dict:
         )
     elif p is Precision.BF16:
         notes.append("precision bf16 (pure): pure_bf16: true keeps weights, gradients and optimizer states in bf16")
-        return {"pure_bf16": True}
+        return {KEYS["pure_bf16"]: True}
     elif p is Precision.AMP_BF16:
         notes.append(
             "precision amp-bf16: bf16: true; LLaMA-Factory upcasts the trainable weights to fp32 "
@@ -68,50 +70,50 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
     notes: list[str] = []
     placeholders: dict[str, str] = {}
     config: dict = {
-        "model_name_or_path": ctx.model_id,
-        "flash_attn": "sdpa" if plan.attention.value == "sdpa" else "disabled",
+        KEYS["model"]: ctx.model_id,
+        KEYS["attention"]: "sdpa" if plan.attention.value == "sdpa" else "disabled",
         **lf_task_keys(plan, notes, placeholders),
         "do_train": True,
-        "finetuning_type": "full" if plan.method is Method.FULL else "lora",
+        KEYS["method"]: "full" if plan.method is Method.FULL else "lora",
     }
     if plan.is_peft:
-        config["lora_rank"] = plan.lora_rank
-        config["lora_alpha"] = lora_alpha(plan)
-        config["lora_target"] = "all" if all_linear(plan) else ",".join(plan.lora_targets)
-        config["lora_dropout"] = plan.lora_dropout
+        config[KEYS["lora_rank"]] = plan.lora_rank
+        config[KEYS["lora_alpha"]] = lora_alpha(plan)
+        config[KEYS["lora_targets"]] = "all" if all_linear(plan) else ",".join(plan.lora_targets)
+        config[KEYS["lora_dropout"]] = plan.lora_dropout
     if plan.method is Method.QLORA:
         config.update(quantization_bit=4, quantization_method="bnb", quantization_type="nf4", double_quantization=True)
-    config["dataset"] = ctx.dataset or DATASET_PLACEHOLDER
+    config[KEYS["dataset"]] = ctx.dataset or DATASET_PLACEHOLDER
     rows = LF_TASK_DATASETS.get(plan.task, LF_DATASET_FORMAT)
     if plan.has_vision:
         rows = f"{rows}; {LF_VISION_ROWS}"
-    comments = {"dataset": rows}
+    comments = {KEYS["dataset"]: rows}
     if not ctx.dataset:
-        placeholders["dataset"] = f"a dataset name from your dataset_info.json (--dataset); {rows}"
+        placeholders[KEYS["dataset"]] = f"a dataset name from your dataset_info.json (--dataset); {rows}"
     template = chat_template(ctx.model_id)
     if template is None:
-        config["template"] = "default"
-        placeholders["template"] = (
+        config[KEYS["template"]] = "default"
+        placeholders[KEYS["template"]] = (
             "no registered chat template known for this model: set the one it was trained with "
             "(llama3, qwen, mistral, …)"
         )
     else:
-        config["template"] = template.llamafactory
-        comments["template"] = "the family's chat format (LLaMA-Factory's template registry)"
-    config["cutoff_len"] = plan.seq_len
+        config[KEYS["template"]] = template.llamafactory
+        comments[KEYS["template"]] = "the family's chat format (LLaMA-Factory's template registry)"
+    config[KEYS["seq_len"]] = plan.seq_len
     _vision(ctx, config, notes)
     config.update(packing_keys(plan, notes))
     args = training_arguments(ctx, notes, placeholders)
-    checkpointing = args.pop("gradient_checkpointing")
-    _checkpointing_kwargs(args.pop("gradient_checkpointing_kwargs", None) or {}, notes)
+    checkpointing = args.pop(HF["checkpointing"])
+    _checkpointing_kwargs(args.pop(HF["checkpointing_kwargs"], None) or {}, notes)
     # LLaMA-Factory checkpoints by default (non-reentrant unless use_reentrant_gc); switch it off explicitly.
-    config["disable_gradient_checkpointing"] = not checkpointing
+    config[KEYS["checkpointing"]] = not checkpointing
     if checkpointing:
-        config["use_reentrant_gc"] = False
+        config[KEYS["use_reentrant_gc"]] = False
     config.update(args)
     config.update(_precision(plan, notes))
     if uses_liger(plan):
-        config["enable_liger_kernel"] = True
+        config[KEYS["loss"]] = True
         notes.append(LIGER_NOTE)
         if plan.loss is Loss.FUSED_CE:
             notes.append(
@@ -131,7 +133,7 @@ def _vision(ctx: EmitContext, config: dict, notes: list[str]) -> None:
         return
     config.update(lf_vision_keys(ctx.plan, ctx.model_type, ctx.model_id, notes))
     if ctx.plan.has_vision:
-        config["cutoff_len"] = vision_row_length(ctx.plan, ctx.image_family or ctx.model_type)
+        config[KEYS["seq_len"]] = vision_row_length(ctx.plan, ctx.image_family or ctx.model_type)
 
 
 def _checkpointing_kwargs(kwargs: dict, notes: list[str]) -> None:
@@ -140,12 +142,12 @@ def _checkpointing_kwargs(kwargs: dict, notes: list[str]) -> None:
     note) or `offload` (refused, naming the formats that have it)."""
     if CHECKPOINTING_KWARGS_NOTE in notes:
         notes.remove(CHECKPOINTING_KWARGS_NOTE)
-    if kwargs.get("every_n_layers"):
+    if kwargs.get(HF["checkpoint_every"]):
         notes.append(
             f"checkpoint every {kwargs['every_n_layers']} layers: LLaMA-Factory has no key for it and checkpoints "
             "every layer (less memory, more compute than billed); --format trl or hf write every_n_layers"
         )
-    if kwargs.get("offload"):
+    if kwargs.get(HF["activation_offload"]):
         raise PlanError(
             "--activation-offload: LLaMA-Factory has no key for it (it enables checkpointing itself); "
             "nearest formats: --format trl or hf (activation_checkpointing_kwargs offload), axolotl "

@@ -11,13 +11,16 @@ from memdoc.core.trainers.table import Key, KeyTable
 
 VERSION = "1.16.0"
 
+FLASH = {"flash_attention_2": "sdpa", "flash_attention_3": "sdpa"}
+"""attn_implementation values billed as sdpa: flash attention saves O(s) state, as memdoc's sdpa bills."""
+
 KEYS = KeyTable(
     "trl",
     VERSION,
     (
         Key("model", "model_name_or_path"),
         Key("precision", "dtype", read_also=("torch_dtype",), default="float32"),
-        Key("attention", "attn_implementation"),
+        Key("attention", "attn_implementation", {"sdpa": "sdpa", "eager": "eager"}, aliases=FLASH),
         Key("method", "use_peft"),
         Key("lora_rank", "lora_r", default=16),
         Key("lora_alpha", "lora_alpha", default=32),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from memdoc.core.model.plan import TrainingPlan
 from memdoc.core.model.plan_post import Task, Vllm
-from memdoc.core.trainers.trl.keys import SELF_DESCRIBING, TRL_SCRIPTS, TRL_TRAINERS
+from memdoc.core.trainers.trl.keys import KEYS, SELF_DESCRIBING, TRL_SCRIPTS, TRL_TRAINERS
 from memdoc.errors import PlanError
 
 PAIRED_ROWS = (
@@ -68,12 +68,12 @@ def trl_length_keys(plan: TrainingPlan, notes: list[str]) -> dict:
     GRPO/RLOO: `max_completion_length` (TRL 1.16's GRPOConfig/RLOOConfig have no prompt limit, so `seq_len`, the
     prompt length of the online plan, is a note)."""
     if not plan.task.is_online:
-        return {"max_length": plan.seq_len}
+        return {KEYS["seq_len"]: plan.seq_len}
     notes.append(
         f"prompt length {plan.seq_len}: TRL 1.16's {TRL_TRAINERS[plan.task]} has no prompt-length key and never "
         f"truncates prompts — keep your prompts within {plan.seq_len} tokens, as billed"
     )
-    return {"max_completion_length": plan.completion_len}
+    return {KEYS["completion_len"]: plan.completion_len}
 
 
 def trl_task_keys(plan: TrainingPlan, notes: list[str]) -> dict:
@@ -84,14 +84,14 @@ def trl_task_keys(plan: TrainingPlan, notes: list[str]) -> dict:
     task = plan.task
     out: dict = dict(SELF_DESCRIBING.get(task, {}))
     if task.may_use_reference:
-        out["beta"] = float(plan.effective_beta)
+        out[KEYS["beta"]] = float(plan.effective_beta)
     if task in (Task.DPO, Task.KTO):
-        out["precompute_ref_log_probs"] = plan.precompute_ref
+        out[KEYS["precompute_ref"]] = plan.precompute_ref
     if task.is_online:
-        out["num_generations"] = plan.num_generations
+        out[KEYS["num_generations"]] = plan.num_generations
         if plan.generation_batch is not None:
-            out["generation_batch_size"] = plan.generation_batch
-        out["num_iterations"] = plan.num_iterations
+            out[KEYS["generation_batch"]] = plan.generation_batch
+        out[KEYS["num_iterations"]] = plan.num_iterations
         out.update(_vllm_keys(plan, notes))
     return out
 
@@ -100,11 +100,11 @@ def _vllm_keys(plan: TrainingPlan, notes: list[str]) -> dict:
     """`use_vllm`, `vllm_mode`, `vllm_gpu_memory_utilization` (colocate only: a server holds its own GPUs) and
     `vllm_enable_sleep_mode` of `GRPOConfig`/`RLOOConfig` (1.16)."""
     if plan.vllm is Vllm.NONE:
-        return {"use_vllm": False}
-    out: dict = {"use_vllm": True, "vllm_mode": plan.vllm.value}
+        return {KEYS["vllm"]: False}
+    out: dict = {KEYS["vllm"]: True, KEYS["vllm_mode"]: plan.vllm.value}
     if plan.vllm is Vllm.COLOCATE:
-        out["vllm_gpu_memory_utilization"] = float(plan.vllm_memory)
-        out["vllm_enable_sleep_mode"] = plan.vllm_sleep
+        out[KEYS["vllm_memory"]] = float(plan.vllm_memory)
+        out[KEYS["vllm_sleep"]] = plan.vllm_sleep
         notes.append("use_vllm: pip install vllm (TRL's vllm extra); colocated vLLM runs in each training process")
     else:
         notes.append(

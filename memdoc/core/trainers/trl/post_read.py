@@ -26,7 +26,7 @@ overrides it (flags override files).
 from __future__ import annotations
 
 from memdoc.core.trainers.reading import ConfigReading, SourceDoc
-from memdoc.core.trainers.trl.keys import DPO_KEYS, KTO_KEYS, ONLINE_KEYS, RLOO_KEYS, RM_KEYS
+from memdoc.core.trainers.trl.keys import DPO_KEYS, KEYS, KTO_KEYS, ONLINE_KEYS, RLOO_KEYS, RM_KEYS
 from memdoc.core.trainers.values import fail, get_bool, get_choice, get_float, get_int, get_str
 
 GRPO_LOSSES = frozenset({"grpo", "dapo", "bnpo", "dr_grpo", "cispo", "sapo", "luspo", "vespo"})
@@ -40,7 +40,7 @@ DPO_LOSSES = frozenset(
 
 def _loss_types(doc: SourceDoc) -> set[str]:
     """`loss_type` as a set of names (DPOConfig takes a list, the others one string)."""
-    value = doc.data.get("loss_type")
+    value = doc.data.get(KEYS["loss"])
     if isinstance(value, str):
         return {value}
     if isinstance(value, list):
@@ -63,7 +63,7 @@ def trl_task(doc: SourceDoc) -> tuple[str, str] | None:
         if key:
             return task, key
         if losses & loss_names:
-            return task, "loss_type"
+            return task, KEYS["loss"]
     return None
 
 
@@ -74,13 +74,13 @@ def read_trl_post(doc: SourceDoc, reading: ConfigReading) -> str | None:
         return None
     task, key = found
     reading.set(doc, key, "task", task)
-    beta = get_float(doc, "beta")
+    beta = get_float(doc, KEYS["beta"])
     if beta is not None:
         if beta < 0:
             raise fail(doc, "beta", f"must be 0 or more, got {beta!r}")
-        reading.set(doc, "beta", "beta", beta)
-    if task in ("dpo", "kto") and get_bool(doc, "precompute_ref_log_probs") is not None:
-        reading.set(doc, "precompute_ref_log_probs", "precompute_ref", get_bool(doc, "precompute_ref_log_probs"))
+        reading.set(doc, KEYS["beta"], "beta", beta)
+    if task in ("dpo", "kto") and get_bool(doc, KEYS["precompute_ref"]) is not None:
+        reading.set(doc, KEYS["precompute_ref"], "precompute_ref", get_bool(doc, KEYS["precompute_ref"]))
     if task in ("grpo", "rloo"):
         _online(doc, reading)
     return task
@@ -90,42 +90,42 @@ def _online(doc: SourceDoc, reading: ConfigReading) -> None:
     """GRPOConfig/RLOOConfig's generation keys (TRL 1.16), and the prompt length of older TRL (`max_prompt_length`,
     gone in 1.16, where prompts are never truncated)."""
     for key, plan_field in (
-        ("num_generations", "num_generations"),
-        ("max_completion_length", "completion_len"),
-        ("generation_batch_size", "generation_batch"),
-        ("num_iterations", "num_iterations"),
-        ("max_prompt_length", "seq_len"),
+        (KEYS["num_generations"], "num_generations"),
+        (KEYS["completion_len"], "completion_len"),
+        (KEYS["generation_batch"], "generation_batch"),
+        (KEYS["num_iterations"], "num_iterations"),
+        (KEYS["max_prompt_length"], "seq_len"),
     ):
         value = get_int(doc, key)
         if value is not None:
             reading.set(doc, key, plan_field, value)
-    if get_int(doc, "max_prompt_length") is None:
+    if get_int(doc, KEYS["max_prompt_length"]) is None:
         reading.skip(
             doc,
             "max_prompt_length (absent)",
             "TRL 1.16 has no prompt-length key and never truncates prompts: give your longest prompt as --seq",
         )
-    if get_int(doc, "steps_per_generation") is not None:
+    if get_int(doc, KEYS["steps_per_generation"]) is not None:
         reading.skip(
             doc,
-            "steps_per_generation",
+            KEYS["steps_per_generation"],
             "the generation batch as a number of steps: give --generation-batch (completions over all GPUs)",
         )
-    if get_bool(doc, "use_vllm"):
-        mode = get_choice(doc, "vllm_mode", ("colocate", "server"))
-        reading.set(doc, "use_vllm", "vllm", mode or "colocate")  # GRPOConfig's default mode
+    if get_bool(doc, KEYS["vllm"]):
+        mode = get_choice(doc, KEYS["vllm_mode"], ("colocate", "server"))
+        reading.set(doc, KEYS["vllm"], "vllm", mode or "colocate")  # GRPOConfig's default mode
         if mode:
-            reading.set(doc, "vllm_mode", "vllm", mode)
-        memory = get_float(doc, "vllm_gpu_memory_utilization")
+            reading.set(doc, KEYS["vllm_mode"], "vllm", mode)
+        memory = get_float(doc, KEYS["vllm_memory"])
         if memory is not None:
-            reading.set(doc, "vllm_gpu_memory_utilization", "vllm_memory", memory)
-        sleep = get_bool(doc, "vllm_enable_sleep_mode")
+            reading.set(doc, KEYS["vllm_memory"], "vllm_memory", memory)
+        sleep = get_bool(doc, KEYS["vllm_sleep"])
         if sleep is not None:
-            reading.set(doc, "vllm_enable_sleep_mode", "vllm_sleep", sleep)
-    elif get_bool(doc, "use_vllm") is False:
-        reading.set(doc, "use_vllm", "vllm", "none")
-    if get_str(doc, "reward_model_name_or_path"):
-        reading.skip(doc, "reward_model_name_or_path", "a reward model's weights and forward: not billed")
+            reading.set(doc, KEYS["vllm_sleep"], "vllm_sleep", sleep)
+    elif get_bool(doc, KEYS["vllm"]) is False:
+        reading.set(doc, KEYS["vllm"], "vllm", "none")
+    if get_str(doc, KEYS["reward_model"]):
+        reading.skip(doc, KEYS["reward_model"], "a reward model's weights and forward: not billed")
 
 
 __all__ = ["read_trl_post", "trl_task"]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from memdoc.core.model.stack import Stack, trl_fused_lm_head
 from memdoc.core.trainers.hf.keys import DETECTING as HF_KEYS
+from memdoc.core.trainers.hf.keys import KEYS as HF
 from memdoc.core.trainers.hf.read import (
     read_batch,
     read_checkpointing,
@@ -39,6 +40,7 @@ from memdoc.core.trainers.precision import read_precision
 from memdoc.core.trainers.reading import ConfigReading, KeyRead, SourceDoc
 from memdoc.core.trainers.trl.defaults import trl_sft_defaults
 from memdoc.core.trainers.trl.keys import DETECTING as TRL_KEYS
+from memdoc.core.trainers.trl.keys import KEYS
 from memdoc.core.trainers.trl.post_read import read_trl_post
 from memdoc.core.trainers.values import (
     fail,
@@ -51,13 +53,13 @@ from memdoc.core.trainers.values import (
 )
 from memdoc.errors import quoted
 
-TRL_LORA_DEFAULTS = {"lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.05}
+TRL_LORA_DEFAULTS = {KEYS[n]: KEYS.row(n).default for n in ("lora_rank", "lora_alpha", "lora_dropout")}
 """ModelConfig's LoRA defaults (trl/trainer/model_config.py)."""
-TRL_MAX_LENGTH = 1024
+TRL_MAX_LENGTH = KEYS.row("seq_len").default
 """SFTConfig.max_length's default (trl/trainer/sft_config.py)."""
 
-ATTENTION = {"sdpa": "sdpa", "eager": "eager", "flash_attention_2": "sdpa", "flash_attention_3": "sdpa"}
-"""attn_implementation -> memdoc's kernel: flash attention saves O(s) state, as memdoc's sdpa bills."""
+ATTENTION = KEYS.row("attention").reading()
+"""attn_implementation -> memdoc's kernel (`keys.FLASH`: flash attention saves O(s) state, as sdpa)."""
 
 
 def is_trainer_args(data: dict) -> bool:
@@ -73,10 +75,10 @@ def read_trainer_args(doc: SourceDoc, stack: Stack) -> ConfigReading:
     """A TRL or HF TrainingArguments document -> what it says about the plan (see the module docstring)."""
     reading = ConfigReading(formats=["trainer-args"])
     trl = is_trl(doc.data)
-    model = get_str(doc, "model_name_or_path")
+    model = get_str(doc, KEYS["model"])
     if model:
         reading.model = model
-        reading.read.append(KeyRead(doc.path, "model_name_or_path", "model"))
+        reading.read.append(KeyRead(doc.path, KEYS["model"], "model"))
     read_batch(doc, reading)
     _method(doc, reading, trl)
     read_precision(doc, reading, trl=trl)
@@ -97,54 +99,54 @@ def read_trainer_args(doc: SourceDoc, stack: Stack) -> ConfigReading:
 def _method(doc: SourceDoc, reading: ConfigReading, trl: bool) -> None:
     """use_peft / load_in_4bit / load_in_8bit and the LoRA keys (ModelConfig; trl/scripts/sft.py passes
     `get_peft_config(model_args)` and `get_quantization_config(model_args)` to SFTTrainer)."""
-    peft = get_bool(doc, "use_peft")
-    four = get_bool(doc, "load_in_4bit")
-    eight = get_bool(doc, "load_in_8bit")
+    peft = get_bool(doc, KEYS["method"])
+    four = get_bool(doc, KEYS["load_in_4bit"])
+    eight = get_bool(doc, KEYS["load_in_8bit"])
     if four and eight:
         raise fail(doc, "load_in_4bit", "load_in_4bit and load_in_8bit are both true; pick one")
     if (four or eight) and not peft:
-        key = "load_in_4bit" if four else "load_in_8bit"
+        key = KEYS["load_in_4bit"] if four else KEYS["load_in_8bit"]
         raise fail(doc, key, f"{key} needs use_peft: true (a quantised base trains only through adapters)")
     if peft is not None:
-        reading.set(doc, "use_peft", "method", "qlora" if four else "lora" if peft else "full")
+        reading.set(doc, KEYS["method"], "method", "qlora" if four else "lora" if peft else "full")
     if four:
-        reading.set(doc, "load_in_4bit", "method", "qlora")
-        if get_choice(doc, "bnb_4bit_quant_type", ("nf4", "fp4")) == "fp4":
-            reading.skip(doc, "bnb_4bit_quant_type", "fp4: memdoc bills NF4 (the same 4 bits per weight)")
-        if not get_bool(doc, "use_bnb_nested_quant"):
+        reading.set(doc, KEYS["load_in_4bit"], "method", "qlora")
+        if get_choice(doc, KEYS["quant_type"], ("nf4", "fp4")) == "fp4":
+            reading.skip(doc, KEYS["quant_type"], "fp4: memdoc bills NF4 (the same 4 bits per weight)")
+        if not get_bool(doc, KEYS["nested_quant"]):
             reading.skip(
                 doc,
-                "use_bnb_nested_quant",
+                KEYS["nested_quant"],
                 "false (TRL's default): memdoc bills double-quantised constants; without them ~0.37 bit per "
                 "weight more (fp32 absmax per 64 weights)",
             )
     if eight:
         reading.skip(
-            doc, "load_in_8bit", "an 8-bit (LLM.int8) base: memdoc bills a 16-bit (lora) or 4-bit (qlora) base"
+            doc, KEYS["load_in_8bit"], "an 8-bit (LLM.int8) base: memdoc bills a 16-bit (lora) or 4-bit (qlora) base"
         )
     if peft:
         _lora(doc, reading, trl)
 
 
 def _lora(doc: SourceDoc, reading: ConfigReading, trl: bool) -> None:
-    for key, plan_field in (("lora_r", "lora_rank"), ("lora_alpha", "lora_alpha")):
+    for key, plan_field in ((KEYS["lora_rank"], "lora_rank"), (KEYS["lora_alpha"], "lora_alpha")):
         value = get_int(doc, key)
         if value is not None:
             reading.set(doc, key, plan_field, value)
         elif trl:
             set_default(doc, reading, key, plan_field, TRL_LORA_DEFAULTS[key])
-    dropout = get_float(doc, "lora_dropout")
+    dropout = get_float(doc, KEYS["lora_dropout"])
     if dropout is not None and not 0 <= dropout < 1:
         raise fail(doc, "lora_dropout", f"must be a probability in [0, 1), got {dropout!r}")
     if dropout is not None:
-        reading.set(doc, "lora_dropout", "lora_dropout", dropout)
+        reading.set(doc, KEYS["lora_dropout"], "lora_dropout", dropout)
     elif trl:
-        set_default(doc, reading, "lora_dropout", "lora_dropout", TRL_LORA_DEFAULTS["lora_dropout"])
-    targets = doc.data.get("lora_target_modules")
+        set_default(doc, reading, KEYS["lora_dropout"], "lora_dropout", TRL_LORA_DEFAULTS[KEYS["lora_dropout"]])
+    targets = doc.data.get(KEYS["lora_targets"])
     if isinstance(targets, str) and targets.strip():
-        reading.set(doc, "lora_target_modules", "lora_targets", [t.strip() for t in targets.split(",")])
+        reading.set(doc, KEYS["lora_targets"], "lora_targets", [t.strip() for t in targets.split(",")])
     elif isinstance(targets, list) and targets and all(isinstance(t, str) and t for t in targets):
-        reading.set(doc, "lora_target_modules", "lora_targets", list(targets))
+        reading.set(doc, KEYS["lora_targets"], "lora_targets", list(targets))
     elif targets is not None:
         raise fail(doc, "lora_target_modules", f"must be module names or 'all-linear', got {quoted(targets)}")
     for key, reason in (
@@ -159,13 +161,13 @@ def _lora(doc: SourceDoc, reading: ConfigReading, trl: bool) -> None:
 def _length(doc: SourceDoc, reading: ConfigReading, trl: bool) -> None:
     """`max_length` (SFTConfig; `max_seq_length` before TRL 0.20): sequences are truncated (or packed) to it;
     memdoc bills every sequence at that length (packing fills it, padding pads a batch to its longest)."""
-    key = next((k for k in ("max_length", "max_seq_length") if doc.data.get(k) is not None), None)
+    key = next((k for k in (KEYS["seq_len"], "max_seq_length") if doc.data.get(k) is not None), None)
     if key:
         reading.set(doc, key, "seq_len", get_int(doc, key))
     elif trl:
-        set_default(doc, reading, "max_length", "seq_len", TRL_MAX_LENGTH)
+        set_default(doc, reading, KEYS["seq_len"], "seq_len", TRL_MAX_LENGTH)
     # TRL: "bfd" packing turns padding_free on (`SFTTrainer.__init__`); either packs the rows without padding
-    packed = next((k for k in ("packing", "padding_free") if get_bool(doc, k)), None)
+    packed = next((k for k in (KEYS["packing"], KEYS["padding_free"]) if get_bool(doc, k)), None)
     if packed:
         reading.set(doc, packed, "packing", True)
 
@@ -179,11 +181,11 @@ def _trl_loss(doc: SourceDoc, reading: ConfigReading, stack: Stack) -> None:
     only), refusing a config that asks for the fused cross-entropy; `compute_loss` runs
     `model(**inputs, fused_lm_head=True)` for every `loss_type` ("nll", the default, and "dft"; TRL's DPO and
     GRPO trainers compute theirs through the same head)."""
-    key = "loss_type" if doc.data.get("loss_type") is not None else "loss_type (default)"  # DPOConfig: a list
+    key = KEYS["loss"] if doc.data.get(KEYS["loss"]) is not None else "loss_type (default)"  # DPOConfig: a list
     reading.set(doc, key, "loss", trl_sft_defaults(stack).loss.value)
-    if not get_bool(doc, "use_liger_kernel"):
+    if not get_bool(doc, HF["loss"]):
         return
-    config = get_mapping(doc, "liger_kernel_config") or {}
+    config = get_mapping(doc, HF["liger_kernel_config"]) or {}
     if config.get("fused_linear_cross_entropy"):
         raise fail(
             doc,
@@ -193,16 +195,16 @@ def _trl_loss(doc: SourceDoc, reading: ConfigReading, stack: Stack) -> None:
         )
     reading.skip(
         doc,
-        "use_liger_kernel",
+        HF["loss"],
         "under TRL's fused LM head only Liger's layer kernels (RMSNorm, RoPE, SwiGLU) apply: not billed",
     )
 
 
 def _attention(doc: SourceDoc, reading: ConfigReading) -> None:
-    name = get_str(doc, "attn_implementation")
+    name = get_str(doc, KEYS["attention"])
     if name is None:
         return
     if name in ATTENTION:
-        reading.set(doc, "attn_implementation", "attention", ATTENTION[name])
+        reading.set(doc, KEYS["attention"], "attention", ATTENTION[name])
     else:
-        reading.skip(doc, "attn_implementation", f"{name}: memdoc bills sdpa/flash (O(s) state) or eager (O(s²))")
+        reading.skip(doc, KEYS["attention"], f"{name}: memdoc bills sdpa/flash (O(s) state) or eager (O(s²))")

@@ -22,7 +22,9 @@ from memdoc.core.trainers.base import (
     uses_liger,
 )
 from memdoc.core.trainers.hf.args import distributed_side_files, multinode_note, training_arguments
+from memdoc.core.trainers.hf.keys import KEYS as HF
 from memdoc.core.trainers.trl.facts import kbit_notes, packing_keys
+from memdoc.core.trainers.trl.keys import KEYS
 from memdoc.core.trainers.trl.post import (
     REWARD_FUNCS_NOTE,
     REWARD_FUNCS_PLACEHOLDER,
@@ -43,10 +45,10 @@ def _task_keys(ctx: EmitContext, config: dict, notes: list[str], placeholders: d
     rows = TRL_TASK_DATASETS.get(plan.task, TRL_DATASET_FORMAT)
     if plan.has_vision and plan.task is Task.SFT:
         rows = TRL_VISION_ROWS
-    config["dataset_name"] = ctx.dataset or DATASET_PLACEHOLDER
-    comments = {"dataset_name": rows}
+    config[KEYS["dataset"]] = ctx.dataset or DATASET_PLACEHOLDER
+    comments = {KEYS["dataset"]: rows}
     if not ctx.dataset:
-        placeholders["dataset_name"] = f"a Hub dataset id or local path (--dataset); {rows}"
+        placeholders[KEYS["dataset"]] = f"a Hub dataset id or local path (--dataset); {rows}"
     config.update(trl_length_keys(plan, notes))
     if is_vlm(ctx.model_type):
         config.update(trl_vision_keys(plan, ctx.image_family or ctx.model_type, notes))
@@ -59,8 +61,8 @@ def _task_keys(ctx: EmitContext, config: dict, notes: list[str], placeholders: d
     config.update(packing_keys(plan, notes))
     config.update(trl_task_keys(plan, notes))
     if plan.task in (Task.GRPO, Task.RLOO):
-        config["reward_funcs"] = list(REWARD_FUNCS_PLACEHOLDER)
-        placeholders["reward_funcs"] = REWARD_FUNCS_NOTE
+        config[KEYS["reward_funcs"]] = list(REWARD_FUNCS_PLACEHOLDER)
+        placeholders[KEYS["reward_funcs"]] = REWARD_FUNCS_NOTE
     return comments
 
 
@@ -70,31 +72,29 @@ def emit_trl(ctx: EmitContext) -> Emitted:
     notes: list[str] = []
     placeholders: dict[str, str] = {}
     config: dict = {
-        "model_name_or_path": ctx.model_id,
-        "dtype": load_dtype(plan),
-        "attn_implementation": plan.attention.value,
+        KEYS["model"]: ctx.model_id,
+        KEYS["precision"]: load_dtype(plan),
+        KEYS["attention"]: plan.attention.value,
     }
     comments = _task_keys(ctx, config, notes, placeholders)
     config.update(training_arguments(ctx, notes, placeholders))
     notes.append(precision_note(plan))
     if plan.is_peft:
-        config["use_peft"] = True
-        config["lora_r"] = plan.lora_rank
-        config["lora_alpha"] = lora_alpha(plan)
-        config["lora_target_modules"] = "all-linear" if all_linear(plan) else list(plan.lora_targets)
-        config["lora_dropout"] = plan.lora_dropout
+        config[KEYS["method"]] = True
+        config[KEYS["lora_rank"]] = plan.lora_rank
+        config[KEYS["lora_alpha"]] = lora_alpha(plan)
+        config[KEYS["lora_targets"]] = "all-linear" if all_linear(plan) else list(plan.lora_targets)
+        config[KEYS["lora_dropout"]] = plan.lora_dropout
     if plan.method is Method.QLORA:
-        config["load_in_4bit"] = True
-        config["bnb_4bit_quant_type"] = "nf4"
-        config["use_bnb_nested_quant"] = True
+        config[KEYS["load_in_4bit"]] = True
+        config[KEYS["quant_type"]] = "nf4"
+        config[KEYS["nested_quant"]] = True
         if uses_fsdp(plan):
-            config["bnb_4bit_quant_storage"] = plan.precision.compute_dtype_name
+            config[KEYS["quant_storage"]] = plan.precision.compute_dtype_name
     if uses_liger(plan):
-        config["use_liger_kernel"] = (
-            True  # all of Liger's kernels for the model: RMSNorm, RoPE, SwiGLU/GeGLU, fused loss
-        )
+        config[HF["loss"]] = True  # all of Liger's kernels for the model: RMSNorm, RoPE, SwiGLU/GeGLU, fused loss
         if plan.loss is Loss.FUSED_CE:
-            config["liger_kernel_config"] = dict(LIGER_CE_ONLY_CONFIG)
+            config[HF["liger_kernel_config"]] = dict(LIGER_CE_ONLY_CONFIG)
         notes.append(LIGER_NOTE)
     notes.extend(kbit_notes(plan))
     multinode_note(ctx, notes)
