@@ -30,8 +30,8 @@ from typer.testing import CliRunner  # noqa: E402
 from memdoc.cli import app  # noqa: E402
 from memdoc.core.model.plan import TrainingPlan  # noqa: E402
 from memdoc.core.model.stack import latest_known_stack  # noqa: E402
-from memdoc.core.trainers.axolotl import read as axolotl
-from memdoc.core.trainers.deepspeed import read as deepspeed
+from memdoc.core.trainers.axolotl import read as axolotl  # noqa: E402
+from memdoc.core.trainers.deepspeed import read as deepspeed  # noqa: E402
 from memdoc.core.trainers.detect import FORMATS, detect_format, read_document  # noqa: E402
 from memdoc.core.trainers.llamafactory import read as llamafactory  # noqa: E402
 from memdoc.core.trainers.reading import ConfigReading, SourceDoc  # noqa: E402

@@ -278,7 +278,8 @@ def eval_part(bill: Bill) -> RunPart | None:
 
 def save_gathers(plan: TrainingPlan) -> bool:
     """Whether the save gathers the full model on rank 0: the plan's `save_gather`, else what memdoc emits
-    (`core/trainers/deepspeed/write.py`: `stage3_gather_16bit_weights_on_model_save` True; `core/trainers/accelerate/write.py`:
+    (`core/trainers/deepspeed/write.py`: `stage3_gather_16bit_weights_on_model_save` True;
+    `core/trainers/accelerate/write.py`:
     `fsdp_state_dict_type` SHARDED_STATE_DICT). Only ZeRO-3 and FSDP shard the weights there is to gather."""
     if not plan.shard.shards_weights:
         return False

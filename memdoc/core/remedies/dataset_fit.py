@@ -30,6 +30,10 @@ from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan
 from memdoc.core.remedies.maximum import max_fitting, maximum
+from memdoc.core.trainers.axolotl.keys import KEYS as AXOLOTL
+from memdoc.core.trainers.hf.keys import KEYS as HF
+from memdoc.core.trainers.registry import how
+from memdoc.core.trainers.trl.keys import KEYS as TRL
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,11 +155,7 @@ def _cap_length(stats: LengthStats, fits: int | None, over: int) -> list[dict]:
             "id": "long-cap-length",
             "action": f"Cap the length at {fits} tokens: {over} of {stats.samples} samples ({share:.1%}) are longer "
             "and will be truncated (or filter them out).",
-            "how": {
-                "trl": {"max_length": fits},
-                "axolotl": {"sequence_len": fits},
-                "llamafactory": {"cutoff_len": fits},
-            },
+            "how": how(seq_len=fits),
         }
     ]
 
@@ -171,13 +171,8 @@ def _per_length_micro_batch(stats: LengthStats, fits: int | None, alone: int | N
             f"fill rows to that budget — the longest samples alone, short ones together — instead of "
             f"{micro_batch} samples of any length.",
             "how": {
-                "trl": {
-                    "packing": True,
-                    "padding_free": True,
-                    "per_device_train_batch_size": 1,
-                    "max_length": alone,
-                },
-                "axolotl": {"sample_packing": True, "micro_batch_size": 1, "sequence_len": alone},
+                "trl": {TRL["packing"]: True, TRL["padding_free"]: True, HF["micro_batch"]: 1, TRL["seq_len"]: alone},
+                "axolotl": {AXOLOTL["packing"]: True, AXOLOTL["micro_batch"]: 1, AXOLOTL["seq_len"]: alone},
             },
         }
     ]
@@ -193,10 +188,7 @@ def _group_by_length(stats: LengthStats, micro_batch: int) -> list[dict]:
             "action": f"Group samples of similar length: the median sample ({stats.p50_tokens} tokens) is "
             "under half the "
             f"longest ({stats.max_tokens}), so random batches are mostly padding.",
-            "how": {
-                "hf": {"train_sampling_strategy": "group_by_length"},
-                "trl": {"train_sampling_strategy": "group_by_length"},
-            },
+            "how": {fmt: {HF["sampling"]: "group_by_length"} for fmt in ("hf", "trl")},
         }
     ]
 
@@ -210,10 +202,6 @@ def _packing(stats: LengthStats, fits: int | None) -> list[dict]:
             "id": "packing",
             "action": f"Pack samples into rows of {fits} tokens: the median sample is {stats.p50_tokens} tokens, so "
             "packing removes padding and every step has the same, fitting size.",
-            "how": {
-                "trl": {"packing": True, "max_length": fits},
-                "axolotl": {"sample_packing": True, "sequence_len": fits},
-                "llamafactory": {"packing": True, "cutoff_len": fits},
-            },
+            "how": how(packing=True, seq_len=fits),
         }
     ]

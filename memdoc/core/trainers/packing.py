@@ -1,4 +1,5 @@
-"""`--packing`: the note every format that packs writes; each trainer's keys are in its folder's `facts.py` for packed, padding-free rows with flash-attention's varlen kernel.
+"""`--packing`: packed, padding-free rows with flash-attention's varlen kernel. This module holds the note every format
+that packs writes; each trainer's keys (or refusal) are its folder's `facts.py` (`Format.packing_keys`).
 
 The bill assumes no padding and attention within each document, which is flash-attention's varlen path
 (transformers' `flash_attention_2` reads the documents from `position_ids` / `cu_seq_lens`). Under `sdpa`,

@@ -1,4 +1,5 @@
-"""Context and tensor parallelism (`--cp`, `--tp`) in each trainer format, or a refusal naming the nearest one: the\nrefusals every format shares; each format's own answer is its folder's `facts.py` (`Format.check_parallel`).
+"""Context and tensor parallelism (`--cp`, `--tp`) in each trainer format, or a refusal naming the nearest one: the
+refusals every format shares; each format's own answer is its folder's `facts.py` (`Format.check_parallel`).
 
 * TRL / HF: accelerate's `parallelism_config` in the accelerate config file (accelerate 1.15
   `commands/launch.py` copies the file's `parallelism_config` keys onto the `--parallelism_config_*` arguments;

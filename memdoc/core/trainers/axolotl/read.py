@@ -1,4 +1,5 @@
-"""An Axolotl YAML (`axolotl train config.yaml`) -> the plan it runs: the inverse of `memdoc.core.trainers.axolotl.write`.
+"""An Axolotl YAML (`axolotl train config.yaml`) -> the plan it runs: the inverse of `write.py`, from the same key
+table (`keys.py`).
 
 Keys, types and defaults come from Axolotl's pydantic schema (axolotl/utils/schemas/: `model.py`
 base_model; `peft.py` adapter, load_in_4bit/8bit, lora_*; `training.py` micro_batch_size,

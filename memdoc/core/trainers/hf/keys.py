@@ -50,6 +50,7 @@ KEYS = KeyTable(
         Key("save_strategy", "save_strategy"),
         Key("report_to", "report_to"),
         Key("max_steps", "max_steps"),
+        Key("micro_batch", "train_sampling_strategy", name="sampling"),
         Key("eval_batch", "per_device_eval_batch_size", default=8),
         Key("eval_accumulation_steps", "eval_accumulation_steps"),
         Key("save_only_model", "save_only_model", default=False),

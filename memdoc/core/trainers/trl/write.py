@@ -1,5 +1,5 @@
 """TRL `trl <task> --config` YAML: the task's config class (SFTConfig, DPOConfig, KTOConfig, RewardConfig, GRPOConfig,
-RLOOConfig) + ModelConfig + ScriptArguments keys in one file (the post-training keys: `memdoc.core.trainers.trl.post`)."""
+RLOOConfig) + ModelConfig + ScriptArguments keys in one file (the post-training keys: `post.py`)."""
 
 from __future__ import annotations
 
