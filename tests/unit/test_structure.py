@@ -305,3 +305,74 @@ def test_family_comparison_finder():
 def test_family_names_are_compared_only_in_the_registry():
     found = {m: lines for m in MODULES if m != FAMILY_HOME and (lines := family_comparisons(_tree(m)))}
     assert found == {}
+
+
+# ---------------------------------------------------------------------------------------------
+# trainer formats (issue 41): each trainer one folder of core/trainers, compared with a string nowhere else
+
+TRAINERS_HOME = "memdoc.core.trainers"
+"""The package that may compare a trainer format with a string (its folders answer for themselves; today none do)."""
+FORMAT_COMPARISONS_ALLOWED: dict[str, str] = {}
+"""`module`: why it may compare a trainer format with a string literal outside `TRAINERS_HOME` (frozen: empty)."""
+TRAINER_FORMATS = frozenset({"trl", "hf", "axolotl", "llamafactory", "deepspeed", "accelerate", "trainer-args"})
+
+
+def _names_a_format(node: ast.AST) -> bool:
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return name in ("fmt", "format", "fmt_name", "trainer", "target") or name.endswith(("_fmt", "_format"))
+
+
+def _format_string(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Constant) and n.value in TRAINER_FORMATS for n in ast.walk(node))
+
+
+def format_comparisons(tree: ast.AST) -> list[int]:
+    """Lines that compare a format (`fmt`, `format`, `*_fmt`) with a trainer format's name: `fmt == "trl"`,
+    `fmt in ("trl", "hf")`, `reading.formats[0] != "axolotl"`, `match fmt: case "hf":`."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            named = [
+                s for s in sides if _names_a_format(s) or (isinstance(s, ast.Subscript) and _names_a_format(s.value))
+            ]
+            if named and any(_format_string(s) for s in sides if s not in named):
+                found.append(node.lineno)
+        elif isinstance(node, ast.Match) and _names_a_format(node.subject):
+            found += [case.pattern.lineno for case in node.cases if _format_string(case.pattern)]
+    return found
+
+
+def test_format_comparison_finder():
+    source = 'if fmt == "trl" or x.format in ("hf",) or fmt in FORMATS or y == "trl":\n    pass\n'
+    assert format_comparisons(ast.parse(source)) == [1, 1]
+    assert format_comparisons(ast.parse('match fmt:\n    case "axolotl":\n        pass\n')) == [2]
+
+
+def test_trainer_formats_are_compared_only_in_core_trainers():
+    found = {
+        m: lines
+        for m in MODULES
+        if not m.startswith(TRAINERS_HOME)
+        and m not in FORMAT_COMPARISONS_ALLOWED
+        and (lines := format_comparisons(_tree(m)))
+    }
+    assert found == {}
+
+
+def test_no_trainer_compares_its_format_with_a_string():
+    """Inside core/trainers too: each format answers through its own folder (`Format`), never `if fmt == …`."""
+    found = {m: lines for m in MODULES if m.startswith(TRAINERS_HOME) and (lines := format_comparisons(_tree(m)))}
+    assert found == {}
+
+
+def test_the_two_wings_of_a_trainer_are_gone():
+    """Reader and writer live in one folder per trainer: core/user_config/ and core/emit/ do not exist."""
+    assert not (ROOT / "core" / "user_config").exists() and not (ROOT / "core" / "emit").exists()
+    assert not [m for m in MODULES if m.startswith(("memdoc.core.user_config", "memdoc.core.emit"))]
+
+
+@pytest.mark.parametrize("name", ["trl", "hf", "axolotl", "llamafactory", "deepspeed", "accelerate"])
+def test_each_trainer_folder_has_its_key_table_reader_and_writer(name):
+    folder = ROOT / "core" / "trainers" / name
+    assert {"__init__.py", "keys.py", "read.py", "write.py"} <= {p.name for p in folder.glob("*.py")}

@@ -22,6 +22,7 @@ from memdoc.core.model.plan import (
     Shard,
     TrainingPlan,
 )
+from memdoc.core.trainers.hf.keys import CHECKPOINTING_KWARGS as CKPT
 from memdoc.core.trainers.hf.keys import KEYS as HF
 from memdoc.core.trainers.hf.keys import LIGER_KEYS as LIGER
 from memdoc.core.trainers.text import dump_json, yaml_document
@@ -217,9 +218,9 @@ def checkpointing_keys(plan: TrainingPlan, notes: list[str]) -> dict:
         )
     kwargs = dict(GRADIENT_CHECKPOINTING_KWARGS)
     if plan.checkpointing is Checkpointing.FULL and plan.checkpoint_every > 1:
-        kwargs[HF["checkpoint_every"]] = plan.checkpoint_every
+        kwargs[CKPT["checkpoint_every"]] = plan.checkpoint_every
     if plan.checkpointing is Checkpointing.FULL and plan.activation_offload:
-        kwargs[HF["activation_offload"]] = True
+        kwargs[CKPT["activation_offload"]] = True
     if len(kwargs) > len(GRADIENT_CHECKPOINTING_KWARGS):
         notes.append(CHECKPOINTING_KWARGS_NOTE)
     return {HF["checkpointing"]: True, HF["checkpointing_kwargs"]: kwargs}

@@ -20,20 +20,22 @@ from memdoc.core.trainers.trainer import Trainer
 from memdoc.errors import ConfigError
 
 FORMATS: dict[str, Trainer] = {t.document: t for t in readers()}
-"""Document format -> the trainer that recognises and reads it, in the order tried (the most specific first)."""
+"""Document format -> the trainer that recognises and reads it, in the order tried (the most specific first), at
+import (`detect_format` asks the registry each time)."""
 
 
 def detect_format(doc: SourceDoc) -> str:
     """The format of `doc`, or a ConfigError naming the file and the formats memdoc reads."""
-    for name, trainer in FORMATS.items():
+    for trainer in readers():
         if trainer.looks_like(doc.data):
-            return name
+            return trainer.document
     raise ConfigError(
-        f"{doc.path}: not a config memdoc recognises (it reads {', '.join(FORMATS)}; "
+        f"{doc.path}: not a config memdoc recognises (it reads {', '.join(t.document for t in readers())}; "
         f"top-level keys: {', '.join(sorted(map(str, doc.data))[:8]) or 'none'})"
     )
 
 
 def read_document(doc: SourceDoc, stack: Stack) -> ConfigReading:
     """Detect `doc`'s format and read it."""
-    return FORMATS[detect_format(doc)].read(doc, stack)
+    name = detect_format(doc)
+    return next(t for t in readers() if t.document == name).read(doc, stack)

@@ -7,7 +7,7 @@ import dataclasses
 import shlex
 
 from memdoc.core.trainers.base import EmitContext, Emitted, SideFile, render_main, render_side
-from memdoc.core.trainers.registry import FORMATS, format_of
+from memdoc.core.trainers.registry import format_of, formats
 from memdoc.errors import PlanError
 
 
@@ -23,7 +23,7 @@ def emit(fmt: str, ctx: EmitContext) -> Emitted:
     try:
         trainer = format_of(fmt)
     except KeyError:
-        raise PlanError(f"--format {fmt!r} is not one of: {', '.join(FORMATS)}") from None
+        raise PlanError(f"--format {fmt!r} is not one of: {', '.join(formats())}") from None
     trainer.check_parallel(ctx.plan)
     emitted = trainer.emit(ctx)
     trainer.add_parallel_keys(ctx.plan, emitted)

@@ -22,8 +22,14 @@ TRAINERS: tuple[Trainer, ...] = (
 )
 """Every trainer; the formats (`FORMATS`) in this order are the `--format` choices."""
 
-FORMATS: tuple[str, ...] = tuple(t.name for t in TRAINERS if getattr(t, "emits", False))
-"""The formats `memdoc emit` writes a main config for."""
+
+def formats() -> tuple[str, ...]:
+    """The formats `memdoc emit` writes a main config for, from `TRAINERS` as it is now."""
+    return tuple(t.name for t in TRAINERS if getattr(t, "emits", False))
+
+
+FORMATS: tuple[str, ...] = formats()
+"""`formats()` at import: the `--format` choices."""
 
 
 def trainer(name: str) -> Trainer:
@@ -36,7 +42,7 @@ def trainer(name: str) -> Trainer:
 
 def format_of(name: str) -> Format:
     """The format `name` (KeyError when it is not one `memdoc emit` writes)."""
-    if name not in FORMATS:
+    if name not in formats():
         raise KeyError(name)
     return trainer(name)  # type: ignore[return-value]
 
@@ -55,7 +61,7 @@ def how(**fields) -> dict[str, dict]:
     """Each format's keys for plan fields -> values (the `how` of a dataset fit or a prescription): only the formats
     whose key table has a key for every field."""
     out = {}
-    for name in FORMATS:
+    for name in formats():
         keys = format_of(name).keys
         ids = {row.id for row in keys}
         if all(f in ids for f in fields):
@@ -63,4 +69,4 @@ def how(**fields) -> dict[str, dict]:
     return out
 
 
-__all__ = ["FORMATS", "TRAINERS", "default_filename", "format_of", "how", "readers", "trainer"]
+__all__ = ["FORMATS", "TRAINERS", "default_filename", "format_of", "formats", "how", "readers", "trainer"]

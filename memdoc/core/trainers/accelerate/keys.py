@@ -13,7 +13,7 @@ KEYS = KeyTable(
     "accelerate",
     VERSION,
     (
-        Key("shard", "distributed_type", {"fsdp": "FSDP", "fsdp2": "FSDP"}),
+        Key("shard", "distributed_type"),
         Key("gpus_per_node", "num_processes"),
         Key("nodes", "num_machines"),
         Key("nodes", "machine_rank", name="machine_rank"),

@@ -76,7 +76,7 @@ def _counts(doc: SourceDoc, reading: ConfigReading) -> None:
     if processes is None:
         return
     if processes % machines:
-        raise fail(doc, "num_processes", f"{processes} processes do not split evenly over {machines} machines")
+        raise fail(doc, KEYS["gpus_per_node"], f"{processes} processes do not split evenly over {machines} machines")
     reading.set(doc, KEYS["gpus_per_node"], "gpus_per_node", processes // machines)
 
 

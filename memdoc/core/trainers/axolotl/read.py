@@ -19,7 +19,6 @@ from memdoc.core.trainers.axolotl.keys import DETECTING, KEYS
 from memdoc.core.trainers.axolotl.post_read import read_axolotl_rl
 from memdoc.core.trainers.deepspeed.read import read_deepspeed_key
 from memdoc.core.trainers.fsdp import fsdp_words, read_fsdp
-from memdoc.core.trainers.hf.keys import KEYS as HF
 from memdoc.core.trainers.hf.optimizers import read_optimizer
 from memdoc.core.trainers.precision import trained_precision
 from memdoc.core.trainers.reading import ConfigReading, KeyRead, SourceDoc
@@ -159,7 +158,7 @@ def _lora(reading: ConfigReading, doc: SourceDoc) -> None:
         reading.set(doc, KEYS["lora_alpha"], "lora_alpha", alpha)
     dropout = get_float(doc, KEYS["lora_dropout"])
     if dropout is None:
-        reading.plan["lora_dropout"] = 0.0
+        reading.plan["lora_dropout"] = KEYS.row("lora_dropout").default
     else:
         reading.set(doc, KEYS["lora_dropout"], "lora_dropout", dropout)
     if get_bool(doc, KEYS["lora_target_linear"]):
@@ -247,7 +246,7 @@ def _checkpointing(reading: ConfigReading, doc: SourceDoc) -> None:
     (`use_reentrant` does not change what is saved)."""
     get_mapping(doc, KEYS["checkpointing_kwargs"])
     value = doc.data.get(KEYS["checkpointing"])
-    if isinstance(value, str) and value.strip().lower() in (HF["activation_offload"], "offload_disk"):
+    if isinstance(value, str) and value.strip().lower() in ("offload", "offload_disk"):
         reading.set(doc, KEYS["checkpointing"], "checkpointing", "full")
         reading.skip(doc, KEYS["checkpointing"], f"{value}: the checkpointed layer inputs are billed on the GPU")
         return
@@ -341,7 +340,7 @@ def _sharding(reading: ConfigReading, doc: SourceDoc, stack: Stack) -> None:
     version = get_int(doc, KEYS["fsdp_version"])
     fsdp = bool(config or words or version)
     if read_deepspeed_key(reading, doc, stack) and fsdp:
-        key = KEYS["fsdp_config"] if config else ("fsdp" if words else KEYS["fsdp_version"])
+        key = KEYS["fsdp_config"] if config else (KEYS["fsdp"] if words else KEYS["fsdp_version"])
         raise doc.error(key, f"deepspeed and {key} both shard the model; keep one")
     if fsdp:
-        read_fsdp(reading, doc, KEYS["fsdp_config"] if config else "fsdp", words, config)
+        read_fsdp(reading, doc, KEYS["fsdp_config"] if config else KEYS["fsdp"], words, config)

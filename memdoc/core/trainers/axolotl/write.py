@@ -29,6 +29,7 @@ from memdoc.core.trainers.base import (
 )
 from memdoc.core.trainers.deepspeed.write import deepspeed_config
 from memdoc.core.trainers.hf.args import multinode_note
+from memdoc.core.trainers.hf.keys import CHECKPOINTING_KWARGS as CKPT
 from memdoc.core.trainers.hf.keys import KEYS as HF
 from memdoc.core.trainers.templates import chat_template
 from memdoc.core.trainers.vision import AXOLOTL_VISION_ROWS, axolotl_vision_keys, is_vlm, vision_row_length
@@ -198,7 +199,7 @@ def _activation_offload(config: dict) -> None:
     layers' inputs, non-reentrant, through transformers' switch (`axolotl/core/builders/base.py`
     `_configure_gradient_checkpointing`, 0.19), instead of the `offload` kwarg."""
     kwargs = config.get(KEYS["checkpointing_kwargs"]) or {}
-    if kwargs.pop(HF["activation_offload"], False):
+    if kwargs.pop(CKPT["activation_offload"], False):
         config[KEYS["activation_offload"]] = "hidden_states"
 
 

@@ -39,8 +39,6 @@ KEYS = KeyTable(
         Key("checkpointing", "gradient_checkpointing"),
         Key("checkpointing", "activation_checkpointing", name="activation_checkpointing"),
         Key("checkpointing", "gradient_checkpointing_kwargs", name="checkpointing_kwargs"),
-        Key("checkpoint_every", "gradient_checkpointing_kwargs.every_n_layers", version="5.24.0"),
-        Key("activation_offload", "gradient_checkpointing_kwargs.offload", version="5.24.0"),
         Key("loss", "use_liger_kernel"),
         Key("loss", "liger_kernel_config", name="liger_kernel_config"),
         Key("shard", "deepspeed"),
@@ -58,6 +56,19 @@ KEYS = KeyTable(
         Key("eval_samples", "eval_strategy", default="no"),
     ),
 )
+
+CHECKPOINTING_KWARGS = KeyTable(
+    "transformers",
+    VERSION,
+    (
+        Key("checkpoint_every", "gradient_checkpointing_kwargs.every_n_layers"),
+        Key("activation_offload", "gradient_checkpointing_kwargs.offload"),
+    ),
+    block="gradient_checkpointing_kwargs",
+)
+"""`gradient_checkpointing_kwargs` (an alias of `activation_checkpointing_kwargs`): transformers 5.24's
+`Trainer.__init__`
+pops `every_n_layers` and `offload` before the rest reaches `checkpoint`."""
 
 LIGER_KEYS = KeyTable(
     "transformers",
@@ -99,4 +110,4 @@ DETECTING = frozenset(
 """TrainingArguments keys that mark a document as trainer arguments."""
 
 
-__all__ = ["DETECTING", "KEYS", "LIGER_KEYS", "OPTIM_NAMES", "VERSION"]
+__all__ = ["CHECKPOINTING_KWARGS", "DETECTING", "KEYS", "LIGER_KEYS", "OPTIM_NAMES", "VERSION"]

@@ -97,7 +97,7 @@ def _fallback(what: str) -> str:
     return f"{what}; billed as {FALLBACK} instead (memdoc's default; --optimizer to choose another)"
 
 
-def sgd_momentum(doc: SourceDoc, args_key: str = "optim_args") -> bool:
+def sgd_momentum(doc: SourceDoc, args_key: str = KEYS["optim_args"]) -> bool:
     """Does `optim_args` give SGD a momentum (`momentum=0.9` text, or a mapping)? transformers' `sgd` has
     none otherwise (trainer_optimizer.py `_get_sgd`; torch.optim.SGD's default momentum is 0: no state)."""
     args = doc.data.get(args_key)

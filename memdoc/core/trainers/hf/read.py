@@ -10,6 +10,7 @@ from memdoc.core.model.stack import Stack
 from memdoc.core.trainers.deepspeed.read import read_deepspeed_key
 from memdoc.core.trainers.fsdp import fsdp_words, read_fsdp
 from memdoc.core.trainers.hf.defaults import default_optimizer
+from memdoc.core.trainers.hf.keys import CHECKPOINTING_KWARGS as CKPT
 from memdoc.core.trainers.hf.keys import KEYS
 from memdoc.core.trainers.hf.keys import LIGER_KEYS as LIGER
 from memdoc.core.trainers.hf.optimizers import read_optimizer
@@ -95,10 +96,10 @@ def read_checkpointing(doc: SourceDoc, reading: ConfigReading, trl: bool) -> Non
         return
     kw_key = key + "_kwargs"
     kwargs = get_mapping(doc, kw_key) or {}
-    every = get_int(doc, KEYS["checkpoint_every"], kwargs, where=f"{kw_key}.every_n_layers")
+    every = get_int(doc, CKPT["checkpoint_every"], kwargs, where=f"{kw_key}.every_n_layers")
     if every is not None:
         reading.set(doc, f"{kw_key}.every_n_layers", "checkpoint_every", every)
-    offload = get_bool(doc, KEYS["activation_offload"], kwargs, where=f"{kw_key}.offload")
+    offload = get_bool(doc, CKPT["activation_offload"], kwargs, where=f"{kw_key}.offload")
     if offload is not None:  # transformers 5.24 pops it in `Trainer.__init__` (`activation_checkpointing_enable`)
         reading.set(doc, f"{kw_key}.offload", "activation_offload", offload)
 
@@ -140,6 +141,6 @@ def _fsdp(doc: SourceDoc, reading: ConfigReading) -> None:
         return
     path = isinstance(doc.data.get(KEYS["fsdp_config"]), str)
     config = {} if path else get_mapping(doc, KEYS["fsdp_config"]) or {}
-    read_fsdp(reading, doc, "fsdp", words, config)
+    read_fsdp(reading, doc, KEYS["fsdp"], words, config)
     if path:
         reading.skip(doc, KEYS["fsdp_config"], "a path to an FSDP JSON: not read (memdoc reads accelerate configs)")

@@ -23,7 +23,7 @@ KEYS = KeyTable(
         Key("beta", "pref_beta", default=0.1),
         Key("completion_len", "max_new_tokens"),
         Key("task", "reward_model", name="reward_model"),
-        Key("method", "finetuning_type", {"full": "full", "lora": "lora", "qlora": "lora"}, default="lora"),
+        Key("method", "finetuning_type", default="lora"),
         Key("method", "quantization_bit", name="quantization_bit"),
         Key("method", "quantization_method", name="quantization_method", default="bnb"),
         Key("method", "quantization_type", name="quantization_type"),

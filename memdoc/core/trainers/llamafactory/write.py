@@ -19,6 +19,7 @@ from memdoc.core.trainers.base import (
     uses_liger,
 )
 from memdoc.core.trainers.hf.args import distributed_side_files, multinode_note, training_arguments
+from memdoc.core.trainers.hf.keys import CHECKPOINTING_KWARGS as CKPT
 from memdoc.core.trainers.hf.keys import KEYS as HF
 from memdoc.core.trainers.llamafactory.facts import kbit_notes, packing_keys
 from memdoc.core.trainers.llamafactory.keys import KEYS
@@ -71,7 +72,7 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
     placeholders: dict[str, str] = {}
     config: dict = {
         KEYS["model"]: ctx.model_id,
-        KEYS["attention"]: "sdpa" if plan.attention.value == "sdpa" else "disabled",
+        KEYS["attention"]: KEYS.row("attention").write(plan.attention.value),
         **lf_task_keys(plan, notes, placeholders),
         "do_train": True,
         KEYS["method"]: "full" if plan.method is Method.FULL else "lora",
@@ -142,12 +143,12 @@ def _checkpointing_kwargs(kwargs: dict, notes: list[str]) -> None:
     note) or `offload` (refused, naming the formats that have it)."""
     if CHECKPOINTING_KWARGS_NOTE in notes:
         notes.remove(CHECKPOINTING_KWARGS_NOTE)
-    if kwargs.get(HF["checkpoint_every"]):
+    if kwargs.get(CKPT["checkpoint_every"]):
         notes.append(
             f"checkpoint every {kwargs['every_n_layers']} layers: LLaMA-Factory has no key for it and checkpoints "
             "every layer (less memory, more compute than billed); --format trl or hf write every_n_layers"
         )
-    if kwargs.get(HF["activation_offload"]):
+    if kwargs.get(CKPT["activation_offload"]):
         raise PlanError(
             "--activation-offload: LLaMA-Factory has no key for it (it enables checkpointing itself); "
             "nearest formats: --format trl or hf (activation_checkpointing_kwargs offload), axolotl "

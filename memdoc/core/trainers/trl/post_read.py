@@ -77,7 +77,7 @@ def read_trl_post(doc: SourceDoc, reading: ConfigReading) -> str | None:
     beta = get_float(doc, KEYS["beta"])
     if beta is not None:
         if beta < 0:
-            raise fail(doc, "beta", f"must be 0 or more, got {beta!r}")
+            raise fail(doc, KEYS["beta"], f"must be 0 or more, got {beta!r}")
         reading.set(doc, KEYS["beta"], "beta", beta)
     if task in ("dpo", "kto") and get_bool(doc, KEYS["precompute_ref"]) is not None:
         reading.set(doc, KEYS["precompute_ref"], "precompute_ref", get_bool(doc, KEYS["precompute_ref"]))

@@ -103,7 +103,7 @@ def _method(doc: SourceDoc, reading: ConfigReading, trl: bool) -> None:
     four = get_bool(doc, KEYS["load_in_4bit"])
     eight = get_bool(doc, KEYS["load_in_8bit"])
     if four and eight:
-        raise fail(doc, "load_in_4bit", "load_in_4bit and load_in_8bit are both true; pick one")
+        raise fail(doc, KEYS["load_in_4bit"], "load_in_4bit and load_in_8bit are both true; pick one")
     if (four or eight) and not peft:
         key = KEYS["load_in_4bit"] if four else KEYS["load_in_8bit"]
         raise fail(doc, key, f"{key} needs use_peft: true (a quantised base trains only through adapters)")
@@ -137,7 +137,7 @@ def _lora(doc: SourceDoc, reading: ConfigReading, trl: bool) -> None:
             set_default(doc, reading, key, plan_field, TRL_LORA_DEFAULTS[key])
     dropout = get_float(doc, KEYS["lora_dropout"])
     if dropout is not None and not 0 <= dropout < 1:
-        raise fail(doc, "lora_dropout", f"must be a probability in [0, 1), got {dropout!r}")
+        raise fail(doc, KEYS["lora_dropout"], f"must be a probability in [0, 1), got {dropout!r}")
     if dropout is not None:
         reading.set(doc, KEYS["lora_dropout"], "lora_dropout", dropout)
     elif trl:
@@ -148,7 +148,7 @@ def _lora(doc: SourceDoc, reading: ConfigReading, trl: bool) -> None:
     elif isinstance(targets, list) and targets and all(isinstance(t, str) and t for t in targets):
         reading.set(doc, KEYS["lora_targets"], "lora_targets", list(targets))
     elif targets is not None:
-        raise fail(doc, "lora_target_modules", f"must be module names or 'all-linear', got {quoted(targets)}")
+        raise fail(doc, KEYS["lora_targets"], f"must be module names or 'all-linear', got {quoted(targets)}")
     for key, reason in (
         ("use_dora", "DoRA keeps a magnitude vector and the adapted weight's norm per adapted module: not modelled"),
         ("lora_modules_to_save", "full trainable copies of these modules (+ their gradients and states): not billed"),
