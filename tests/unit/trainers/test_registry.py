@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -228,3 +229,13 @@ def test_a_new_format_is_one_folder_and_one_registry_line(monkeypatch):
         kind, answer = _answer(registry.format_of("toy"), parse_plan(**asked))
         assert kind == "refusal" or answer <= TOY_KEYS.keys()
     assert registry.how(seq_len=512)["toy"] == {"toy_len": 512}
+
+
+def test_the_recipe_in_extending_md_names_the_files_every_format_folder_has():
+    """docs/extending.md's trainer recipe lists a folder's files; every format's folder has each of them."""
+    text = (ROOT.parents[2] / "docs" / "extending.md").read_text(encoding="utf-8")
+    recipe = text.split("## A trainer format", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"\*\*`(?:memdoc/core/trainers/<format>/)?([a-z_]+\.py)`\*\*", recipe))
+    assert {"keys.py", "read.py", "write.py", "facts.py", "__init__.py"} <= named
+    for name in registry.FORMATS:
+        assert named <= {p.name for p in (ROOT / name).glob("*.py")}, name
