@@ -285,3 +285,32 @@ def test_round_trip_through_the_emitter(values):
     assert reading.not_billed == []
     if emitted.side_files:
         assert reading.referenced == [emitted.side_files[0].name]
+
+
+def test_activation_offloading_hidden_states_reads_back_as_emitted():
+    """emit writes --activation-offload as `activation_offloading: hidden_states` with non-reentrant checkpointing,
+    which Axolotl 0.19 hands to transformers' offload switch (`core/builders/base.py`
+    `_configure_gradient_checkpointing`: only with `use_reentrant: false`); the reader bills it as such (it used to
+    list it as not billed: reader and writer disagreed)."""
+    import importlib.util
+    from pathlib import Path
+
+    package = Path(importlib.util.find_spec("axolotl").submodule_search_locations[0])
+    source = (package / "core" / "builders" / "base.py").read_text(encoding="utf-8")  # importing it needs triton
+    assert 'activation_offloading == "hidden_states"' in source and 'gc_kwargs["use_reentrant"] is False' in source
+    from memdoc.core.billing.bill import compute_bill
+    from memdoc.core.model.plan import parse_plan
+    from memdoc.core.model.stack import latest_known_stack
+    from memdoc.core.trainers.base import EmitContext
+    from memdoc.core.trainers.emit import emit
+    from memdoc.core.trainers.reading import SourceDoc
+    from memdoc.resolve.models import resolve_model
+
+    model = resolve_model("meta-llama/Llama-3.1-8B")
+    plan = parse_plan(method="lora", checkpointing="full", activation_offload=True)
+    bill = compute_bill(model, plan, None)
+    ctx = EmitContext(model.id, plan, bill.peak_allocated, bill.process_total)
+    config = emit("axolotl", ctx).config
+    reading = read_axolotl(SourceDoc("axolotl.yaml", config), latest_known_stack())
+    assert reading.plan["activation_offload"] is True and reading.plan["checkpointing"] == "full"
+    assert "activation_offloading" not in {n.key for n in reading.not_billed}

@@ -94,8 +94,25 @@ def read_axolotl(doc: SourceDoc, stack: Stack) -> ConfigReading:
     _sharding(reading, doc, stack)
     _parallel(reading, doc)
     read_axolotl_rl(reading, doc)
-    skip_set_keys(reading, doc, NOT_BILLED)
+    offloaded = _activation_offload(reading, doc)
+    skip_set_keys(
+        reading, doc, {k: why for k, why in NOT_BILLED.items() if not (offloaded and k == KEYS["activation_offload"])}
+    )
     return reading
+
+
+def _activation_offload(reading: ConfigReading, doc: SourceDoc) -> bool:
+    """`activation_offloading: hidden_states` with non-reentrant checkpointing offloads the checkpointed layers'
+    inputs through transformers' switch (axolotl 0.19 `core/builders/base.py` `_configure_gradient_checkpointing`
+    passes it on only when `gradient_checkpointing_kwargs.use_reentrant` is false): memdoc's --activation-offload,
+    what `write.py` emits. Other values (TRL's offloader, disk) are not billed."""
+    kwargs = get_mapping(doc, KEYS["checkpointing_kwargs"]) or {}
+    if doc.data.get(KEYS["activation_offload"]) != KEYS.row("activation_offload").write(True):
+        return False
+    if kwargs.get("use_reentrant") is not False:
+        return False
+    reading.set(doc, KEYS["activation_offload"], "activation_offload", True)
+    return True
 
 
 def _parallel(reading: ConfigReading, doc: SourceDoc) -> None:
