@@ -166,6 +166,64 @@ def test_core_imports_nothing_above_it():
     assert {m: t for m, t in offenders.items() if t} == {}
 
 
+CORE_FLOORS = ("model", "plan", "engines", "billing", "remedies", "doctor", "reports")
+"""The floors inside core/, lowest first: a module imports only from its own floor or the ones below
+(docs/architecture.md, "Floors inside core")."""
+FLOOR_OF_PACKAGE = {
+    "model": "model",
+    "plan": "plan",
+    "engines": "engines",
+    "trainers": "engines",
+    "emit": "engines",
+    "user_config": "engines",
+    "billing": "billing",
+    "remedies": "remedies",
+    "doctor": "doctor",
+    "reports": "reports",
+}
+"""core/'s packages by floor: the trainers' readers and writers (`trainers`, and `emit` and `user_config`
+until they move there) map plan values to and from files, beside the engines."""
+PLAN_IN_MODEL = {"lora"}
+"""Modules of core/model/ on the plan floor besides `plan*.py` (it reads a `TrainingPlan` against a
+`ModelSpec`): they move to core/plan/ with the plan's modules."""
+
+
+def core_floor(module: str) -> str | None:
+    """The floor of a core module (None outside core/): its package's floor, except that the plan's
+    modules still in core/model/ (`plan*.py`, `PLAN_IN_MODEL`) are on the plan floor."""
+    parts = module.split(".")
+    if parts[:2] != ["memdoc", "core"] or len(parts) < 3:
+        return None
+    if parts[2] == "model" and len(parts) > 3 and (parts[3].startswith("plan") or parts[3] in PLAN_IN_MODEL):
+        return "plan"
+    return FLOOR_OF_PACKAGE[parts[2]]
+
+
+def test_core_floor_mapping():
+    assert core_floor("memdoc.core.model.plan_enums") == core_floor("memdoc.core.plan.enums") == "plan"
+    assert core_floor("memdoc.core.model.gpu") == "model"
+    assert core_floor("memdoc.core.emit.trl") == core_floor("memdoc.core.trainers.trl.write") == "engines"
+    assert core_floor("memdoc.resolve.setup") is None
+
+
+def test_every_core_package_has_a_floor():
+    packages = {m.split(".")[2] for m in MODULES if m.startswith("memdoc.core.") and MODULES[m].parent != ROOT / "core"}
+    assert packages <= set(FLOOR_OF_PACKAGE), "give the new core package a floor in FLOOR_OF_PACKAGE"
+    assert set(FLOOR_OF_PACKAGE.values()) == set(CORE_FLOORS)
+
+
+def test_core_floors_import_only_downwards():
+    rank = {floor: i for i, floor in enumerate(CORE_FLOORS)}
+    offenders = {}
+    for module, targets in import_graph().items():
+        if (floor := core_floor(module)) is None:
+            continue
+        up = sorted(t for t in targets if (f := core_floor(t)) is not None and rank[f] > rank[floor])
+        if up:
+            offenders[module] = up
+    assert offenders == {}
+
+
 @pytest.mark.parametrize("layer", ["render", "resolve", "probe", "output"])
 def test_lower_layers_do_not_import_commands(layer):
     offenders = {

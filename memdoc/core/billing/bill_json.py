@@ -1,9 +1,12 @@
-"""The documented --json shape of a bill (`bill.Bill`), apart from the bill so that it stays within its size."""
+"""The documented --json shape of a bill (`bill.Bill`), apart from the bill so that it stays within its size,
+and the cut of its `per_gpu` byte table that a row of a list carries (`row_per_gpu_json`)."""
 
 from __future__ import annotations
 
+from memdoc.core.billing.verdict import fit_json
 from memdoc.core.billing.vocabulary import LINE_ITEMS
-from memdoc.core.reports.json_parts import fit_json, gpu_json, model_json
+from memdoc.core.model.gpu import gpu_json
+from memdoc.core.model.model_spec import model_json
 
 
 def bill_json(bill) -> dict:
@@ -36,4 +39,11 @@ def bill_json(bill) -> dict:
     }
 
 
-__all__ = ["bill_json"]
+def row_per_gpu_json(peak_allocated: int, process_total: int, min_memory_bytes: int | None = None) -> dict:
+    """`per_gpu` of a row (a ladder rung, a searched plan, a hardware option): the bill's byte table cut to
+    the figures a list compares (same names as `bill_json`'s `per_gpu`)."""
+    out = {"peak_allocated": peak_allocated, "process_total": process_total}
+    return out | ({} if min_memory_bytes is None else {"min_memory_bytes": min_memory_bytes})
+
+
+__all__ = ["bill_json", "row_per_gpu_json"]

@@ -229,3 +229,14 @@ def spec_from_config(
         source=source,
         config=config,
     )
+
+
+def model_json(model: ModelSpec, trainable_params: int | None) -> dict:
+    """The one --json shape of a model in every command (docs/output.md, "One shape per concept"): its id,
+    its total parameters and those the plan trains (0 for inference, None where the rows of a report train
+    different counts); a vision-language model's parts as well."""
+    parts = {}
+    if model.vision is not None:
+        parts = {"vision_params": model.params.vision, "projector_params": model.params.projector}
+        parts["language_params"] = model.params.language
+    return {"id": model.id, "params": model.params.total, "trainable_params": trainable_params, **parts}
