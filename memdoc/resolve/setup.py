@@ -59,6 +59,13 @@ class Setup:
     model_note: str | None = None
     """How MODEL was taken when it is a mirror of a catalog model (`memdoc.resolve.models.mirror_note`)."""
 
+    def inputs_json(self) -> dict:
+        """What the config files said (`config`) and the stack whose defaults were used (`stack`), when given:
+        the keys `bill --json` adds to its report."""
+        return ({"config": self.config.to_json()} if self.config else {}) | (
+            {"stack": self.stack.to_json()} if self.stack else {}
+        )
+
 
 def resolve_setup(
     model: str | None = None,

@@ -4,7 +4,7 @@ and the cut of its `per_gpu` byte table that a row of a list carries (`row_per_g
 from __future__ import annotations
 
 from memdoc.core.billing.verdict import fit_json
-from memdoc.core.billing.vocabulary import LINE_ITEMS
+from memdoc.core.billing.vocabulary import LINE_ITEMS, STEP_PHASES
 from memdoc.core.model.gpu import gpu_json
 from memdoc.core.model.model_spec import model_json
 
@@ -46,4 +46,18 @@ def row_per_gpu_json(peak_allocated: int, process_total: int, min_memory_bytes: 
     return out | ({} if min_memory_bytes is None else {"min_memory_bytes": min_memory_bytes})
 
 
-__all__ = ["bill_json", "row_per_gpu_json"]
+def billed_phases(bill) -> dict[str, int | None]:
+    """The bill's total of every step phase (`vocabulary.STEP_PHASES`); None for a phase the bill has not."""
+    return {p: (bill.phases[p].total if p in bill.phases else None) for p in STEP_PHASES}
+
+
+def with_bill(post: dict, bill) -> dict:
+    """A post-training run's phases (`memdoc.probe.script.trl_phases.post_report`) with each phase's billed
+    bytes next to the measured ones: `bill.phases` by the STEP_PHASES names, None for a phase the bill lacks
+    (or without a bill)."""
+    phases = getattr(bill, "phases", None) or {}
+    billed = {p: (int(phases[p].total) if p in phases else None) for p in STEP_PHASES}
+    return post | {"billed": billed}
+
+
+__all__ = ["billed_phases", "bill_json", "row_per_gpu_json", "with_bill"]
