@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from memdoc.core.billing.bill import Bill, bill_json, compute_bill
-from memdoc.core.billing.bill_json import billed_phases, with_bill
+from memdoc.core.billing.bill import Bill, compute_bill
+from memdoc.core.billing.bill_json import bill_json, billed_phases, with_bill
 from memdoc.core.billing.inference import InferenceBill
 from memdoc.core.model.gpu import GpuSpec, gpu_json
 from memdoc.core.model.model_spec import ModelSpec, model_json, spec_from_config
