@@ -228,16 +228,35 @@ def test_every_core_package_has_a_floor():
     assert set(FLOOR_OF_PACKAGE.values()) == set(CORE_FLOORS)
 
 
-def test_core_floors_import_only_downwards():
+def floor_violations(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Core module -> the core modules it imports from a higher floor."""
     rank = {floor: i for i, floor in enumerate(CORE_FLOORS)}
     offenders = {}
-    for module, targets in import_graph().items():
+    for module, targets in graph.items():
         if (floor := core_floor(module)) is None:
             continue
         up = sorted(t for t in targets if (f := core_floor(t)) is not None and rank[f] > rank[floor])
         if up:
             offenders[module] = up
-    assert offenders == {}
+    return offenders
+
+
+def test_floor_finder_finds_an_upward_import():
+    graph = {
+        "memdoc.core.billing.bill_json": {"memdoc.core.reports.json_parts", "memdoc.core.model.gpu"},
+        "memdoc.core.model.lora": {"memdoc.core.model.plan"},
+        "memdoc.core.model.plan": {"memdoc.core.engines.layout"},
+        "memdoc.core.reports.bill": {"memdoc.core.billing.bill"},
+        "memdoc.render.bill": {"memdoc.core.reports.bill"},
+    }
+    assert floor_violations(graph) == {
+        "memdoc.core.billing.bill_json": ["memdoc.core.reports.json_parts"],
+        "memdoc.core.model.plan": ["memdoc.core.engines.layout"],
+    }
+
+
+def test_core_floors_import_only_downwards():
+    assert floor_violations(import_graph()) == {}
 
 
 @pytest.mark.parametrize("layer", ["render", "resolve", "probe", "output"])
