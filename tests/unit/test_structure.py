@@ -226,6 +226,8 @@ def test_every_core_package_has_a_floor():
     packages = {m.split(".")[2] for m in MODULES if m.startswith("memdoc.core.") and MODULES[m].parent != ROOT / "core"}
     assert packages <= set(FLOOR_OF_PACKAGE), "give the new core package a floor in FLOOR_OF_PACKAGE"
     assert set(FLOOR_OF_PACKAGE.values()) == set(CORE_FLOORS)
+    moved = [m for m in PLAN_IN_MODEL if f"memdoc.core.model.{m}" not in MODULES]
+    assert moved == [], "no longer in core/model/: remove from PLAN_IN_MODEL"
 
 
 def floor_violations(graph: dict[str, set[str]]) -> dict[str, list[str]]:
