@@ -35,11 +35,10 @@ from memdoc.core.billing.decode import kv_cache_bytes, prefill_activation_bytes
 from memdoc.core.billing.kbit import quantised_params, quantised_rows
 from memdoc.core.billing.reserved import MAX_SIMULATED_LAYERS
 from memdoc.core.billing.states import qlora_weight_bytes
-from memdoc.core.billing.verdict import FitAnswer, fit_answer
-from memdoc.core.model.gpu import GpuSpec
-from memdoc.core.model.model_spec import ModelSpec
+from memdoc.core.billing.verdict import FitAnswer, fit_answer, fit_json
+from memdoc.core.model.gpu import GpuSpec, gpu_json
+from memdoc.core.model.model_spec import ModelSpec, model_json
 from memdoc.core.model.plan import Method, TrainingPlan
-from memdoc.core.reports.json_parts import fit_json, gpu_json, model_json
 from memdoc.errors import PlanError
 
 
@@ -194,7 +193,7 @@ class InferenceBill:
         return None if self.gpu is None else self.gpu.memory_bytes - self.process_total
 
     def fit_json(self) -> dict:
-        """`fits`, `headroom_bytes` and the `verdict` of the process total (`json_parts.fit_json`)."""
+        """`fits`, `headroom_bytes` and the `verdict` of the process total (`verdict.fit_json`)."""
         return fit_json(self.fits, self.headroom_bytes, self.fit, error_source=INFERENCE_ERROR_SOURCE)
 
     def to_json(self) -> dict:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memdoc.core.billing.bill import process_overhead_bytes
+from memdoc.core.billing.bill_json import row_per_gpu_json
 from memdoc.core.billing.inference import (
     InferenceBill,
     InferencePlan,
@@ -23,10 +24,10 @@ from memdoc.core.billing.inference import (
     kv_cache_bytes,
     prefill_activation_bytes,
 )
+from memdoc.core.billing.verdict import row_fit_json
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.remedies.maximum import Maximum, largest_fitting, largest_value
-from memdoc.core.reports.json_parts import row_fit_json, row_per_gpu_json
 
 
 def max_inference(model: ModelSpec, inference: InferencePlan, gpu: GpuSpec, knob: str) -> int | None:

@@ -11,10 +11,10 @@ import json
 import pytest
 from conftest import FIXTURES, invoke
 
-from memdoc.commands.diagnose import _read_oom
 from memdoc.core.doctor.diagnosis import PlanContext, diagnose_oom
 from memdoc.core.doctor.symptoms import get_symptom, list_symptoms, time_cost_rank
 from memdoc.core.model.plan import parse_plan
+from memdoc.core.reports.diagnose import read_oom
 from memdoc.integrations.record import oom_record
 from memdoc.resolve.models import resolve_model
 
@@ -151,7 +151,7 @@ def test_the_three_users_give_the_same_diagnosis(tmp_path):
     cli = json.loads(res.stdout)
     # the log's progress bar says the first step (0/1250): the script run and the callback see the same step
     script = {"message": message, "phase": "backward", "step": 0}
-    _read_oom(script, traceback, steps=0)
+    read_oom(script, traceback, steps=0)
     callback = oom_record(
         message, traceback + "torch.OutOfMemoryError: " + message, step=0, where="training_step",
         batch=None, longest_before=None, first_step=True,
