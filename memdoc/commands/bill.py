@@ -24,6 +24,7 @@ from memdoc.commands.options import (
     plan_options,
     print_setup_notes,
 )
+from memdoc.commands.serve_options import ServingFlags, serving_options
 from memdoc.core.billing.inference import KvCache, Weights
 
 
@@ -67,15 +68,19 @@ Examples:
 
   memdoc bill meta-llama/Llama-3.1-8B --gpu 24 --inference --batch 8 --seq 8192 --kv-cache fp8
 
+  memdoc bill meta-llama/Llama-3.1-70B-Instruct --gpu h100-sxm --inference --tp 4 --max-model-len 32768
+
 Exit status: 0 computed (fits or not), 2 bad input, 3 with --check when the plan does not fit.
 """
 
 
 @plan_options
+@serving_options
 def bill(
     model: ModelArg = None,
     *,
     plan: PlanFlags,
+    serving: ServingFlags,
     json_out: JsonOpt = False,
     html: HtmlOpt = None,
     force: ForceOpt = False,
@@ -100,11 +105,10 @@ def bill(
     """
     from memdoc import render
     from memdoc.core.reports.bill import bill_report
-    from memdoc.errors import PlanError
     from memdoc.resolve.host import host_ram
 
-    _check_flags(dataset, tokenizer or text_field, inference, html, force)
-    setup = plan.resolve(model)
+    _check_flags(dataset, tokenizer or text_field, inference, html, force, (serving, kv_cache, weights, prefill_chunk))
+    setup, tp = _resolve(plan, model, inference)
     knob = max_of.value if max_of else None
     section = (
         None if dataset is None else _dataset_section(dataset, tokenizer or model, text_field, setup, plan, json_out)
@@ -112,11 +116,11 @@ def bill(
     setup = _packed_documents(setup, section)
     if not json_out:
         print_setup_notes(setup)
-    if not inference and (kv_cache is not KvCache.AUTO or weights is not Weights.AUTO or prefill_chunk is not None):
-        raise PlanError("--kv-cache, --weights and --prefill-chunk describe inference: add --inference")
     if inference:
-        page = (html, force)
-        return _bill_inference(setup, kv_cache, weights, prefill_chunk, knob, json_out, check, no_ladder, page)
+        engine = (serving.engine(tp), serving.vllm_args(tp))
+        return _bill_inference(
+            setup, kv_cache, weights, prefill_chunk, knob, json_out, check, no_ladder, (html, force), engine
+        )
     report = bill_report(
         setup.model, setup.plan, setup.gpu, ladder=not no_ladder, max_of=knob, dataset=section, fixed=setup.explicit
     )
@@ -134,6 +138,14 @@ def bill(
         raise typer.Exit(3)
 
 
+def _resolve(plan: PlanFlags, model: str | None, inference: bool):
+    """The setup and vLLM's tensor-parallel size: with --inference, --tp is vLLM's `--tensor-parallel-size`
+    (one rank of the served model), not a split of a training step."""
+    if not inference:
+        return plan.resolve(model), 1
+    return PlanFlags({**plan.values, "tp": None}).resolve(model), plan.values.get("tp") or 1
+
+
 def _packed_documents(setup, section: dict | None):
     """`--packing` with `--dataset` and no `--document-tokens`: the dataset's length-weighted mean document
     (`dataset_fit.packed_rows`) sets the packed rows' attention."""
@@ -143,11 +155,17 @@ def _packed_documents(setup, section: dict | None):
     return dataclasses.replace(setup, plan=setup.plan.replace(document_tokens=documents)) if documents else setup
 
 
-def _check_flags(dataset, tokenizer_given, inference: bool, html, force: bool) -> None:
-    """Refuse flags that do not go together, before any work (and an existing --html FILE without --force)."""
+def _check_flags(dataset, tokenizer_given, inference: bool, html, force: bool, inference_flags: tuple) -> None:
+    """Refuse flags that do not go together, before any work (and an existing --html FILE without --force);
+    `inference_flags`: the serving flags, --kv-cache, --weights and --prefill-chunk."""
     from memdoc.errors import PlanError
 
     check_html(html, force)
+    serving, kv_cache, weights, prefill_chunk = inference_flags
+    if not inference and (serving.any_given or serving.values.get("engine") is not None):
+        raise PlanError("--engine and vLLM's serving flags describe inference: add --inference")
+    if not inference and (kv_cache is not KvCache.AUTO or weights is not Weights.AUTO or prefill_chunk is not None):
+        raise PlanError("--kv-cache, --weights and --prefill-chunk describe inference: add --inference")
     if dataset is None and tokenizer_given:
         raise PlanError("--tokenizer and --text-field go with --dataset FILE")
     if dataset is not None and inference:
@@ -177,19 +195,25 @@ def _dataset_section(path: Path, tokenizer: str | None, text_field, setup, plan:
         )
 
 
-def _bill_inference(setup, kv_cache, weights, prefill_chunk, knob, json_out: bool, check: bool, no_ladder: bool, page):
-    """`bill --inference`: the inference bill, its ladder, --max, and vLLM's budget on the card."""
+def _bill_inference(setup, kv_cache, weights, prefill_chunk, knob, json_out, check, no_ladder, page, engine):
+    """`bill --inference`: the inference bill, its ladder, --max, and vLLM's start-up on the card (`engine`:
+    the engine asked for, or None, and vLLM's arguments)."""
     from memdoc import render
     from memdoc.core.billing.inference import InferencePlan
     from memdoc.core.reports.bill import inference_report
-    from memdoc.render.inference import render_inference
+    from memdoc.render.inference import render_inference, render_vllm_startup
 
     plan = InferencePlan(plan=setup.plan, kv_cache=kv_cache, weights=weights, prefill_chunk=prefill_chunk)
-    report = inference_report(setup.model, plan, setup.gpu, ladder=not no_ladder, max_of=knob)
+    name = None if engine[0] is None else engine[0].value
+    report = inference_report(
+        setup.model, plan, setup.gpu, ladder=not no_ladder, max_of=knob, engine=name, vllm=engine[1]
+    )
     data = report.to_json() | _setup_json(setup)
     write_html(page[0], data, title=f"memdoc bill --inference: {setup.model.id}", force=page[1])
     if json_out:
-        render.print_json(report.to_json() | _setup_json(setup))
+        render.print_json(data)
+    elif name == "vllm" and report.vllm is not None:
+        render_vllm_startup(report.vllm)
     else:
         render_inference(report.bill, report.ladder, report.vllm)
         if report.maximum is not None:
