@@ -12,7 +12,9 @@ from memdoc.core.billing.inference import InferencePlan, KvCache, Weights, infer
 from memdoc.core.billing.vllm_startup import (
     BLOCK_TOKENS,
     NON_TORCH_BYTES,
+    AttentionLayers,
     VllmArgs,
+    attention_layers,
     batch_defaults,
     cuda_graph_bytes,
     forward_peak_bytes,
@@ -39,21 +41,40 @@ class VllmStartup:
     cuda_graphs: int
     """The CUDA-graph pool (0 with --enforce-eager); inside the budget from vLLM 0.21, beyond it before."""
     kv_bytes_per_token: int
+    """Over all layers, as if every layer held every token (a sliding-window layer holds fewer)."""
+    layers: AttentionLayers
     available_kv: int
     blocks: int
+    """Blocks of the shared pool: available // (one layer's page × the group size)."""
     max_model_len: int
     max_num_seqs: int
     max_num_batched_tokens: int
 
     @property
+    def page_bytes(self) -> int:
+        """One layer's page: 16 tokens of its K and V."""
+        return BLOCK_TOKENS * self.kv_bytes_per_token // self.model_layers
+
+    @property
+    def model_layers(self) -> int:
+        return self.layers.full + self.layers.sliding
+
+    @property
+    def groups(self) -> int:
+        return self.layers.full_groups + self.layers.sliding_groups
+
+    @property
     def kv_cache_tokens(self) -> int:
-        """ "GPU KV cache size: N tokens"."""
-        return self.blocks * BLOCK_TOKENS
+        """The log's "GPU KV cache size: N tokens": blocks // groups × 16 (`_report_kv_cache_config`)."""
+        return self.blocks // self.groups * BLOCK_TOKENS
+
+    def needed_bytes_at(self, max_model_len: int) -> int:
+        """The memory one request of `max_model_len` needs over every layer (`max_memory_usage_bytes`)."""
+        return self.layers.layer_blocks(max_model_len, self.max_num_batched_tokens) * self.page_bytes
 
     @property
     def needed_bytes(self) -> int:
-        """The memory one request of max_model_len needs (`FullAttentionSpec.max_memory_usage_bytes`)."""
-        return math.ceil(self.max_model_len / BLOCK_TOKENS) * BLOCK_TOKENS * self.kv_bytes_per_token
+        return self.needed_bytes_at(self.max_model_len)
 
     @property
     def starts(self) -> bool:
@@ -61,14 +82,24 @@ class VllmStartup:
 
     @property
     def max_model_len_that_starts(self) -> int:
-        """The longest max_model_len whose one request fits the available memory (vLLM's
-        `estimate_max_model_len`), in whole blocks; 0 when no block fits."""
-        return self.available_kv // (BLOCK_TOKENS * self.kv_bytes_per_token) * BLOCK_TOKENS if self.blocks else 0
+        """The longest max_model_len whose one request fits the available memory (vLLM's binary search,
+        `estimate_max_model_len`); 0 when no block fits."""
+        if self.blocks == 0:
+            return 0
+        low, high = 0, max(self.max_model_len, self.available_kv // max(1, self.page_bytes) * BLOCK_TOKENS)
+        while low < high:
+            middle = (low + high + 1) // 2
+            if self.needed_bytes_at(middle) <= self.available_kv:
+                low = middle
+            else:
+                high = middle - 1
+        return low
 
     @property
     def max_concurrency(self) -> float:
-        """ "Maximum concurrency for max_model_len tokens per request": blocks / cdiv(max_model_len, 16)."""
-        return self.blocks / math.ceil(self.max_model_len / BLOCK_TOKENS)
+        """The log's "Maximum concurrency for max_model_len tokens per request": blocks / the blocks one request
+        holds over the groups (`get_max_concurrency_for_kv_cache_config`)."""
+        return self.blocks / self.layers.request_blocks(self.max_model_len, self.max_num_batched_tokens)
 
     @property
     def graphs_in_budget(self) -> bool:
@@ -76,8 +107,8 @@ class VllmStartup:
 
     @property
     def kv_used(self) -> int:
-        """The bytes of the blocks allocated (whole blocks of every layer)."""
-        return self.blocks * BLOCK_TOKENS * self.kv_bytes_per_token
+        """The bytes of the blocks allocated (a block of the pool is a page in every layer of a group)."""
+        return self.blocks * self.page_bytes * self.layers.group_size
 
     @property
     def process_bytes(self) -> int:
@@ -133,6 +164,8 @@ class VllmStartup:
             "cuda_graphs_in_budget": self.graphs_in_budget,
             "profile_tokens": self.profile_tokens,
             "kv_bytes_per_token": self.kv_bytes_per_token,
+            "layers": {"full": self.layers.full, "sliding": self.layers.sliding, "window": self.layers.window},
+            "kv_cache_groups": self.groups,
             "blocks": self.blocks,
             "kv_cache_tokens": self.kv_cache_tokens,
             "starts": self.starts,
@@ -165,7 +198,8 @@ def vllm_startup(model: ModelSpec, inference: InferencePlan, gpu: GpuSpec, args:
     budget = int(gpu.memory_bytes * args.gpu_memory_utilization)
     available = budget - weights - activation - NON_TORCH_BYTES - (graphs if args.graphs_in_budget else 0)
     per_token = kv_bytes_per_token(model, args.tp, kv_element_bytes(inference))
-    blocks = max(0, available) // (BLOCK_TOKENS * per_token)
+    layers = attention_layers(model, args.version)
+    blocks = max(0, available) // (BLOCK_TOKENS * per_token // model.num_layers * layers.group_size)
     return VllmStartup(
         args=args,
         total_bytes=gpu.memory_bytes,
@@ -175,6 +209,7 @@ def vllm_startup(model: ModelSpec, inference: InferencePlan, gpu: GpuSpec, args:
         non_torch=NON_TORCH_BYTES,
         cuda_graphs=graphs,
         kv_bytes_per_token=per_token,
+        layers=layers,
         available_kv=available,
         blocks=blocks,
         max_model_len=max_model_len,

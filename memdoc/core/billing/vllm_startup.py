@@ -21,12 +21,20 @@ Sources read at vllm-project/vllm 001cabc1 (kv_cache_interface.py, kv_cache_util
 
 With tensor parallelism each rank holds 1/tp of the weights and `max(1, kv_heads // tp)` KV heads
 (`ModelConfig.get_num_kv_heads`: KV heads are replicated when tp exceeds them); MLA's latent is replicated on
-every rank. Sliding-window layers are billed at the full context (vLLM's hybrid allocator gives them fewer blocks:
-not modelled).
+every rank.
+
+Sliding-window layers (Gemma 2 and 3, gpt-oss: `layer_types` in the config, or transformers 5.25's defaults,
+`gemma2/configuration_gemma2.py` line 96 and `gemma3/configuration_gemma3.py` line 109) get vLLM's hybrid
+allocator (`AttentionLayers`): the layers of each kind are cut into groups of the smaller kind's count (the larger
+when the two are within 1.5×; `kv_cache_utils.py: _get_kv_cache_groups_uniform_page_size`, padding the rest),
+every group draws from one pool of `available // (page × group size)` blocks, a sliding layer holds
+cdiv(min(window − 1 + max_num_batched_tokens, max_model_len), 16) + 1 blocks per request
+(`SlidingWindowSpec.max_memory_usage_bytes`), and the log's "GPU KV cache size" is blocks // groups × 16.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from memdoc.core.model.families import Mlp, QkvLayout
@@ -44,6 +52,10 @@ GRAPH_PROFILING_SINCE = (0, 21)
 """vLLM 0.21 subtracts its CUDA-graph estimate from the KV budget: its own start-up log says "CUDA graph memory
 profiling is enabled (default since v0.21.0)" (vllm-project/vllm#46462; `VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`
 in `vllm/envs.py`). Before, graphs were captured after the cache was allocated, beyond the budget."""
+HYBRID_SINCE = (0, 10)
+"""vLLM 0.10's hybrid KV-cache manager gives sliding-window layers their own groups (before, they were paged as
+full attention, `FullAttentionSpec`'s docstring: "When hybrid allocator is disabled ... regarded as full
+attention")."""
 V1_SINCE = (0, 8)
 """vLLM 0.8 made the V1 engine the default; V0 profiled a different batch (`profile_tokens`)."""
 NON_TORCH_BYTES = int(0.30 * 2**30)
@@ -158,17 +170,74 @@ def cuda_graph_bytes(model: ModelSpec, max_num_seqs: int) -> int:
     return graphs * model.num_layers * GRAPH_BYTES_PER_LAYER
 
 
+@dataclass(frozen=True)
+class AttentionLayers:
+    """The model's attention layers as vLLM's KV-cache manager groups them (see the module docstring)."""
+
+    full: int
+    sliding: int
+    window: int | None
+
+    @property
+    def group_size(self) -> int:
+        kinds = [n for n in (self.full, self.sliding) if n]
+        small, large = min(kinds), max(kinds)
+        return large if large < 1.5 * small else small
+
+    @property
+    def full_groups(self) -> int:
+        return math.ceil(self.full / self.group_size) if self.full else 0
+
+    @property
+    def sliding_groups(self) -> int:
+        return math.ceil(self.sliding / self.group_size) if self.sliding else 0
+
+    def sliding_blocks(self, max_model_len: int, batched_tokens: int) -> int:
+        """Blocks one request holds in a sliding-window layer."""
+        tokens = min((self.window or max_model_len) - 1 + batched_tokens, max_model_len)
+        return math.ceil(tokens / BLOCK_TOKENS) + 1
+
+    def request_blocks(self, max_model_len: int, batched_tokens: int) -> int:
+        """Blocks of the shared pool one request of max_model_len holds, over all groups."""
+        full = self.full_groups * math.ceil(max_model_len / BLOCK_TOKENS)
+        return full + self.sliding_groups * self.sliding_blocks(max_model_len, batched_tokens)
+
+    def layer_blocks(self, max_model_len: int, batched_tokens: int) -> int:
+        """Pages one request needs over the real layers (`check_enough_kv_cache_memory` sums every layer's)."""
+        full = self.full * math.ceil(max_model_len / BLOCK_TOKENS)
+        return full + self.sliding * self.sliding_blocks(max_model_len, batched_tokens)
+
+
+def attention_layers(model: ModelSpec, version: str = LATEST_VLLM) -> AttentionLayers:
+    """Full and sliding-window layers (all full before vLLM 0.10, whose hybrid allocator is modelled here)."""
+    config, n = model.config, model.num_layers
+    window = config.get("sliding_window")
+    types = config.get("layer_types")
+    if types:
+        sliding = sum(1 for t in types[:n] if t == "sliding_attention")
+    elif model.arch.sliding_window_pattern:
+        pattern = int(config.get("sliding_window_pattern") or model.arch.sliding_window_pattern)
+        sliding = sum(1 for i in range(n) if (i + 1) % pattern)
+    else:
+        sliding = 0
+    if not window or sliding == 0 or parse_version(version)[:2] < HYBRID_SINCE:
+        return AttentionLayers(full=n, sliding=0, window=None)
+    return AttentionLayers(full=n - sliding, sliding=sliding, window=int(window))
+
+
 def sampler_peak_bytes(model: ModelSpec, rows: int) -> int:
     """The dummy sampler run over `rows` rows of the full vocabulary (`SAMPLER_BYTES_PER_LOGIT`)."""
     return rows * model.vocab_size * SAMPLER_BYTES_PER_LOGIT
 
 
 __all__ = [
+    "AttentionLayers",
     "BLOCK_TOKENS",
     "DEFAULT_UTILIZATION",
     "LATEST_VLLM",
     "NON_TORCH_BYTES",
     "VllmArgs",
+    "attention_layers",
     "batch_defaults",
     "capture_sizes",
     "cuda_graph_bytes",

@@ -130,3 +130,31 @@ def test_cli_engine_vllm_with_tp_prints_the_log_and_its_json():
 def test_serving_flags_need_inference():
     r = run("bill", "meta-llama/Llama-3.1-8B", "--gpu", "24", "--max-model-len", "4096")
     assert r.exit_code == 2 and "--inference" in r.output
+
+
+def test_sliding_window_layers_are_grouped_as_vllms_hybrid_allocator_groups_them():
+    # kv_cache_utils._get_kv_cache_groups_uniform_page_size: the group size is the smaller kind's count, or the
+    # larger within 1.5× ("gpt-oss-20b + eagle, 12 sw + 13 full. We pad it to (13 sw, 13 full)")
+    from memdoc.core.billing.vllm_startup import AttentionLayers, attention_layers
+
+    assert AttentionLayers(full=13, sliding=12, window=128).group_size == 13
+    gemma3 = attention_layers(resolve_model("google/gemma-3-27b-it"))
+    # transformers 5.25's Gemma-3 default: every 6th of 62 layers is full → 10 full, 52 sliding of 1,024 tokens
+    assert (gemma3.full, gemma3.sliding, gemma3.window, gemma3.group_size) == (10, 52, 1024, 10)
+    assert (gemma3.full_groups, gemma3.sliding_groups) == (1, 6)  # 52 → 60 slots: "Add 8 padding layers"
+    gemma2 = attention_layers(resolve_model("google/gemma-2-9b"))
+    assert (gemma2.full, gemma2.sliding, gemma2.window) == (21, 21, 4096)
+    # a sliding layer holds cdiv(min(window − 1 + max_num_batched_tokens, max_model_len), 16) + 1 blocks
+    assert gemma3.sliding_blocks(131072, 8192) == -(-(1023 + 8192) // 16) + 1
+    assert attention_layers(resolve_model("google/gemma-3-27b-it"), "0.9.0").sliding == 0  # before the hybrid manager
+    assert attention_layers(resolve_model("meta-llama/Llama-3.1-8B")).sliding == 0
+
+
+def test_hybrid_cache_reports_blocks_per_group_and_admits_more_requests():
+    model, gpu = resolve_model("google/gemma-3-27b-it"), resolve_gpu("h100-sxm")
+    new = vllm_startup(model, PLAN, gpu, VllmArgs(max_model_len=32768))
+    old = vllm_startup(model, PLAN, gpu, VllmArgs(max_model_len=32768, version="0.9.0"))
+    assert new.groups == 7 and new.kv_cache_tokens == new.blocks // 7 * 16
+    # one request: 1 full group × 2,048 blocks + 6 sliding groups × 577 blocks, from one pool
+    assert new.max_concurrency == pytest.approx(new.blocks / (2048 + 6 * (-(-(1023 + 8192) // 16) + 1)), abs=0.01)
+    assert new.max_concurrency > 2 * old.max_concurrency  # the sliding layers no longer hold the whole context
