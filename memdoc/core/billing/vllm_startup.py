@@ -96,7 +96,10 @@ class VllmArgs:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise PlanError(f"--{name.replace('_', '-')} {value} must be at least 1")
-        parse_version(self.version)
+        try:
+            parse_version(self.version)
+        except PlanError:
+            raise PlanError(f"--vllm-version {self.version!r} is not a version (e.g. 0.21.0)") from None
 
     @property
     def v1(self) -> bool:
