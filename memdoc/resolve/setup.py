@@ -133,6 +133,7 @@ def _setup_on(inputs: _Inputs, gpu: str | None, *, need_gpu: bool) -> Setup:
     if plan.is_peft and "lora_targets" not in values:
         plan = plan.replace(lora_targets=spec.default_lora_targets)
     if used_stack is not None:
+        spec = dataclasses.replace(spec, transformers=used_stack.versions.get("transformers"))
         plan = stack_defaults(plan, spec, used_stack, set_by_user=values.keys())
         check_plan_against_stack(plan, used_stack, reading)
     check_plan_against_model(

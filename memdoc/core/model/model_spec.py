@@ -56,11 +56,14 @@ class ModelSpec:
     """The raw config.json dict (a VLM's: its language model's config, `memdoc.core.model.vlm.text_config_of`)."""
     vision: VisionSpec | None = None
     """A VLM's vision encoder and projector (`memdoc.core.model.vlm`); None for text models."""
+    transformers: str | None = None
+    """The transformers release whose modelling code runs (the stack's); None: the newest memdoc knows."""
 
     @property
     def arch(self) -> Family:
-        """The family's record: layout, norms, MLP shape, defaults and quirks (`memdoc.core.model.families`)."""
-        return FAMILIES[self.family]
+        """The family's record as `transformers` builds it: layout, norms, MLP shape, defaults and quirks
+        (`memdoc.core.model.families`, `Family.as_of`)."""
+        return FAMILIES[self.family].as_of(self.transformers)
 
     @property
     def is_moe(self) -> bool:
