@@ -4,6 +4,7 @@ from pathlib import Path
 
 import typer
 
+from memdoc.commands.bill_inference import bill_inference, check_inference_flags, resolve_for
 from memdoc.commands.command_options import CheckOpt, InferenceOpt, MaxOpt, NoLadderOpt
 from memdoc.commands.html_page import check_html, write_html
 from memdoc.commands.options import (
@@ -22,6 +23,7 @@ from memdoc.commands.options import (
     plan_options,
     print_setup_notes,
 )
+from memdoc.commands.serve_options import ServingFlags, serving_options
 from memdoc.core.billing.inference import KvCache, Weights
 
 EXAMPLES = """
@@ -41,15 +43,19 @@ Examples:
 
   memdoc bill meta-llama/Llama-3.1-8B --gpu 24 --inference --batch 8 --seq 8192 --kv-cache fp8
 
+  memdoc bill meta-llama/Llama-3.1-70B-Instruct --gpu h100-sxm --inference --tp 4 --max-model-len 32768
+
 Exit status: 0 computed (fits or not), 2 bad input, 3 with --check when the plan does not fit.
 """
 
 
 @plan_options
+@serving_options
 def bill(
     model: ModelArg = None,
     *,
     plan: PlanFlags,
+    serving: ServingFlags,
     json_out: JsonOpt = False,
     html: HtmlOpt = None,
     force: ForceOpt = False,
@@ -74,22 +80,20 @@ def bill(
     """
     from memdoc import render
     from memdoc.core.reports.bill import bill_report
-    from memdoc.errors import PlanError
     from memdoc.resolve.dataset import check_dataset_flags
     from memdoc.resolve.host import host_ram
 
     check_html(html, force)
     check_dataset_flags(dataset, tokenizer_given=bool(tokenizer or text_field), inference=inference)
-    setup = plan.resolve(model)
+    check_inference_flags(inference, serving, kv_cache, weights, prefill_chunk)
+    setup, tp = resolve_for(plan, model, inference)
     knob = max_of.value if max_of else None
     setup, section = _with_dataset(dataset, tokenizer or model, text_field, setup, plan.given("seq"), json_out)
     if not json_out:
         print_setup_notes(setup)
-    if not inference and (kv_cache is not KvCache.AUTO or weights is not Weights.AUTO or prefill_chunk is not None):
-        raise PlanError("--kv-cache, --weights and --prefill-chunk describe inference: add --inference")
     if inference:
-        page = (html, force)
-        return _bill_inference(setup, kv_cache, weights, prefill_chunk, knob, json_out, check, no_ladder, page)
+        options = (kv_cache, weights, prefill_chunk, knob, no_ladder, (serving.engine(tp), serving.vllm_args(tp)))
+        return bill_inference(setup, options, json_out=json_out, check=check, page=(html, force))
     report = bill_report(
         setup.model, setup.plan, setup.gpu, ladder=not no_ladder, max_of=knob, dataset=section, fixed=setup.explicit
     )
@@ -122,24 +126,3 @@ def _with_dataset(path: Path | None, tokenizer: str | None, text_field, setup, s
             path, tokenizer or model.id, text_field, model, train, gpu, seq_cap=cap, progress=progress
         )
     return with_dataset_documents(setup, section), section
-
-
-def _bill_inference(setup, kv_cache, weights, prefill_chunk, knob, json_out: bool, check: bool, no_ladder: bool, page):
-    """`bill --inference`: the inference bill, its ladder, --max, and vLLM's budget on the card."""
-    from memdoc import render
-    from memdoc.core.billing.inference import InferencePlan
-    from memdoc.core.reports.bill import inference_report
-    from memdoc.render.inference import render_inference
-
-    plan = InferencePlan(plan=setup.plan, kv_cache=kv_cache, weights=weights, prefill_chunk=prefill_chunk)
-    report = inference_report(setup.model, plan, setup.gpu, ladder=not no_ladder, max_of=knob)
-    data = report.to_json() | setup.inputs_json()
-    write_html(page[0], data, title=f"memdoc bill --inference: {setup.model.id}", force=page[1])
-    if json_out:
-        render.print_json(data)
-    else:
-        render_inference(report.bill, report.ladder, report.vllm)
-        if report.maximum is not None:
-            render.render_max(report.maximum, inference=True)
-    if check and report.fits is False:
-        raise typer.Exit(3)

@@ -11,7 +11,8 @@ billed at full length.
   (`transformers/integrations/bitsandbytes.py: replace_with_bnb_linear`) — embeddings, norms, the
   LM head, routers and fused experts stay in the compute dtype. `--method qlora` means NF4.
 - KV cache: 2 (K and V) × layers × KV heads × head_dim × context × batch × bytes per element
-  (`kv_bytes_per_element`).
+  (`kv_bytes_per_element`); MLA caches its latent instead, layers × (kv_lora_rank + qk_rope_head_dim)
+  (`decode.kv_elements_per_token`, as transformers and vLLM store it).
 - Transients: the larger of the prefill's MLP and attention transients (`prefill_transient_bytes`;
   eager attention's scores are quadratic in the context), a decode step's cache update, and the
   last position's logits. Checked against fake-tensor traces of transformers' own forward

@@ -163,6 +163,10 @@ class Family:
     """`final_logit_softcapping` in the config caps the logits: logits / cap → tanh → × cap (Gemma-2)."""
     alternating_sliding_window: bool = False
     """Layers alternate sliding-window and full attention, so both masks exist (Gemma-2)."""
+    sliding_window_pattern: int = 0
+    """Without `layer_types` in the config, every n-th layer is full attention and the rest slide (transformers
+    5.25's defaults: Gemma-2 2, `gemma2/configuration_gemma2.py` line 96; Gemma-3 6, `gemma3/configuration_gemma3.py`
+    lines 105-109, or the config's `sliding_window_pattern`); 0: no default pattern."""
     parallel_residual: Callable[[dict], bool] = _never
     """Given the config: attention and MLP read the same layer input (NeoX, Falcon, Phi-2)."""
     shared_norm: Callable[[dict], bool] = _never
@@ -230,6 +234,7 @@ _ENTRIES = (
         eager_only=True,
         logit_softcapping=True,
         alternating_sliding_window=True,
+        sliding_window_pattern=2,
     ),
     Family(
         name="gemma3",
@@ -240,6 +245,7 @@ _ENTRIES = (
         qk_norm=True,
         tied_default=True,
         alternating_sliding_window=True,
+        sliding_window_pattern=6,
     ),
     Family(
         name="phi3",
