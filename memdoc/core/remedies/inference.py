@@ -27,7 +27,6 @@ from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.remedies.maximum import Maximum, largest_fitting, largest_value
 
 
-
 def max_inference(model: ModelSpec, inference: InferencePlan, gpu: GpuSpec, knob: str) -> int | None:
     """Largest batch ('batch') or context ('seq', multiples of 128 up to the model's context) that fits at all."""
     field = "batch" if knob == "batch" else "context"
