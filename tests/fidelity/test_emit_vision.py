@@ -112,7 +112,7 @@ def test_llamafactory_vlm_types_are_its_composite_models():
     from pathlib import Path
 
     from memdoc.core.emit.vision import LF_VLM_TYPES
-    from memdoc.core.model.vlm import VLMS
+    from memdoc.core.model.vision.registry import VLMS
 
     source = Path(importlib.util.find_spec("llamafactory").origin).parent / "model" / "model_utils" / "visual.py"
     registered = set(re.findall(r'register_composite_model\(\s*model_type="([^"]+)"', source.read_text()))

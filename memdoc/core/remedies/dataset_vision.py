@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memdoc.core.model.image_tokens import ImageTokens, image_tokens, rules_for
+from memdoc.core.model.vision.records import ImageTokens
+from memdoc.core.model.vision.registry import image_tokens, rules_for
 from memdoc.core.remedies.dataset_fit import length_stats
 from memdoc.errors import DatasetError
 
