@@ -40,5 +40,5 @@ TOWER = Tower(
     count=_count,
     attention=ATTENTION,
     mlp=MLP,
-    source="modeling_siglip.py SiglipVisionTransformer",
+    source="modeling_siglip.py SiglipVisionModel",
 )
