@@ -2,7 +2,7 @@
 
 `vlm_step_inputs(hf_config, config, plan)` -> (input_ids, the model's keyword inputs): `plan.micro_batch` rows of
 `plan.seq_len` text tokens plus, per image, the placeholder tokens where the processor puts them (their count from
-`memdoc.core.model.image_tokens`, the same the bill reads), the pixel tensors of the planned `image_size`, and the
+`vision.registry.image_tokens`, the same the bill reads), the pixel tensors of the planned `image_size`, and the
 index tensors each family's forward reads. Pixels are float32, as every image processor returns them
 (`BaseImageProcessor` → `BatchFeature`, no dtype cast); the model casts them itself. Labels are the input ids
 (HF's loss; the collator's -100 masks change which positions count, not the loss's memory).

@@ -10,7 +10,7 @@ fills the records after transformers' `modeling_*.py` and the checkpoints' proce
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from enum import Enum
 
 
@@ -222,7 +222,3 @@ class VisionRules:
     """The model input that marks image positions (Qwen-VL `mm_token_type_ids`, Gemma 3 `token_type_ids`)."""
     rope_index: bool = False
     """The model's forward computes 3-D rope positions from the ids (Qwen-VL's `get_rope_index`)."""
-
-
-RECORD_FIELDS = {record: tuple(f.name for f in fields(record)) for record in (Tower, Vlm, VisionRules)}
-"""Every field of each record (the completeness test reads them)."""
