@@ -44,6 +44,7 @@ def _built(model_id: str):
 
 
 def _tower_module(model):
+    """The vision tower, by the module paths transformers 5.24's VLM classes give it."""
     return next(module for name, module in model.named_modules() if name in _TOWER_ROOTS)
 
 
@@ -206,6 +207,22 @@ def _embedding_rows(model_id: str) -> int:
     return model.get_input_embeddings().num_embeddings - model.config.get_text_config().vocab_size
 
 
+def _tower_at_path(vlm: Vlm, model_id: str) -> bool:
+    """The module at `tower_path` is the tower: the class its Tower record names."""
+    tower = TOWERS[_kind_of(model_id)]
+    return _class_in(tower.source, [_built(model_id).model.get_submodule(vlm.tower_path)])
+
+
+def _projector_at_paths(vlm: Vlm, model_id: str) -> bool:
+    """The parameters under `projector_paths` (and LLaVA-OneVision's bare `image_newline`) are the projector's."""
+    from memdoc.core.model.vision.vlm import vlm_spec_from_config
+
+    base = _built(model_id).model
+    params = sum(p.numel() for path in vlm.projector_paths for p in base.get_submodule(path).parameters())
+    params += getattr(base, "image_newline", torch.zeros(0)).numel()
+    return params == vlm_spec_from_config(catalog_config(model_id), model_id=model_id).vision.projector_params
+
+
 def _ties_from_text(vlm: Vlm) -> bool:
     """A `text_config` with `tie_word_embeddings` true ties the model (the config class forwards it)."""
     return bool(getattr(_config_class(vlm, text_config={"tie_word_embeddings": True}), "tie_word_embeddings", False))
@@ -218,6 +235,8 @@ VLM_CHECKS = {
     ),
     "text_type": lambda v, i: _config_class(v).get_text_config().model_type == v.text_type,
     "projector": _projector_linears,
+    "tower_path": _tower_at_path,
+    "projector_paths": _projector_at_paths,
     "tied": lambda v, i: v.tied is bool(getattr(_config_class(v), "tie_word_embeddings", False)),
     "tie_from_text": lambda v, i: v.tied or v.tie_from_text == _ties_from_text(v),
     "tokens_per_image": lambda v, i: (

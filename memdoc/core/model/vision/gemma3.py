@@ -26,6 +26,8 @@ VLM = Vlm(
     tower="siglip_vision_model",
     text_type="gemma3_text",
     projector=Projector(count=_projector, shape=ProjectorShape.POOL),  # a bare Parameter: no nn.Linear
+    tower_path="vision_tower",
+    projector_paths=("multi_modal_projector",),
     tied=True,
     tokens_per_image=_tokens_per_image,
     source="configuration_gemma3.py Gemma3Config",

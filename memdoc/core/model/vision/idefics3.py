@@ -40,6 +40,8 @@ VLM = Vlm(
     tower="idefics3",
     text_type="llama",
     projector=Projector(count=_connector, shape=ProjectorShape.LINEAR, linears=("proj",)),  # Idefics3SimpleMLP
+    tower_path="vision_model",
+    projector_paths=("connector",),
     source="configuration_idefics3.py Idefics3Config",
 )
 

@@ -49,6 +49,8 @@ VLM = Vlm(
     tower="clip_vision_model",
     text_type="llama",
     projector=Projector(count=_llava, shape=ProjectorShape.MLP, linears=MLP_LINEARS),
+    tower_path="vision_tower",
+    projector_paths=("multi_modal_projector",),
     tie_from_text=True,
     source="configuration_llava.py LlavaConfig",
 )
@@ -57,6 +59,8 @@ ONEVISION = Vlm(
     tower="siglip_vision_model",
     text_type="qwen2",
     projector=Projector(count=_onevision, shape=ProjectorShape.MLP, linears=MLP_LINEARS),
+    tower_path="vision_tower",
+    projector_paths=("multi_modal_projector",),  # its `image_newline` is a bare Parameter of the model
     tie_from_text=True,
     source="configuration_llava_onevision.py LlavaOnevisionConfig",
 )

@@ -24,6 +24,8 @@ VLM = Vlm(
     tower="pixtral",
     text_type="mistral",
     projector=Projector(count=_projector, shape=ProjectorShape.MLP, linears=MLP_LINEARS),
+    tower_path="vision_tower",
+    projector_paths=("multi_modal_projector",),
     tied=True,
     source="configuration_mistral3.py Mistral3Config",
 )

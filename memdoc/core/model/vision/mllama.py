@@ -64,6 +64,8 @@ VLM = Vlm(
     tower="mllama_vision_model",
     text_type="mllama_text_model",
     projector=Projector(count=_projector, shape=ProjectorShape.LINEAR, linears=("multi_modal_projector",)),
+    tower_path="vision_model",
+    projector_paths=("multi_modal_projector",),
     extra_embeddings=8,  # MllamaTextModel.embed_tokens has vocab_size + 8 rows
     cross_attention=(3, 8, 13, 18, 23, 28, 33, 38),
     source="configuration_mllama.py MllamaConfig",

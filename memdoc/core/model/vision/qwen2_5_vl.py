@@ -59,6 +59,8 @@ VLM = Vlm(
     tower="qwen2_5_vl",
     text_type="qwen2_5_vl_text",
     projector=Projector(count=_merger, shape=ProjectorShape.MERGER, linears=("0", "2")),  # Qwen2_5_VLPatchMerger.mlp
+    tower_path="visual",
+    projector_paths=("visual.merger",),
     tie_from_text=True,
     source="configuration_qwen2_5_vl.py Qwen2_5_VLConfig",
 )

@@ -51,6 +51,8 @@ VLM = Vlm(
     tower="qwen3_vl",
     text_type="qwen3_vl_text",
     projector=Projector(count=_mergers, shape=ProjectorShape.MERGER, linears=("linear_fc1", "linear_fc2")),
+    tower_path="visual",
+    projector_paths=("visual.merger", "visual.deepstack_merger_list"),
     source="configuration_qwen3_vl.py Qwen3VLConfig",
 )
 

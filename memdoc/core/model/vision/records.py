@@ -148,6 +148,10 @@ class Vlm:
     text_type: str
     """The text model_type when `text_config` names none (the config class's default)."""
     projector: Projector
+    tower_path: str
+    """The tower's module path in the VLM's base model (`visual`, `vision_tower`, `vision_model`)."""
+    projector_paths: tuple[str, ...]
+    """The projector's module paths there (`multi_modal_projector`; Qwen-VL's `visual.merger`, …)."""
     tied: bool = False
     """The config class's `tie_word_embeddings` default."""
     tie_from_text: bool = False
