@@ -53,8 +53,11 @@ def _emit(runner: CliRunner, model: str, plan: str, fmt: str) -> dict:
         out = Path(tmp) / "out"
         entry = _run(runner, ["emit", model, "--gpu", "h100", "--format", fmt, "-o", str(out), *PLANS[plan]])
         entry["stdout"] = ""
+        entry["stderr"] = entry["stderr"].replace(tmp, "<tmp>")
         entry["files"] = {
-            str(path.relative_to(tmp)): path.read_text() for path in sorted(Path(tmp).rglob("*")) if path.is_file()
+            str(path.relative_to(tmp)): path.read_text().replace(tmp, "<tmp>")
+            for path in sorted(Path(tmp).rglob("*"))
+            if path.is_file()
         }
     return entry
 

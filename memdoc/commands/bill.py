@@ -1,12 +1,11 @@
 """`memdoc bill`: the itemised per-GPU memory bill, the verdict, and the cost-increasing ladder."""
 
-import dataclasses
-from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
 
 import typer
 
+from memdoc.commands.bill_inference import bill_inference, check_inference_flags, resolve_for
+from memdoc.commands.command_options import CheckOpt, InferenceOpt, MaxOpt, NoLadderOpt
 from memdoc.commands.html_page import check_html, write_html
 from memdoc.commands.options import (
     DatasetOpt,
@@ -24,32 +23,9 @@ from memdoc.commands.options import (
     plan_options,
     print_setup_notes,
 )
+from memdoc.commands.serve_options import ServingFlags, serving_options
 from memdoc.core.billing.inference import KvCache, Weights
 
-
-class MaxKnob(str, Enum):
-    """The knob `--max` searches."""
-
-    BATCH = "batch"
-    SEQ = "seq"
-
-
-CheckOpt = Annotated[
-    bool, typer.Option("--check", help="Exit 3 when the plan does not fit the GPU (a close call that fits exits 0).")
-]
-NoLadderOpt = Annotated[bool, typer.Option("--no-ladder", help="Do not search the ladder when it does not fit.")]
-MaxOpt = Annotated[
-    Optional[MaxKnob],
-    typer.Option("--max", help="Find the largest 'batch' or 'seq' that fits comfortably, and that fits at all."),
-]
-InferenceOpt = Annotated[
-    bool,
-    typer.Option(
-        "--inference",
-        help="Bill inference instead (batch = sequences at once, seq = their context): weights + KV cache + the "
-        "prefill's peak, its own ladder, and what vLLM would make of the card.",
-    ),
-]
 EXAMPLES = """
 Examples:
 
@@ -67,15 +43,19 @@ Examples:
 
   memdoc bill meta-llama/Llama-3.1-8B --gpu 24 --inference --batch 8 --seq 8192 --kv-cache fp8
 
+  memdoc bill meta-llama/Llama-3.1-70B-Instruct --gpu h100-sxm --inference --tp 4 --max-model-len 32768
+
 Exit status: 0 computed (fits or not), 2 bad input, 3 with --check when the plan does not fit.
 """
 
 
 @plan_options
+@serving_options
 def bill(
     model: ModelArg = None,
     *,
     plan: PlanFlags,
+    serving: ServingFlags,
     json_out: JsonOpt = False,
     html: HtmlOpt = None,
     force: ForceOpt = False,
@@ -100,29 +80,26 @@ def bill(
     """
     from memdoc import render
     from memdoc.core.reports.bill import bill_report
-    from memdoc.errors import PlanError
+    from memdoc.resolve.dataset import check_dataset_flags
     from memdoc.resolve.host import host_ram
 
-    _check_flags(dataset, tokenizer or text_field, inference, html, force)
-    setup = plan.resolve(model)
+    check_html(html, force)
+    check_dataset_flags(dataset, tokenizer_given=bool(tokenizer or text_field), inference=inference)
+    check_inference_flags(inference, serving, kv_cache, weights, prefill_chunk)
+    setup, tp = resolve_for(plan, model, inference)
     knob = max_of.value if max_of else None
-    section = (
-        None if dataset is None else _dataset_section(dataset, tokenizer or model, text_field, setup, plan, json_out)
-    )
-    setup = _packed_documents(setup, section)
+    setup, section = _with_dataset(dataset, tokenizer or model, text_field, setup, plan.given("seq"), json_out)
     if not json_out:
         print_setup_notes(setup)
-    if not inference and (kv_cache is not KvCache.AUTO or weights is not Weights.AUTO or prefill_chunk is not None):
-        raise PlanError("--kv-cache, --weights and --prefill-chunk describe inference: add --inference")
     if inference:
-        page = (html, force)
-        return _bill_inference(setup, kv_cache, weights, prefill_chunk, knob, json_out, check, no_ladder, page)
+        options = (kv_cache, weights, prefill_chunk, knob, no_ladder, (serving.engine(tp), serving.vllm_args(tp)))
+        return bill_inference(setup, options, json_out=json_out, check=check, page=(html, force))
     report = bill_report(
         setup.model, setup.plan, setup.gpu, ladder=not no_ladder, max_of=knob, dataset=section, fixed=setup.explicit
     )
-    write_html(html, report.to_json() | _setup_json(setup), title=f"memdoc bill: {setup.model.id}", force=force)
+    write_html(html, report.to_json() | setup.inputs_json(), title=f"memdoc bill: {setup.model.id}", force=force)
     if json_out:
-        render.print_json(report.to_json() | _setup_json(setup))
+        render.print_json(report.to_json() | setup.inputs_json())
     else:
         host = host_ram(host_ram_gib) if report.bill.host else None
         render.render_bill(report.bill, report.ladder, command_line=None, time=report.time, host=host, run=report.run)
@@ -134,65 +111,18 @@ def bill(
         raise typer.Exit(3)
 
 
-def _packed_documents(setup, section: dict | None):
-    """`--packing` with `--dataset` and no `--document-tokens`: the dataset's length-weighted mean document
-    (`dataset_fit.packed_rows`) sets the packed rows' attention."""
-    if section is None or not setup.plan.packing or setup.plan.document_tokens is not None:
-        return setup
-    documents = section["packed"]["document_tokens"]
-    return dataclasses.replace(setup, plan=setup.plan.replace(document_tokens=documents)) if documents else setup
-
-
-def _check_flags(dataset, tokenizer_given, inference: bool, html, force: bool) -> None:
-    """Refuse flags that do not go together, before any work (and an existing --html FILE without --force)."""
-    from memdoc.errors import PlanError
-
-    check_html(html, force)
-    if dataset is None and tokenizer_given:
-        raise PlanError("--tokenizer and --text-field go with --dataset FILE")
-    if dataset is not None and inference:
-        raise PlanError("--dataset fits training samples; it does not apply to --inference")
-
-
-def _setup_json(setup) -> dict:
-    """What the config files said (`config`) and the stack whose defaults were used (`stack`), when given."""
-    return ({"config": setup.config.to_json()} if setup.config else {}) | (
-        {"stack": setup.stack.to_json()} if setup.stack else {}
-    )
-
-
-def _dataset_section(path: Path, tokenizer: str | None, text_field, setup, plan: PlanFlags, quiet: bool) -> dict:
-    """Tokenize the dataset (a progress bar unless `quiet`) and fit its lengths to the plan: the JSON
-    `dataset` object."""
+def _with_dataset(path: Path | None, tokenizer: str | None, text_field, setup, seq_given: bool, quiet: bool):
+    """(the setup, the JSON `dataset` object) of --dataset FILE: tokenized (a progress bar unless `quiet`), its
+    lengths fitted to the plan (the sequence length a cap when given) and its documents set on a packed plan
+    (`with_dataset_documents`); (setup, None) without --dataset."""
+    if path is None:
+        return setup, None
     from memdoc import render
-    from memdoc.resolve.dataset import dataset_section
+    from memdoc.resolve.dataset import dataset_section, with_dataset_documents
 
-    seq_cap = setup.plan.seq_len if plan.given("seq") else None
-    tokenizer = tokenizer or setup.model.id
-    if quiet:
-        return dataset_section(path, tokenizer, text_field, setup.model, setup.plan, setup.gpu, seq_cap=seq_cap)
-    with render.progress_reporter(f"tokenizing {path.name}") as progress:
-        return dataset_section(
-            path, tokenizer, text_field, setup.model, setup.plan, setup.gpu, seq_cap=seq_cap, progress=progress
+    model, train, gpu, cap = setup.model, setup.plan, setup.gpu, setup.plan.seq_len if seq_given else None
+    with render.progress_reporter(f"tokenizing {path.name}", quiet=quiet) as progress:
+        section = dataset_section(
+            path, tokenizer or model.id, text_field, model, train, gpu, seq_cap=cap, progress=progress
         )
-
-
-def _bill_inference(setup, kv_cache, weights, prefill_chunk, knob, json_out: bool, check: bool, no_ladder: bool, page):
-    """`bill --inference`: the inference bill, its ladder, --max, and vLLM's budget on the card."""
-    from memdoc import render
-    from memdoc.core.billing.inference import InferencePlan
-    from memdoc.core.reports.bill import inference_report
-    from memdoc.render.inference import render_inference
-
-    plan = InferencePlan(plan=setup.plan, kv_cache=kv_cache, weights=weights, prefill_chunk=prefill_chunk)
-    report = inference_report(setup.model, plan, setup.gpu, ladder=not no_ladder, max_of=knob)
-    data = report.to_json() | _setup_json(setup)
-    write_html(page[0], data, title=f"memdoc bill --inference: {setup.model.id}", force=page[1])
-    if json_out:
-        render.print_json(report.to_json() | _setup_json(setup))
-    else:
-        render_inference(report.bill, report.ladder, report.vllm)
-        if report.maximum is not None:
-            render.render_max(report.maximum, inference=True)
-    if check and report.fits is False:
-        raise typer.Exit(3)
+    return with_dataset_documents(setup, section), section

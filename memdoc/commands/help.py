@@ -1,7 +1,7 @@
 """`memdoc help TOPIC`: what every command's --help only summarises, in full.
 
 A command's help panel (an option's `rich_help_panel`) with more than `SUMMARY_MAX` options is too long
-to repeat under every command: `memdoc.commands.app.MemdocCommand` shows it as one line of option names
+to repeat under every command: `memdoc.commands.help_panels.MemdocCommand` shows it as one line of option names
 that points here, and `memdoc help plan-flags` prints each of those options once, with its help and
 default, grouped by panel. New options fall into place by their panel alone.
 """
@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from memdoc.commands.app import SUMMARISED_PANELS, SUMMARY_MAX, TOPIC, summarised_panels
+from memdoc.commands.help_panels import SUMMARISED_PANELS, SUMMARY_MAX, TOPIC, summarised_panels
 
 EXAMPLES = """
 Examples:

@@ -1,10 +1,18 @@
 """`memdoc plan`: the fastest plans that fit the GPU, searched over the knobs the user left free."""
 
-import inspect
 from typing import Annotated, Optional
 
 import typer
 
+from memdoc.commands.command_options import (
+    ForceOpt,
+    GlobalBatchOpt,
+    OutputOpt,
+    PriceOpt,
+    TokensOpt,
+    TopOpt,
+    repeatable_gpu,
+)
 from memdoc.commands.emit import Format, print_emitted
 from memdoc.commands.html_page import check_html, write_html
 from memdoc.commands.options import (
@@ -16,9 +24,8 @@ from memdoc.commands.options import (
     plan_options,
     print_setup_notes,
 )
-from memdoc.commands.plan_flags import PLAN
-from memdoc.core.model.ranges import MAX_STEP_SEQUENCES, MAX_TOKENS
-from memdoc.core.remedies.search import KNOBS, SEARCH_SPACE
+from memdoc.commands.plan_hardware import compare_hardware
+from memdoc.core.remedies.search import KNOBS
 
 EXAMPLES = """
 Examples:
@@ -51,15 +58,6 @@ and the recommended card: the cheapest when priced, else the fastest.
 Exit status: 0 plans found, 2 bad input, 3 nothing fits.
 """
 
-GlobalBatchOpt = Annotated[
-    Optional[int],
-    typer.Option(
-        "--global-batch",
-        max=MAX_STEP_SEQUENCES,
-        help="Sequences per optimizer step over all GPUs. [default: batch × accum × GPUs]",
-    ),
-]
-TopOpt = Annotated[int, typer.Option("--top", min=1, max=SEARCH_SPACE, help="How many plans to show.")]
 EmitOpt = Annotated[
     Optional[Format],
     typer.Option(
@@ -68,51 +66,9 @@ EmitOpt = Annotated[
         help="Write the fastest plan as a trainer config (trl, hf, axolotl, llamafactory), as `memdoc emit` does.",
     ),
 ]
-OutputOpt = Annotated[
-    Optional[str], typer.Option("--output", "-o", help="With --emit: write the config here. Default: print it.")
-]
-ForceOpt = Annotated[bool, typer.Option("--force", help="With --emit or --html: overwrite existing files.")]
-# ------------------------------------------------------------------------------ the hardware choice
-GpuListOpt = Annotated[
-    Optional[list[str]],
-    typer.Option(
-        "--gpu",
-        help="GPU name (rtx-4090, a100-80, h100-sxm, …) or memory in GiB (24, 80); N×GPU (8xh100) also sets "
-        "--gpus N. Repeat it to compare hardware: one row per card. \\[default: the local GPU]",
-        rich_help_panel=PLAN,
-    ),
-]
-TokensOpt = Annotated[
-    Optional[float],
-    typer.Option(
-        "--tokens",
-        min=1,
-        max=MAX_TOKENS,
-        help="Tokens to train (2e8): each hardware row gives their time, and their cost with --price. "
-        "\\[default: 1e9 when comparing hardware]",
-    ),
-]
-PriceOpt = Annotated[
-    Optional[list[str]],
-    typer.Option(
-        "--price",
-        metavar="NAME=USD",
-        help="Price per GPU-hour of a --gpu (a100-80=1.20), repeatable; price every --gpu or none. "
-        "No prices are built in.",
-    ),
-]
 
 
-def _repeatable_gpu(command):
-    """plan's --gpu repeats (one hardware row each); the other commands take one (`options.GpuOpt`).
-    `plan.values["gpu"]` is then a list: `PlanFlags.resolve_per_gpu` resolves one setup per card."""
-    signature = inspect.signature(command)
-    params = [p.replace(annotation=GpuListOpt) if p.name == "gpu" else p for p in signature.parameters.values()]
-    command.__signature__ = signature.replace(parameters=params)
-    return command
-
-
-@_repeatable_gpu
+@repeatable_gpu
 @plan_options
 def plan_command(
     model: ModelArg = None,
@@ -139,6 +95,7 @@ def plan_command(
     from memdoc import render
     from memdoc.core.reports.plan import plan_report
     from memdoc.errors import PlanError
+    from memdoc.output.emit import emit_plan
     from memdoc.resolve.host import host_ram
 
     if (output or (force and html is None)) and not emit_format:
@@ -148,7 +105,7 @@ def plan_command(
     if (len(gpus) > 1 or tokens is not None or prices) and html is not None:
         raise PlanError("--html draws the plans of one card: give one --gpu, without --tokens or --price")
     if len(gpus) > 1 or tokens is not None or prices:
-        return _compare_hardware(model, plan, gpus, tokens, prices, global_batch, emit_format, json_out, host)
+        return compare_hardware(model, plan, gpus, tokens, prices, global_batch, emit_format, json_out, host)
     setup = plan.resolve_per_gpu(model, gpus or [None])[0]
     report = plan_report(
         setup.model,
@@ -163,58 +120,13 @@ def plan_command(
     chosen = report.candidates[0].plan if emit_format and report.candidates else None
     write_html(html, report.to_json(), title=f"memdoc plan: {setup.model.id}", force=force)
     if json_out:
-        emitted = _emit(setup, chosen, emit_format, output, force)[0] if chosen else None
+        emitted = emit_plan(setup, chosen, emit_format.value, output=output, force=force)[0] if chosen else None
         render.print_json(report.to_json(emitted=None if emitted is None else emitted.to_json()))
     else:
         print_setup_notes(setup, gpu_note=False, searched=frozenset(KNOBS))
         render.render_plans(setup, report)
         if chosen is not None:
-            emitted, note = _emit(setup, chosen, emit_format, output, force)
+            emitted, note = emit_plan(setup, chosen, emit_format.value, output=output, force=force)
             print_emitted(emitted, gpu_note=note)
     if not report.candidates:
-        raise typer.Exit(3)
-
-
-def _emit(setup, chosen, fmt: Format, output: Optional[str], force: bool):
-    """Emit the chosen plan as `memdoc emit --gpu ID` would: (the EmitResult, the note a loose GPU id carries)."""
-    import dataclasses
-
-    from memdoc.output.emit import emit_files
-    from memdoc.resolve.setup import card_as_emit_sees_it
-
-    emit_setup = card_as_emit_sees_it(dataclasses.replace(setup, plan=chosen))
-    return emit_files(emit_setup, fmt.value, output=output, force=force), emit_setup.gpu_note
-
-
-def _compare_hardware(model, plan: PlanFlags, gpus, tokens, prices, global_batch, emit_format, json_out, host) -> None:
-    """The hardware choice: the plan search on each --gpu, one row each, and the recommended card."""
-    from memdoc import render
-    from memdoc.core.reports.hardware import DEFAULT_TOKENS, HardwareOption, hardware_report, with_prices
-    from memdoc.errors import PlanError
-    from memdoc.render.hardware import render_hardware
-
-    if emit_format:
-        raise PlanError("--emit writes one plan: give one --gpu (the recommended card) to emit its plan")
-    setups = plan.resolve_per_gpu(model, gpus or [None])
-    options = [
-        HardwareOption(label=gpu or setup.gpu.id, gpu=setup.gpu, plan=setup.plan, fixed=setup.explicit)
-        for gpu, setup in zip(gpus or [None], setups)
-    ]
-    options = with_prices(options, prices or [])
-    report = hardware_report(
-        setups[0].model,
-        options,
-        tokens=tokens or DEFAULT_TOKENS,
-        global_batch=global_batch,
-        host_ram_bytes=host.bytes,
-    )
-    if json_out:
-        render.print_json(report.to_json())
-    else:
-        for setup in setups:
-            if setup.gpu_note:
-                render.note(f"note: {setup.gpu_note}")
-        print_setup_notes(setups[0], gpu_note=False, searched=frozenset(KNOBS))
-        render_hardware(report)
-    if report.recommended is None:
         raise typer.Exit(3)

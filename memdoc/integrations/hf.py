@@ -44,9 +44,10 @@ from pathlib import Path
 from transformers import TrainerCallback
 from transformers.utils import logging as hf_logging
 
+from memdoc.core.billing.bill_json import with_bill
 from memdoc.integrations.post_cuda import CudaPhases
 from memdoc.integrations.record import RunRecord, batch_key, billed_json, oom_record
-from memdoc.probe.script.trl_phases import knobs_of, post_line, post_report, task_of, with_bill
+from memdoc.probe.script.trl_phases import knobs_of, post_line, post_report, task_of
 from memdoc.units import format_bytes
 
 logger = hf_logging.get_logger("transformers.trainer")

@@ -11,7 +11,7 @@ from memdoc.core.emit.text import check_fill_in
 from memdoc.core.reports.emit import EmitResult, emit_result, plan_to_emit
 from memdoc.errors import OutputError
 from memdoc.output.files import check_length, write_all
-from memdoc.resolve.setup import Setup
+from memdoc.resolve.setup import Setup, card_as_emit_sees_it
 
 
 def emit_files(
@@ -73,3 +73,10 @@ def output_path(raw: str | None, fmt: str, task: str = "sft") -> Path | None:
         path = path / default_filename(fmt, task)
         check_length(path)
     return path
+
+
+def emit_plan(setup: Setup, plan, fmt: str, *, output: str | None, force: bool) -> tuple[EmitResult | None, str | None]:
+    """Emit `plan` (the one `memdoc plan` chose for `setup`) as `memdoc emit --gpu ID` would: (the EmitResult, the
+    note a loose GPU id carries)."""
+    emit_setup = card_as_emit_sees_it(dataclasses.replace(setup, plan=plan))
+    return emit_files(emit_setup, fmt, output=output, force=force), emit_setup.gpu_note

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from memdoc.render.bill import render_bill, render_dataset, render_ladder, render_max, render_time, render_verdict
 from memdoc.render.common import duration, gib, note, print_json, progress_reporter, table
-from memdoc.render.diagnose import billed_phases, render_script_report, render_traced
+from memdoc.render.diagnose import render_script_report, render_traced
 from memdoc.render.layout import format_switches, paragraph, parts_line, stderr, stdout, title
 from memdoc.render.plan import render_plans
 from memdoc.render.prescribe import render_prescriptions
 from memdoc.render.user_config import render_config_notes
 
 __all__ = [
-    "billed_phases",
     "render_config_notes",
     "duration",
     "format_switches",

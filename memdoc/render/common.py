@@ -3,6 +3,7 @@ duration formatting, the line-item colours and the progress bar."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
@@ -120,6 +121,7 @@ class ProgressReporter:
         )
 
 
-def progress_reporter(title: str) -> ProgressReporter:
-    """A progress bar titled `title`, used as a context manager and called as `progress(message, fraction)`."""
-    return ProgressReporter(title)
+def progress_reporter(title: str, *, quiet: bool = False):
+    """A progress bar titled `title`, used as a context manager and called as `progress(message, fraction)`;
+    with `quiet` (--json) none: the context manager yields None."""
+    return contextlib.nullcontext() if quiet else ProgressReporter(title)

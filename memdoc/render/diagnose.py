@@ -5,7 +5,8 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES, STEP_PHASES
+from memdoc.core.billing.bill_json import billed_phases
+from memdoc.core.billing.vocabulary import LINE_ITEMS, PHASES
 from memdoc.render.common import ITEM_COLORS, table
 from memdoc.render.layout import markup_paragraph, paragraph, parts_line, stdout, title
 from memdoc.units import format_bytes
@@ -84,11 +85,6 @@ def render_traced(measurement, bill, cuda: dict | None = None) -> None:
         )
     for line in measurement.notes:
         paragraph(f"note: {line}")
-
-
-def billed_phases(bill) -> dict[str, int | None]:
-    """The bill's total of every step phase (`vocabulary.STEP_PHASES`); None for a phase the bill has not."""
-    return {p: (bill.phases[p].total if p in bill.phases else None) for p in STEP_PHASES}
 
 
 def _phase_table(measurement, billed: dict[str, int | None]) -> None:

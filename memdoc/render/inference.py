@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from memdoc.render.bill import render_verdict
 from memdoc.render.common import gib, ruled_table, table
 from memdoc.render.layout import NARROW_COLUMNS, parts_line, stdout, title
@@ -86,33 +84,45 @@ def _render_ladder(ladder) -> None:
 
 
 def _render_vllm(vllm, result) -> None:
-    title(f"vLLM on this card (gpu_memory_utilization {vllm.utilization}, an estimate)")
-    if vllm.kv_tokens == 0:
+    """vLLM's start-up on one rank: its budget, what its log would print, and whether it starts."""
+    a = vllm.args
+    tp = f", tensor_parallel_size {a.tp}" if a.tp > 1 else ""
+    title(f"vLLM {a.version} on this card (gpu_memory_utilization {a.gpu_memory_utilization}{tp}, an estimate)")
+    graphs = "in the budget" if vllm.graphs_in_budget else "beyond the budget"
+    rows = [
+        [f"{a.gpu_memory_utilization} × the card", gib(int(vllm.total_bytes * a.gpu_memory_utilization))],
+        ["weights", gib(vllm.weights)],
+        [f"profile run ({vllm.profile_tokens:,} tokens)", gib(vllm.activation_peak)],
+        ["memory outside torch", gib(vllm.non_torch)],
+        ["CUDA graphs" + (" (--enforce-eager: none)" if a.enforce_eager else f" ({graphs})"), gib(vllm.cuda_graphs)],
+        ["[b]available KV cache[/b]", gib(vllm.available_kv)],
+    ]
+    table(None, [("per rank", "left"), ("", "right")], rows)
+    for line in vllm.log_lines()[1:]:
+        parts_line(f"[dim]log:[/] {line}", indent="")
+    if vllm.starts:
+        parts_line(f"[green]vLLM starts[/] with max_model_len {vllm.max_model_len:,}", indent="")
+    elif vllm.blocks:
         parts_line(
-            f"[red]vLLM would not start[/]: weights, its profiling run and the CUDA context exceed "
-            f"{vllm.utilization} of the card by {gib(-vllm.kv_budget_bytes)}",
+            f"[red]vLLM does not start[/] with max_model_len {vllm.max_model_len:,}: "
+            f"--max-model-len {vllm.max_model_len_that_starts:,} is the longest that starts",
             indent="",
         )
-        return
-    parts_line(
-        f"KV cache {gib(vllm.kv_budget_bytes)} = {vllm.kv_tokens:,} tokens",
-        f"max_model_len up to {vllm.max_model_len:,}",
-        *([f"{vllm.sequences:,} sequences of {result.inference.context:,} tokens at once"] if vllm.sequences else []),
-        indent="",
-    )
-    need = math.ceil(vllm.utilization_needed * 100) / 100  # the setting to pass, rounded up
-    wanted = f"batch {result.inference.batch} × {result.inference.context:,} tokens"
-    if need <= vllm.utilization:
-        parts_line(f"{wanted} fits at the default utilization (it needs {need:.2f})", indent="")
-    elif need <= 0.99:
-        parts_line(f"{wanted} needs gpu_memory_utilization ≥ {need:.2f} (if nothing else runs on the card)", indent="")
     else:
-        fp8 = "" if result.inference.kv_cache.value == "fp8" else ", or kv_cache_dtype fp8"
-        parts_line(
-            f"[red]{wanted} does not fit vLLM's cache on this card[/] (it would need {need:.2f} of it): "
-            f"lower max_num_seqs / max_model_len{fp8}",
-            indent="",
-        )
+        parts_line("[red]vLLM does not start[/]: no KV-cache block fits the budget", indent="")
+    if result is not None and vllm.starts:
+        wanted = result.inference.batch * result.inference.context
+        if wanted > vllm.kv_cache_tokens:
+            parts_line(
+                f"batch {result.inference.batch} × {result.inference.context:,} tokens needs {wanted:,} cached "
+                f"tokens: more than vLLM's {vllm.kv_cache_tokens:,} (it queues the rest)",
+                indent="",
+            )
+
+
+def render_vllm_startup(vllm) -> None:
+    """`bill --inference --engine vllm`: vLLM's start-up alone."""
+    _render_vllm(vllm, None)
 
 
 def render_inference_trace(traced, billed) -> None:

@@ -3,7 +3,7 @@ what they leave out, and every key not billed."""
 
 from __future__ import annotations
 
-from memdoc.core.model.stack import Stack
+from memdoc.core.model.stack import LATEST_KNOWN, LATEST_KNOWN_DATE, Stack
 from memdoc.core.user_config.reading import ConfigReading
 from memdoc.render.common import note
 
@@ -17,6 +17,10 @@ def render_config_notes(reading: ConfigReading | None, stack: Stack | None = Non
         note(f"config: read {', '.join(files) or 'no billed keys'} ({formats})")
     if stack is not None:
         note(stack_line(stack))
+        newer = stack.newer_than_known()
+        if newer:
+            known = ", ".join(f"{name} {version} as {LATEST_KNOWN[name].version}" for name, version in newer.items())
+            note(f"note: newer than memdoc knows ({LATEST_KNOWN_DATE}), billed as the latest known: {known}")
     for item in reading.not_billed if reading is not None else ():
         note(f"not billed: {item.file}:{item.key} — {item.reason}")
 

@@ -19,6 +19,7 @@ Samples without the field are skipped and counted.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import sys
@@ -32,7 +33,7 @@ from memdoc.core.model.plan import TrainingPlan
 from memdoc.core.model.vision.registry import RULES
 from memdoc.core.remedies.dataset_fit import dataset_fit, packed_rows
 from memdoc.core.remedies.dataset_vision import image_report, sample_images, sample_lengths
-from memdoc.errors import DatasetError
+from memdoc.errors import DatasetError, PlanError
 from memdoc.resolve.dataset_images import has_images, image_sizes
 from memdoc.resolve.inputs import MiB, open_regular, read_text, shown, size_text
 
@@ -312,3 +313,21 @@ def dataset_images(
     sizes = image_sizes([records[i] for i in tokens.rows], path.parent)
     images = sample_images(sizes, model_type, plan)
     return image_report(tokens.counts, images, list(tokens.rows)), sample_lengths(tokens.counts, images)
+
+
+def with_dataset_documents(setup, section: dict | None):
+    """The setup (`memdoc.resolve.setup.Setup`) of `bill --dataset`: with `--packing` and no
+    `--document-tokens`, the dataset's length-weighted mean document (`dataset_fit.packed_rows`) sets the packed
+    rows' attention; otherwise `setup` as it is."""
+    if section is None or not setup.plan.packing or setup.plan.document_tokens is not None:
+        return setup
+    documents = section["packed"]["document_tokens"]
+    return dataclasses.replace(setup, plan=setup.plan.replace(document_tokens=documents)) if documents else setup
+
+
+def check_dataset_flags(dataset: Path | None, *, tokenizer_given: bool, inference: bool) -> None:
+    """Before any work: --tokenizer and --text-field need --dataset FILE, which fits training samples only."""
+    if dataset is None and tokenizer_given:
+        raise PlanError("--tokenizer and --text-field go with --dataset FILE")
+    if dataset is not None and inference:
+        raise PlanError("--dataset fits training samples; it does not apply to --inference")

@@ -59,6 +59,13 @@ class Setup:
     model_note: str | None = None
     """How MODEL was taken when it is a mirror of a catalog model (`memdoc.resolve.models.mirror_note`)."""
 
+    def inputs_json(self) -> dict:
+        """What the config files said (`config`) and the stack whose defaults were used (`stack`), when given:
+        the keys `bill --json` adds to its report."""
+        return ({"config": self.config.to_json()} if self.config else {}) | (
+            {"stack": self.stack.to_json()} if self.stack else {}
+        )
+
 
 def resolve_setup(
     model: str | None = None,
@@ -133,6 +140,7 @@ def _setup_on(inputs: _Inputs, gpu: str | None, *, need_gpu: bool) -> Setup:
     if plan.is_peft and "lora_targets" not in values:
         plan = plan.replace(lora_targets=spec.default_lora_targets)
     if used_stack is not None:
+        spec = dataclasses.replace(spec, transformers=used_stack.versions.get("transformers"))
         plan = stack_defaults(plan, spec, used_stack, set_by_user=values.keys())
         check_plan_against_stack(plan, used_stack, reading)
     check_plan_against_model(

@@ -149,7 +149,7 @@ def test_snapshot_timeline_replays_the_trace():
 
 
 def test_snapshot_written_with_offline_html(tmp_path):
-    from memdoc.commands.diagnose import _write_snapshot
+    from memdoc.commands.diagnose_script import write_snapshot_files
     from memdoc.probe.script import ScriptResult
 
     result = ScriptResult(
@@ -163,7 +163,7 @@ def test_snapshot_written_with_offline_html(tmp_path):
         snapshot=fixture("snapshot.json"),
         categories={139880000000000: "weights"},
     )
-    written = _write_snapshot(result, str(tmp_path / "mem.pickle"), force=False)  # raw --snapshot text (issue 27)
+    written = write_snapshot_files(result, str(tmp_path / "mem.pickle"), force=False)  # raw --snapshot text (issue 27)
     assert written == [str(tmp_path / "mem.pickle"), str(tmp_path / "mem.pickle.html")]
     assert pickle.loads((tmp_path / "mem.pickle").read_bytes())["device_traces"][0][0]["action"] == "segment_alloc"
     page = (tmp_path / "mem.pickle.html").read_text()

@@ -10,7 +10,7 @@ import pickle
 import pytest
 from conftest import FIXTURES, invoke
 
-from memdoc.commands.diagnose import _write_snapshot
+from memdoc.commands.diagnose_script import write_snapshot_files
 from memdoc.probe.script import ScriptResult
 
 
@@ -68,7 +68,7 @@ def _result(snapshot):
 
 
 def test_cpu_page_names_no_pickle(tmp_path):
-    written = _write_snapshot(_result(None), str(tmp_path / "mem.pickle"), force=False)
+    written = write_snapshot_files(_result(None), str(tmp_path / "mem.pickle"), force=False)
     assert written == [str(tmp_path / "mem.pickle.html")] and [p.name for p in tmp_path.iterdir()] == [
         "mem.pickle.html"
     ]
@@ -78,7 +78,7 @@ def test_cpu_page_names_no_pickle(tmp_path):
 
 def test_html_name_keeps_the_pickle_apart(tmp_path):
     snap = json.loads((FIXTURES / "diagnose" / "snapshot.json").read_text())
-    written = _write_snapshot(_result(snap), str(tmp_path / "mem.html"), force=False)
+    written = write_snapshot_files(_result(snap), str(tmp_path / "mem.html"), force=False)
     assert written == [str(tmp_path / "mem.pickle"), str(tmp_path / "mem.html")]
     assert pickle.loads((tmp_path / "mem.pickle").read_bytes()) == snap
     assert "mem.pickle (next to this page)" in (tmp_path / "mem.html").read_text()
@@ -91,8 +91,8 @@ def test_all_or_nothing_and_force(tmp_path):
     from memdoc.errors import OutputExistsError
 
     with pytest.raises(OutputExistsError):
-        _write_snapshot(_result(snap), str(tmp_path / "mem.pickle"), force=False)
+        write_snapshot_files(_result(snap), str(tmp_path / "mem.pickle"), force=False)
     assert [p.name for p in tmp_path.iterdir()] == ["mem.pickle"] and (tmp_path / "mem.pickle").read_bytes() == b"old"
-    _write_snapshot(_result(snap), str(tmp_path / "mem.pickle"), force=True)
+    write_snapshot_files(_result(snap), str(tmp_path / "mem.pickle"), force=True)
     assert pickle.loads((tmp_path / "mem.pickle").read_bytes()) == snap
     assert (tmp_path / "mem.pickle.html").read_text().startswith("<!DOCTYPE html>")

@@ -7,12 +7,14 @@ between the two runs is what one decoder layer saves — an independent truth fo
 `memdoc.core.billing.activations.layer_activations`, which never sees torch.
 """
 
+import dataclasses
 import json
 
 import pytest
 from conftest import CATALOG, saved_storages
 
 torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
 
 from memdoc.core.billing.activations import layer_activations  # noqa: E402
 from memdoc.core.model.model_spec import spec_from_config  # noqa: E402
@@ -116,7 +118,8 @@ def test_layer_activations_equal_autograd_census(name, method, attention, target
     real = saved_bytes(config, 3, attention=attention, lora_targets=targets) - saved_bytes(
         config, 2, attention=attention, lora_targets=targets
     )
-    spec = spec_from_config(config, model_id=name)
+    # billed as the installed release builds the model (`Family.as_of`): `make drift` runs this on newer ones
+    spec = dataclasses.replace(spec_from_config(config, model_id=name), transformers=transformers.__version__)
     plan = parse_plan(
         seq=SEQ, method=method, attention=attention, lora_targets=targets or ["q_proj"], lora_dropout=0.05
     )

@@ -5,8 +5,12 @@ Imports flow one way (commands → probe/resolve/render/output → core), with n
 modules — function-level and `if TYPE_CHECKING:` imports included —, and no import of another
 module's private (`_name`) names.
 
+Floors inside core/: model < plan < engines/trainers < billing < remedies < doctor < reports; a module
+imports from its own floor or lower ones only (`CORE_FLOORS`, `core_floor`).
+
 Size: no module over 500 lines, no function over 60 lines (def line to last line), no command
-function over 40 lines, except the allow-lists below, each entry naming why. Lines are counted on
+function over 40 lines, no module of memdoc/commands/ over 150 lines but the modules that only declare
+options (`DECLARATION_MODULES`), except the allow-lists below, each entry naming why. Lines are counted on
 the file as it is: `make test` runs `ruff format --check` first, so they are formatted lines.
 An allow-list entry that is no longer needed fails `test_allow_lists_hold_only_real_exceptions`.
 """
@@ -25,6 +29,8 @@ ROOT = REPO / "memdoc"
 MAX_LINES = 500
 MAX_FUNCTION_LINES = 60
 MAX_COMMAND_LINES = 40
+MAX_COMMAND_MODULE_LINES = 150
+"""A command's whole module: parse, call one library function, render."""
 
 LONG_MODULES: dict[str, str] = {}
 """`module`: why it may run over MAX_LINES."""
@@ -32,6 +38,16 @@ LONG_FUNCTIONS: dict[str, str] = {}
 """`module:qualified.name`: why the function may run over MAX_FUNCTION_LINES."""
 LONG_COMMANDS: dict[str, str] = {}
 """`module:function` of a command: why its body may run over MAX_COMMAND_LINES."""
+DECLARATION_MODULES: dict[str, str] = {
+    "memdoc.commands.options": "the options several commands share, `PlanFlags` (one invocation's plan flags, "
+    "resolved to a Setup) and the `plan_options` decorator that adds the plan flags to a command",
+    "memdoc.commands.command_options": "each command's own options, a section per command",
+    "memdoc.commands.plan_flags": "the plan flags (~60 options, one per TrainingPlan field) and their help panels",
+    "memdoc.commands.plan_flags_post": "the post-training plan flags (--task and TRL's knobs)",
+    "memdoc.commands.plan_flags_vision": "the vision-language plan flags (images, video, tower policies)",
+}
+"""Modules of memdoc/commands/ that declare options rather than run a command: exempt from
+MAX_COMMAND_MODULE_LINES (an option is a few lines of help text, and commands share them)."""
 
 
 def _module_name(path: Path) -> str:
@@ -164,6 +180,85 @@ def test_core_imports_nothing_above_it():
     assert {m: t for m, t in offenders.items() if t} == {}
 
 
+CORE_FLOORS = ("model", "plan", "engines", "billing", "remedies", "doctor", "reports")
+"""The floors inside core/, lowest first: a module imports only from its own floor or the ones below
+(docs/architecture.md, "Floors inside core")."""
+FLOOR_OF_PACKAGE = {
+    "model": "model",
+    "plan": "plan",
+    "engines": "engines",
+    "trainers": "engines",
+    "emit": "engines",
+    "user_config": "engines",
+    "billing": "billing",
+    "remedies": "remedies",
+    "doctor": "doctor",
+    "reports": "reports",
+}
+"""core/'s packages by floor: the trainers' readers and writers (`trainers`, and `emit` and `user_config`
+until they move there) map plan values to and from files, beside the engines."""
+PLAN_IN_MODEL = {"lora"}
+"""Modules of core/model/ on the plan floor besides `plan*.py` (it reads a `TrainingPlan` against a
+`ModelSpec`): they move to core/plan/ with the plan's modules."""
+
+
+def core_floor(module: str) -> str | None:
+    """The floor of a core module (None outside core/): its package's floor, except that the plan's
+    modules still in core/model/ (`plan*.py`, `PLAN_IN_MODEL`) are on the plan floor."""
+    parts = module.split(".")
+    if parts[:2] != ["memdoc", "core"] or len(parts) < 3:
+        return None
+    if parts[2] == "model" and len(parts) > 3 and (parts[3].startswith("plan") or parts[3] in PLAN_IN_MODEL):
+        return "plan"
+    return FLOOR_OF_PACKAGE[parts[2]]
+
+
+def test_core_floor_mapping():
+    assert core_floor("memdoc.core.model.plan_enums") == core_floor("memdoc.core.plan.enums") == "plan"
+    assert core_floor("memdoc.core.model.gpu") == "model"
+    assert core_floor("memdoc.core.emit.trl") == core_floor("memdoc.core.trainers.trl.write") == "engines"
+    assert core_floor("memdoc.resolve.setup") is None
+
+
+def test_every_core_package_has_a_floor():
+    packages = {m.split(".")[2] for m in MODULES if m.startswith("memdoc.core.") and MODULES[m].parent != ROOT / "core"}
+    assert packages <= set(FLOOR_OF_PACKAGE), "give the new core package a floor in FLOOR_OF_PACKAGE"
+    assert set(FLOOR_OF_PACKAGE.values()) == set(CORE_FLOORS)
+    moved = [m for m in PLAN_IN_MODEL if f"memdoc.core.model.{m}" not in MODULES]
+    assert moved == [], "no longer in core/model/: remove from PLAN_IN_MODEL"
+
+
+def floor_violations(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Core module -> the core modules it imports from a higher floor."""
+    rank = {floor: i for i, floor in enumerate(CORE_FLOORS)}
+    offenders = {}
+    for module, targets in graph.items():
+        if (floor := core_floor(module)) is None:
+            continue
+        up = sorted(t for t in targets if (f := core_floor(t)) is not None and rank[f] > rank[floor])
+        if up:
+            offenders[module] = up
+    return offenders
+
+
+def test_floor_finder_finds_an_upward_import():
+    graph = {
+        "memdoc.core.billing.bill_json": {"memdoc.core.reports.json_parts", "memdoc.core.model.gpu"},
+        "memdoc.core.model.lora": {"memdoc.core.model.plan"},
+        "memdoc.core.model.plan": {"memdoc.core.engines.layout"},
+        "memdoc.core.reports.bill": {"memdoc.core.billing.bill"},
+        "memdoc.render.bill": {"memdoc.core.reports.bill"},
+    }
+    assert floor_violations(graph) == {
+        "memdoc.core.billing.bill_json": ["memdoc.core.reports.json_parts"],
+        "memdoc.core.model.plan": ["memdoc.core.engines.layout"],
+    }
+
+
+def test_core_floors_import_only_downwards():
+    assert floor_violations(import_graph()) == {}
+
+
 @pytest.mark.parametrize("layer", ["render", "resolve", "probe", "output"])
 def test_lower_layers_do_not_import_commands(layer):
     offenders = {
@@ -259,6 +354,24 @@ def test_commands_are_thin():
     assert commands and all(c.startswith("memdoc.commands.") for c in commands)
     long = {c: n for c in commands if (n := command_body_lines(c)) > MAX_COMMAND_LINES}
     assert {c: n for c, n in long.items() if c not in LONG_COMMANDS} == {}
+
+
+def test_command_modules_are_thin():
+    """Every module of memdoc/commands/ (the commands, their modes, the app) but the option declarations is at
+    most MAX_COMMAND_MODULE_LINES: the work lives in the library (core/reports, probe, resolve, render)."""
+    lines = module_lines()
+    commands = [m for m in MODULES if m.startswith("memdoc.commands.")]
+    assert len(commands) > len(DECLARATION_MODULES)
+    long = {m: lines[m] for m in commands if lines[m] > MAX_COMMAND_MODULE_LINES and m not in DECLARATION_MODULES}
+    assert long == {}
+
+
+def test_declaration_modules_declare():
+    """A declaration module exists and registers no command: its exemption cannot hide a command's work."""
+    assert set(DECLARATION_MODULES) <= set(MODULES)
+    assert all(why.strip() for why in DECLARATION_MODULES.values())
+    homes = {c.split(":")[0] for c in command_functions()}
+    assert homes and not homes & set(DECLARATION_MODULES)
 
 
 def test_allow_lists_hold_only_real_exceptions():

@@ -11,7 +11,8 @@ billed at full length.
   (`transformers/integrations/bitsandbytes.py: replace_with_bnb_linear`) — embeddings, norms, the
   LM head, routers and fused experts stay in the compute dtype. `--method qlora` means NF4.
 - KV cache: 2 (K and V) × layers × KV heads × head_dim × context × batch × bytes per element
-  (`kv_bytes_per_element`).
+  (`kv_bytes_per_element`); MLA caches its latent instead, layers × (kv_lora_rank + qk_rope_head_dim)
+  (`decode.kv_elements_per_token`, as transformers and vLLM store it).
 - Transients: the larger of the prefill's MLP and attention transients (`prefill_transient_bytes`;
   eager attention's scores are quadratic in the context), a decode step's cache update, and the
   last position's logits. Checked against fake-tensor traces of transformers' own forward
@@ -35,11 +36,10 @@ from memdoc.core.billing.decode import kv_cache_bytes, prefill_activation_bytes
 from memdoc.core.billing.kbit import quantised_params, quantised_rows
 from memdoc.core.billing.reserved import MAX_SIMULATED_LAYERS
 from memdoc.core.billing.states import qlora_weight_bytes
-from memdoc.core.billing.verdict import FitAnswer, fit_answer
-from memdoc.core.model.gpu import GpuSpec
-from memdoc.core.model.model_spec import ModelSpec
+from memdoc.core.billing.verdict import FitAnswer, fit_answer, fit_json
+from memdoc.core.model.gpu import GpuSpec, gpu_json
+from memdoc.core.model.model_spec import ModelSpec, model_json
 from memdoc.core.model.plan import Method, TrainingPlan
-from memdoc.core.reports.json_parts import fit_json, gpu_json, model_json
 from memdoc.errors import PlanError
 
 
@@ -194,7 +194,7 @@ class InferenceBill:
         return None if self.gpu is None else self.gpu.memory_bytes - self.process_total
 
     def fit_json(self) -> dict:
-        """`fits`, `headroom_bytes` and the `verdict` of the process total (`json_parts.fit_json`)."""
+        """`fits`, `headroom_bytes` and the `verdict` of the process total (`verdict.fit_json`)."""
         return fit_json(self.fits, self.headroom_bytes, self.fit, error_source=INFERENCE_ERROR_SOURCE)
 
     def to_json(self) -> dict:

@@ -97,6 +97,23 @@ def fit_answer(min_memory_bytes: int, capacity_bytes: int) -> FitAnswer:
     return FitAnswer(fit=fit, min_memory_bytes=min_memory_bytes, capacity_bytes=capacity_bytes, error_bytes=error)
 
 
+def fit_json(fits: bool | None, headroom_bytes: int | None, answer: FitAnswer | None, **verdict_options) -> dict:
+    """The --json fit of a whole bill (docs/output.md): `fits` (runs at all), `headroom_bytes` (card minus
+    process total) and the `verdict` object (`FitAnswer.to_json`, `verdict_options` pass to it); all None
+    without a GPU."""
+    return {
+        "fits": fits,
+        "headroom_bytes": headroom_bytes,
+        "verdict": None if answer is None else answer.to_json(**verdict_options),
+    }
+
+
+def row_fit_json(fits: bool | None, fit: Fit | None) -> dict:
+    """The --json fit of one row of a list (a ladder rung, a searched plan, a hardware option): `fits` and
+    the `fit` word of the same rule (`fit_answer`); None where the row has no plan."""
+    return {"fits": fits, "fit": None if fit is None else fit.value}
+
+
 def bounded_fit(lower_bytes: int, upper_bytes: int, capacity_bytes: int) -> tuple[Fit, bool] | None:
     """(fit, fits) of every minimum memory in [lower_bytes, upper_bytes] on a card of `capacity_bytes`, or None
     when the bounds disagree: both are monotone in the minimum (a larger one is never a better fit), so equal

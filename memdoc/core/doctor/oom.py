@@ -38,6 +38,7 @@ from dataclasses import replace
 from memdoc.core.doctor.logtext import normalise_log
 from memdoc.core.doctor.oom_event import OomEvent, size_to_bytes
 from memdoc.core.doctor.oom_kinds import parse_host_kills, parse_nccl
+from memdoc.core.doctor.oom_vllm import with_log_figures
 
 __all__ = ["first_oom", "parse_oom_log"]
 
@@ -91,6 +92,7 @@ _GENERIC = (
 
 _VLLM = (
     (_pat(r"No available memory for the cache blocks"), "no-cache-blocks"),
+    (re.compile(r"#\s*(?:GPU|CUDA) blocks:\s*0\b"), "no-cache-blocks"),
     (
         _pat(
             r"The model'?s max seq len \( ?(\d+) ?\) is larger than the maximum number of tokens that can be "
@@ -302,18 +304,17 @@ def _parse_vllm(text: str) -> list[OomEvent]:
                     "kv_cache_needed": _size(m, 2),
                     "kv_cache_available": _size(m, 4),
                 }
-            events.append(
-                OomEvent(
-                    format="vllm-kv-cache",
-                    variant=variant,
-                    backend="CUDA",
-                    exception_type=_exception_before(text, m.start()),
-                    status=re.sub(r"\s+", " ", m.group(0)),
-                    position=m.start(),
-                    raw=re.sub(r"\s+", " ", m.group(0)),
-                    **fields,
-                )
+            event = OomEvent(
+                format="vllm-kv-cache",
+                variant=variant,
+                backend="CUDA",
+                exception_type=_exception_before(text, m.start()),
+                status=re.sub(r"\s+", " ", m.group(0)),
+                position=m.start(),
+                raw=re.sub(r"\s+", " ", m.group(0)),
+                **fields,
             )
+            events.append(with_log_figures(event, text))
     return events
 
 

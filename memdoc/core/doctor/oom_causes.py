@@ -75,9 +75,11 @@ FULL_SHARE = 0.8
 FRAGMENTATION_PRESCRIPTIONS = ("midrun-expandable-segments", "midrun-empty-cache")
 """symptoms.yaml prescriptions for `fragmentation`: expandable segments remap idle pages (free), emptying
 the cache between phases returns whole idle segments."""
-VLLM_KV_PRESCRIPTIONS = ("infer-limit-context", "infer-kv-quant", "infer-limit-batch")
-"""symptoms.yaml prescriptions for `vllm-kv-cache`: the KV cache vLLM must fit is sized by max_model_len,
-its dtype, and the concurrent sequences (vllm/v1/core/kv_cache_utils.py `check_enough_kv_cache_memory`)."""
+VLLM_KV_PRESCRIPTIONS = ("infer-kv-quant", "infer-limit-context", "infer-limit-batch", "infer-prefix-caching")
+"""symptoms.yaml prescriptions for `vllm-kv-cache`, in the seed's order for inference (KV quantisation, context
+limit, batch limit, prefix caching): the KV cache vLLM must fit is sized by its dtype, max_model_len and the
+concurrent sequences (vllm/v1/core/kv_cache_utils.py `check_enough_kv_cache_memory`). The cause itself leads
+with the max_model_len the log's figures allow (`oom_vllm.allowed_max_model_len`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,15 +173,24 @@ def _vllm(event: OomEvent, util: float | None) -> Cause | None:
             "after loading the weights and profiling one forward pass, no memory was left for KV-cache "
             'blocks ("# GPU blocks: 0")'
         )
+    if event.kv_cache_available is not None and event.kv_cache_available <= 0:
+        evidence += f"; the log's available KV-cache memory is {format_bytes(event.kv_cache_available)}"
     if util is not None:
         evidence += f" (gpu_memory_utilization={util:g})"
+    allowed = event.max_model_len_allowed
+    if allowed:
+        lead = f"--max-model-len {allowed} starts (the log's own figures allow {allowed:,} tokens); else "
+    elif allowed == 0:
+        lead = "no max_model_len starts at this gpu_memory_utilization: free memory (a smaller or quantised model, "
+        lead += "tensor parallelism, --enforce-eager, fewer max_num_batched_tokens / max_num_seqs) or raise it; then "
+    else:
+        lead = ""
     return Cause(
         id="vllm-kv-cache",
         title="vLLM could not fit the KV cache",
         evidence=evidence,
-        fix="lower max_model_len (or max_num_seqs / max_num_batched_tokens, which size the profiling "
-        "forward), quantise the KV cache (kv_cache_dtype=fp8), enforce_eager=True to skip CUDA-graph memory, "
-        "or use a smaller/quantised model; raise gpu_memory_utilization only if nothing else uses the card",
+        fix=lead + "quantise the KV cache (kv_cache_dtype=fp8), lower max_model_len or max_num_seqs, share prefixes "
+        "(enable_prefix_caching); raise gpu_memory_utilization only if nothing else uses the card",
         prescriptions=VLLM_KV_PRESCRIPTIONS,
     )
 

@@ -151,7 +151,10 @@ class OomEvent:
     kv_cache_needed: int | None = None
     """vLLM v1: KV-cache bytes one max-length request needs."""
     kv_cache_available: int | None = None
-    """vLLM v1: KV-cache bytes left under `gpu_memory_utilization` after weights and activations."""
+    """vLLM: KV-cache bytes left under `gpu_memory_utilization` after weights and activations (negative when
+    they exceed it: "Available KV cache memory: -0.21 GiB")."""
+    max_model_len_allowed: int | None = None
+    """vLLM: the longest max_model_len the log's own figures allow (`oom_vllm.allowed_max_model_len`)."""
     pid: int | None = None
     """Host kills: the process killed (kernel, torchrun, DataLoader worker, shell job)."""
     process: str | None = None

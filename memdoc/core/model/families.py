@@ -13,8 +13,11 @@ defaults are checked against transformers' config classes (`tests/test_families.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
+from functools import cache
+
+from memdoc.core.model.stack import parse_version
 
 
 class Layout(Enum):
@@ -160,12 +163,32 @@ class Family:
     """`final_logit_softcapping` in the config caps the logits: logits / cap → tanh → × cap (Gemma-2)."""
     alternating_sliding_window: bool = False
     """Layers alternate sliding-window and full attention, so both masks exist (Gemma-2)."""
+    sliding_window_pattern: int = 0
+    """Without `layer_types` in the config, every n-th layer is full attention and the rest slide (transformers
+    5.25's defaults: Gemma-2 2, `gemma2/configuration_gemma2.py` line 96; Gemma-3 6, `gemma3/configuration_gemma3.py`
+    lines 105-109, or the config's `sliding_window_pattern`); 0: no default pattern."""
     parallel_residual: Callable[[dict], bool] = _never
     """Given the config: attention and MLP read the same layer input (NeoX, Falcon, Phi-2)."""
     shared_norm: Callable[[dict], bool] = _never
     """Given the config: one norm feeds both attention and MLP (Phi-2, Falcon's old architecture)."""
     gqa_math_kernel: bool = False
-    """Grouped/multi-query attention runs SDPA's math kernel (no `enable_gqa`): fp32 probabilities (Falcon)."""
+    """Grouped/multi-query attention runs SDPA's math kernel (no `enable_gqa`): fp32 probabilities (Falcon before
+    transformers 5.25)."""
+    materialized_mask: bool = False
+    """Attention goes through transformers' shared SDPA interface with a materialised 4-D causal mask: the model
+    calls `create_causal_mask(..., allow_is_causal_skip=False)` (Falcon ≥ 5.25, `modeling_falcon.py`
+    `FalconModel.forward`, for ALiBi's sake). Then `use_gqa_in_sdpa` is false and K/V are `repeat_kv`'d
+    (`integrations/sdpa_attention.py:119-128`), torch saves the mask converted to the query's dtype in every
+    layer (`convert_boolean_attn_mask`, aten `native/transformers/attention.cpp`), and the output projection
+    reads the kernel's own output (`attn_output.transpose(1, 2).contiguous()` is a no-op on its
+    (batch, seq, heads, dim) layout)."""
+    before: tuple[tuple[str, dict], ...] = ()
+    """Version rules: (transformers version, {field: value}) — the family's facts before that release, the
+    newest first. The fields above are the newest release's (`LATEST_KNOWN`); `Family.as_of` applies these."""
+
+    def as_of(self, transformers: str | None) -> Family:
+        """The family as the given transformers release builds it (None: the newest memdoc knows)."""
+        return _as_of(self.name, transformers) if transformers and self.before else self
 
     @property
     def has_layout(self) -> bool:
@@ -211,6 +234,7 @@ _ENTRIES = (
         eager_only=True,
         logit_softcapping=True,
         alternating_sliding_window=True,
+        sliding_window_pattern=2,
     ),
     Family(
         name="gemma3",
@@ -221,6 +245,7 @@ _ENTRIES = (
         qk_norm=True,
         tied_default=True,
         alternating_sliding_window=True,
+        sliding_window_pattern=6,
     ),
     Family(
         name="phi3",
@@ -299,7 +324,10 @@ _ENTRIES = (
             config.get("parallel_attn", True) or config.get("new_decoder_architecture")
         ),
         shared_norm=lambda config: not config.get("new_decoder_architecture"),
-        gqa_math_kernel=True,
+        materialized_mask=True,
+        # transformers 5.24 `modeling_falcon.py` `FalconAttention.forward`: its own SDPA call with one k/v head
+        # broadcast over the queries (the math kernel); 5.25 moved Falcon to the shared attention interface.
+        before=(("5.25.0", {"gqa_math_kernel": True, "materialized_mask": False}),),
         **_LAYERNORM,
     ),
     Family(
@@ -331,6 +359,15 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (*_ENTRIES, UNK
 """Every family by name, `UNKNOWN` included."""
 
 _BY_MODEL_TYPE = {model_type: family for family in _ENTRIES for model_type in family.model_types}
+
+
+@cache
+def _as_of(name: str, transformers: str) -> Family:
+    family, version = FAMILIES[name], parse_version(transformers)
+    for since, facts in family.before:
+        if version < parse_version(since):
+            family = replace(family, **facts)
+    return family
 
 
 def family_of(model_type: str) -> Family:

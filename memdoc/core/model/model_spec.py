@@ -53,14 +53,17 @@ class ModelSpec:
     config_of: str | None = None
     """For a fine-tuned variant billed with its base's catalog config (`id` stays the variant's): the base id."""
     config: dict = field(default_factory=dict, repr=False, compare=False)
-    """The raw config.json dict (a VLM's: its language model's config, `memdoc.core.model.vlm.text_config_of`)."""
+    """The raw config.json dict (a VLM's: its language model's config, `vision.vlm.text_config_of`)."""
     vision: VisionSpec | None = None
     """A VLM's vision encoder and projector (`memdoc.core.model.vision.vlm`); None for text models."""
+    transformers: str | None = None
+    """The transformers release whose modelling code runs (the stack's); None: the newest memdoc knows."""
 
     @property
     def arch(self) -> Family:
-        """The family's record: layout, norms, MLP shape, defaults and quirks (`memdoc.core.model.families`)."""
-        return FAMILIES[self.family]
+        """The family's record as `transformers` builds it: layout, norms, MLP shape, defaults and quirks
+        (`memdoc.core.model.families`, `Family.as_of`)."""
+        return FAMILIES[self.family].as_of(self.transformers)
 
     @property
     def is_moe(self) -> bool:
@@ -229,3 +232,14 @@ def spec_from_config(
         source=source,
         config=config,
     )
+
+
+def model_json(model: ModelSpec, trainable_params: int | None) -> dict:
+    """The one --json shape of a model in every command (docs/output.md, "One shape per concept"): its id,
+    its total parameters and those the plan trains (0 for inference, None where the rows of a report train
+    different counts); a vision-language model's parts as well."""
+    parts = {}
+    if model.vision is not None:
+        parts = {"vision_params": model.params.vision, "projector_params": model.params.projector}
+        parts["language_params"] = model.params.language
+    return {"id": model.id, "params": model.params.total, "trainable_params": trainable_params, **parts}

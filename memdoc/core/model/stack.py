@@ -51,8 +51,22 @@ class Stack:
         have = self.version(package)
         return have is not None and have >= parse_version(version)
 
+    def newer_than_known(self) -> dict[str, str]:
+        """{library: its version} for each library of the stack newer than `LATEST_KNOWN`'s: memdoc bills it as
+        its latest known release behaves, since what changed after that is not known."""
+        return {
+            name: text
+            for name, text in self.versions.items()
+            if name in LATEST_KNOWN and parse_version(text) > parse_version(LATEST_KNOWN[name].version)
+        }
+
     def to_json(self) -> dict:
-        return {"versions": dict(self.versions), "source": self.source, "assumed": list(self.assumed)}
+        return {
+            "versions": dict(self.versions),
+            "source": self.source,
+            "assumed": list(self.assumed),
+            "newer_than_known": self.newer_than_known(),
+        }
 
 
 @dataclass(frozen=True)
@@ -65,25 +79,28 @@ class KnownVersion:
     source: str
 
 
-LATEST_KNOWN_DATE = "2026-12-01"
+LATEST_KNOWN_DATE = "2026-12-07"
 """When `LATEST_KNOWN` was last checked."""
-_DEV_ENV = "installed in memdoc's development environment (2026-12-01)"
-_PYPI = "PyPI's package list read for memdoc's development (2026-12-01)"
+_LOCK = "requirements/lock.txt (2026-12-07), the newest release PyPI served"
+_PYPI = "PyPI's newest release (2026-12-07)"
 LATEST_KNOWN: dict[str, KnownVersion] = {
-    "transformers": KnownVersion("5.24.0", "2026-11", _DEV_ENV + "; PyPI's list had 5.23.0 of 2026-11"),
-    "trl": KnownVersion("1.16.0", "2026-10", _DEV_ENV),
-    "peft": KnownVersion("0.21.2", "2026-10", _DEV_ENV),
-    "accelerate": KnownVersion("1.15.0", "2026-09", _DEV_ENV),
-    "deepspeed": KnownVersion("0.19.8", "2026-10", _DEV_ENV),
-    "torch": KnownVersion("2.15.0", "2026-10", _PYPI),
+    "transformers": KnownVersion("5.25.0", "2026-12", _LOCK),
+    "trl": KnownVersion("1.16.0", "2026-10", _LOCK),
+    "peft": KnownVersion("0.22.0", "2026-11", _LOCK),
+    "accelerate": KnownVersion("1.16.0", "2026-11", _LOCK),
+    "deepspeed": KnownVersion("0.19.8", "2026-10", _LOCK),
+    "torch": KnownVersion("2.15.0", "2026-10", _PYPI + "; the lock has 2.13.0, the CPU wheel on the project's disk"),
     "bitsandbytes": KnownVersion("0.50.2", "2026-08", _PYPI),
-    "liger-kernel": KnownVersion("0.8.5", "2026-10", _DEV_ENV),
-    "axolotl": KnownVersion("0.21.0", "2026-10", _PYPI),
-    "llamafactory": KnownVersion("0.9.5", "2026-05", _DEV_ENV),
+    "liger-kernel": KnownVersion("0.8.5", "2026-10", _LOCK),
+    "axolotl": KnownVersion(
+        "0.21.0", "2026-10", _PYPI + "; the lock has 0.19.0, the validator requirements/nodeps.in pins"
+    ),
+    "llamafactory": KnownVersion("0.9.5", "2026-05", _LOCK),
 }
 """The libraries whose defaults change memory (distribution names, as `importlib.metadata` knows them),
 each at the newest version memdoc knows: the default when a library is neither installed nor given
-with `--stack`."""
+with `--stack`. Where the lock resolves a library freely, this is the lock's version (`make drift` shows a
+newer release before it lands here; tests/unit/model/test_stack.py checks the two agree)."""
 
 
 def latest_known_stack() -> Stack:

@@ -20,16 +20,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, compute_bill
+from memdoc.core.billing.bill_json import row_per_gpu_json
 from memdoc.core.billing.posttrain.steptime import task_step_seconds as step_seconds
 from memdoc.core.billing.posttrain.steptime import task_step_time as step_time
-from memdoc.core.billing.verdict import Fit
+from memdoc.core.billing.verdict import Fit, row_fit_json
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Precision, TrainingPlan, flag_for
 from memdoc.core.model.plan_post import check_post_training_request
 from memdoc.core.remedies.rungs import RUNGS, Rung
-from memdoc.core.reports.json_parts import row_fit_json, row_per_gpu_json, time_json
+from memdoc.core.remedies.time_band import time_json
 from memdoc.errors import PlanError
 
 

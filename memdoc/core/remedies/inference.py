@@ -1,4 +1,6 @@
-"""What makes inference fit: the inference ladder, the largest batch or context, and vLLM's budget.
+"""What makes inference fit: the inference ladder and the largest batch or context.
+
+vLLM's start-up (its KV-cache budget) is `memdoc.core.billing.vllm_budget`.
 
 The ladder applies remedies cumulatively, cheapest first, and stops at the first that fits: a chunked prefill
 (nearly free), fewer sequences at once (throughput only), an 8-bit then a 4-bit KV cache (a little accuracy), 8-bit
@@ -11,22 +13,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memdoc.core.billing.bill import process_overhead_bytes
+from memdoc.core.billing.bill_json import row_per_gpu_json
 from memdoc.core.billing.inference import (
     InferenceBill,
     InferencePlan,
     KvCache,
     Weights,
     inference_bill,
-    inference_weight_bytes,
-    kv_bytes_per_element,
-    kv_cache_bytes,
-    prefill_activation_bytes,
 )
+from memdoc.core.billing.verdict import row_fit_json
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.remedies.maximum import Maximum, largest_fitting, largest_value
-from memdoc.core.reports.json_parts import row_fit_json, row_per_gpu_json
 
 
 def max_inference(model: ModelSpec, inference: InferencePlan, gpu: GpuSpec, knob: str) -> int | None:
@@ -166,78 +164,3 @@ def climb_inference(model: ModelSpec, inference: InferencePlan, gpu: GpuSpec) ->
         if bill.fits:
             break
     return steps
-
-
-VLLM_UTILIZATION = 0.9
-"""vLLM's default `gpu_memory_utilization`: the fraction of the card's memory the engine may use."""
-VLLM_BLOCK_TOKENS = 16
-"""vLLM's default KV-cache block size (tokens per page)."""
-
-
-def vllm_defaults(gpu: GpuSpec) -> tuple[int, int]:
-    """`vllm serve`'s `max_num_batched_tokens` and `max_num_seqs`: 8192 and 1024 on a card of ≥ 70 GiB
-    that is not an A100, else 2048 and 256 (`vllm/engine/arg_utils.py: EngineArgs.get_batch_defaults`)."""
-    if gpu.memory_bytes >= 70 * 1024**3 and "a100" not in gpu.id:
-        return 8192, 1024
-    return 2048, 256
-
-
-@dataclass(frozen=True)
-class VllmFit:
-    """What vLLM would do with this model on this card (an estimate, not traced).
-
-    vLLM profiles one forward of `max_num_batched_tokens` tokens and a sampler run over
-    `max_num_seqs` rows, then gives the KV cache the rest of `gpu_memory_utilization` × the card:
-    `gpu_worker.determine_available_memory` = total × utilization − (weights + the profiled peak
-    activations + memory outside torch). The engine refuses to start when one sequence of
-    `max_model_len` tokens does not fit that budget. CUDA-graph capture memory is not modelled
-    (`--enforce-eager` removes it)."""
-
-    utilization: float
-    kv_budget_bytes: int
-    kv_bytes_per_token: int
-    kv_tokens: int
-    """Tokens the cache holds at `utilization`, whole blocks of 16."""
-    max_model_len: int
-    """Longest context one sequence can have: kv_tokens capped at the model's context."""
-    sequences: int
-    """Sequences of the plan's context that fit at once."""
-    utilization_needed: float
-    """The utilization at which the plan's batch × context fits the cache."""
-
-    def to_json(self) -> dict:
-        return {
-            "gpu_memory_utilization": self.utilization,
-            "kv_budget_bytes": self.kv_budget_bytes,
-            "kv_bytes_per_token": self.kv_bytes_per_token,
-            "kv_cache_tokens": self.kv_tokens,
-            "max_model_len": self.max_model_len,
-            "sequences_at_context": self.sequences,
-            "gpu_memory_utilization_needed": round(self.utilization_needed, 3),
-        }
-
-
-def vllm_fit(model: ModelSpec, inference: InferencePlan, gpu: GpuSpec) -> VllmFit:
-    dt = inference.plan.precision.compute_bits // 8
-    batched_tokens, max_seqs = vllm_defaults(gpu)
-    weights = inference_weight_bytes(model, inference.weight_format, dt)
-    profiled = max(
-        prefill_activation_bytes(model, batched_tokens, dt), min(max_seqs, batched_tokens) * model.vocab_size * (dt + 4)
-    )
-    outside = process_overhead_bytes(gpu)
-    fixed = weights + profiled + outside
-    kv = KvCache.AUTO if inference.kv_cache is KvCache.INT4 else inference.kv_cache  # vLLM has no 4-bit cache
-    per_token = kv_cache_bytes(model, batch=1, context=1, bytes_per_element=kv_bytes_per_element(kv, dt))
-    budget = int(gpu.memory_bytes * VLLM_UTILIZATION) - fixed
-    tokens = max(0, budget) // (per_token * VLLM_BLOCK_TOKENS) * VLLM_BLOCK_TOKENS
-    longest = min(tokens, model.max_positions or tokens)
-    wanted = inference.batch * inference.context
-    return VllmFit(
-        utilization=VLLM_UTILIZATION,
-        kv_budget_bytes=budget,
-        kv_bytes_per_token=per_token,
-        kv_tokens=tokens,
-        max_model_len=longest,
-        sequences=tokens // inference.context,
-        utilization_needed=(fixed + wanted * per_token) / gpu.memory_bytes,
-    )

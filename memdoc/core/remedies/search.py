@@ -40,9 +40,11 @@ import math
 from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, compute_bill
+from memdoc.core.billing.bill_json import row_per_gpu_json
 from memdoc.core.billing.parallel import check_parallel_model
 from memdoc.core.billing.posttrain.steptime import task_step_time as step_time
 from memdoc.core.billing.steptime import StepTime
+from memdoc.core.billing.verdict import row_fit_json
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.lora import fit_lora_targets
 from memdoc.core.model.model_spec import ModelSpec
@@ -60,8 +62,7 @@ from memdoc.core.model.plan import (
 from memdoc.core.model.plan_post import check_post_training_request
 from memdoc.core.model.ranges import MAX_STEP_SEQUENCES
 from memdoc.core.remedies.search_post import POST_MEMORY_RANK, plan_knobs, post_values, resolve
-from memdoc.core.remedies.time_band import TimeBand, rank_seconds, time_band
-from memdoc.core.reports.json_parts import row_fit_json, row_per_gpu_json, time_json
+from memdoc.core.remedies.time_band import TimeBand, rank_seconds, time_band, time_json
 from memdoc.errors import PlanError
 
 _MEMORY_RANK: dict[str, dict] = {

@@ -66,6 +66,13 @@ def time_band(plan: TrainingPlan, time: StepTime) -> TimeBand:
     return TimeBand(relative=seconds / time.seconds if time.seconds else 0.0, basis=basis)
 
 
+def time_json(time: StepTime, world_size: int, band: TimeBand | None = None) -> dict:
+    """The --json `time` of a plan (docs/output.md): the modelled step (`StepTime.to_json`: step_seconds,
+    tokens per second per GPU and on all GPUs, and on more than one GPU the exposed communication and its
+    link), with its `band` where the command ranks plans by it."""
+    return time.to_json(world_size) | ({} if band is None else {"band": band.to_json()})
+
+
 def rank_seconds(time: StepTime, band: TimeBand) -> float:
     """The seconds a plan ranks by: its modelled time when it rests on measurements, the upper end of its
     band when it has first-order terms."""

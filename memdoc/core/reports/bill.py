@@ -10,11 +10,13 @@ from memdoc.core.billing.inference import InferenceBill, InferencePlan, inferenc
 from memdoc.core.billing.posttrain.steptime import task_step_time
 from memdoc.core.billing.run_phases import RunBill, run_bill
 from memdoc.core.billing.steptime import StepTime
+from memdoc.core.billing.vllm_budget import VllmStartup, vllm_startup
+from memdoc.core.billing.vllm_startup import VllmArgs
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan
 from memdoc.core.remedies.climb import LadderStep, climb
-from memdoc.core.remedies.inference import InferenceStep, VllmFit, climb_inference, inference_maximum, vllm_fit
+from memdoc.core.remedies.inference import InferenceStep, climb_inference, inference_maximum
 from memdoc.core.remedies.maximum import Maximum, maximum
 
 
@@ -85,17 +87,23 @@ class InferenceReport:
 
     bill: InferenceBill
     ladder: list[InferenceStep]
-    vllm: VllmFit | None
+    vllm: VllmStartup | None
+    engine: str | None = None
+    """"vllm" or "hf" when one engine was asked for; None: transformers' bill with vLLM's start-up after it."""
     max_of: str | None = None
     maximum: Maximum | None = None
     """The largest batch or context that fits comfortably, and that fits at all (`inference_maximum`)."""
 
     @property
     def fits(self) -> bool | None:
+        """vLLM's: does it start; otherwise the transformers bill's fit."""
+        if self.engine == "vllm" and self.vllm is not None:
+            return self.vllm.starts
         return self.bill.fits
 
     def to_json(self) -> dict:
         data = self.bill.to_json()
+        data["engine"] = self.engine
         data["ladder"] = [step.to_json() for step in self.ladder]
         data["vllm"] = None if self.vllm is None else self.vllm.to_json()
         if self.maximum is not None:
@@ -104,13 +112,23 @@ class InferenceReport:
 
 
 def inference_report(
-    model: ModelSpec, plan: InferencePlan, gpu: GpuSpec | None, *, ladder: bool = True, max_of: str | None = None
+    model: ModelSpec,
+    plan: InferencePlan,
+    gpu: GpuSpec | None,
+    *,
+    ladder: bool = True,
+    max_of: str | None = None,
+    engine: str | None = None,
+    vllm: VllmArgs | None = None,
 ) -> InferenceReport:
-    """The inference bill; with a GPU, also its ladder (if `ladder`), the largest `max_of` and vLLM's fit."""
+    """The inference bill; with a GPU, also its ladder (if `ladder`, not for engine "vllm"), the largest `max_of`
+    and vLLM's start-up with `vllm` (its defaults when None; not for engine "hf")."""
+    serving = gpu is not None and engine != "hf"
     return InferenceReport(
         bill=inference_bill(model, plan, gpu),
-        ladder=[] if (not ladder or gpu is None) else climb_inference(model, plan, gpu),
-        vllm=None if gpu is None else vllm_fit(model, plan, gpu),
+        ladder=[] if (not ladder or gpu is None or engine == "vllm") else climb_inference(model, plan, gpu),
+        vllm=vllm_startup(model, plan, gpu, vllm or VllmArgs()) if serving else None,
+        engine=engine,
         max_of=max_of,
         maximum=None if max_of is None or gpu is None else inference_maximum(model, plan, gpu, max_of),
     )

@@ -10,14 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from memdoc.core.billing.bill import Bill, compute_bill
+from memdoc.core.billing.verdict import fit_json
 from memdoc.core.emit import default_filename
 from memdoc.core.emit.dispatch import EmitContext, emit, render_main, render_side
 from memdoc.core.emit.text import shell_join
-from memdoc.core.model.gpu import GpuSpec
-from memdoc.core.model.model_spec import ModelSpec
+from memdoc.core.model.gpu import GpuSpec, gpu_json
+from memdoc.core.model.model_spec import ModelSpec, model_json
 from memdoc.core.model.plan import TrainingPlan, flag_for
 from memdoc.core.remedies.climb import climb
-from memdoc.core.reports.json_parts import fit_json, gpu_json, model_json
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,13 @@ import math
 from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill
-from memdoc.core.model.gpu import GpuSpec, resolve_gpu
-from memdoc.core.model.model_spec import ModelSpec
+from memdoc.core.billing.bill_json import row_per_gpu_json
+from memdoc.core.billing.verdict import row_fit_json
+from memdoc.core.model.gpu import GpuSpec, gpu_json, resolve_gpu
+from memdoc.core.model.model_spec import ModelSpec, model_json
 from memdoc.core.model.plan import Offload, TrainingPlan
 from memdoc.core.remedies.search import Candidate, search
-from memdoc.core.reports.json_parts import gpu_json, model_json, row_fit_json, row_per_gpu_json, time_json
+from memdoc.core.remedies.time_band import time_json
 from memdoc.errors import PlanError, UnknownGpuError
 
 DEFAULT_TOKENS = 1e9

@@ -5,16 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill, compute_bill
+from memdoc.core.billing.bill_json import row_per_gpu_json
 from memdoc.core.billing.posttrain.steptime import task_step_time
 from memdoc.core.billing.steptime import StepTime
 from memdoc.core.billing.verdict import MIN_MEMORY_ERROR
-from memdoc.core.model.gpu import GpuSpec
-from memdoc.core.model.model_spec import ModelSpec
+from memdoc.core.model.gpu import GpuSpec, gpu_json
+from memdoc.core.model.model_spec import ModelSpec, model_json
 from memdoc.core.model.plan import TrainingPlan
 from memdoc.core.remedies.search import Candidate, search
 from memdoc.core.remedies.search_post import suggestions
-from memdoc.core.remedies.time_band import TimeBand, time_band
-from memdoc.core.reports.json_parts import gpu_json, model_json, row_per_gpu_json, time_json
+from memdoc.core.remedies.time_band import TimeBand, time_band, time_json
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,13 @@ from dataclasses import dataclass
 
 from memdoc.core.billing.bill import Bill
 from memdoc.core.billing.inference import InferenceBill
+from memdoc.core.billing.verdict import fit_json
 from memdoc.core.doctor.diagnosis import OomDiagnosis, PlanContext, diagnose_oom
 from memdoc.core.doctor.oom import first_oom
 from memdoc.core.doctor.symptoms import get_symptom
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan
-from memdoc.core.reports.json_parts import fit_json
 from memdoc.errors import ConfigError
 
 

@@ -225,14 +225,6 @@ def post_notes(post: dict, measured: dict) -> list[str]:
     return notes
 
 
-def with_bill(post: dict, bill) -> dict:
-    """`post` with each phase's billed bytes next to the measured ones: `bill.phases` by the STEP_PHASES names,
-    None for a phase the bill lacks (or without a bill)."""
-    phases = getattr(bill, "phases", None) or {}
-    billed = {p: (int(phases[p].total) if p in phases else None) for p in STEP_PHASES}
-    return post | {"billed": billed}
-
-
 def post_line(post: dict) -> str:
     """One log line: the trainer, its task and each phase's measured peak (and billed, where billed)."""
     parts = []

@@ -6,9 +6,11 @@ import pytest
 from conftest import invoke as run
 
 from memdoc.core.billing.inference import InferencePlan, KvCache, Weights, inference_bill
+from memdoc.core.billing.vllm_budget import vllm_startup
+from memdoc.core.billing.vllm_startup import VllmArgs
 from memdoc.core.model.gpu import resolve_gpu
 from memdoc.core.model.plan import parse_plan
-from memdoc.core.remedies.inference import climb_inference, max_inference, vllm_fit
+from memdoc.core.remedies.inference import climb_inference, max_inference
 from memdoc.resolve.models import resolve_model
 
 LLAMA31_8B = "meta-llama/Llama-3.1-8B"
@@ -84,14 +86,15 @@ def test_max_batch_is_the_boundary():
 
 def test_vllm_budget_counts_whole_blocks_and_the_sequences_it_holds():
     model, p = plan(seq=8192)
-    fit = vllm_fit(model, p, resolve_gpu("rtx-4090"))
+    fit = vllm_startup(model, p, resolve_gpu("rtx-4090"), VllmArgs(max_model_len=8192))
     assert fit.kv_bytes_per_token == 128 * 1024
-    assert fit.kv_tokens % 16 == 0 and fit.kv_tokens * fit.kv_bytes_per_token <= fit.kv_budget_bytes
-    # vLLM's rule: 0.9 × the card − bf16 weights − the process outside torch (766.8 MiB measured) − the
-    # profiling run (on a < 70 GiB card 2048 tokens: a few hundred MiB)
+    assert fit.kv_cache_tokens % 16 == 0 and fit.kv_cache_tokens * fit.kv_bytes_per_token <= fit.available_kv
+    # vLLM's rule: 0.9 × the card − bf16 weights − the process outside torch − the profiling run (on a < 70 GiB
+    # card 2048 tokens or the sampler's 256 rows: under a GiB) − the CUDA graphs (vLLM ≥ 0.21, under a GiB)
     card = 25_756_172_288  # RTX 4090, torch's total_memory
-    upper = 0.9 * card - 2 * PARAMS - 766.8 * 2**20
-    assert upper - 2**30 < fit.kv_budget_bytes < upper
+    upper = 0.9 * card - 2 * PARAMS - 0.3 * 2**30
+    assert upper - 2 * 2**30 < fit.available_kv < upper
+    assert fit.max_concurrency == fit.blocks / (8192 // 16)
 
 
 def test_bill_inference_json_has_ladder_vllm_and_max():

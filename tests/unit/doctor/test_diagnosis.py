@@ -11,10 +11,10 @@ import json
 import pytest
 from conftest import FIXTURES, invoke
 
-from memdoc.commands.diagnose import _read_oom
 from memdoc.core.doctor.diagnosis import PlanContext, diagnose_oom
 from memdoc.core.doctor.symptoms import get_symptom, list_symptoms, time_cost_rank
 from memdoc.core.model.plan import parse_plan
+from memdoc.core.reports.diagnose import read_oom
 from memdoc.integrations.record import oom_record
 from memdoc.resolve.models import resolve_model
 
@@ -109,8 +109,9 @@ def test_vllm_kv_cache_refusal_never_prescribes_inference_mode():
     assert d.kind in VLLM and d.phase == "generate"
     assert d.causes[0].id == "vllm-kv-cache"
     assert "131,072" in d.causes[0].evidence and "44,560" in d.causes[0].evidence
-    assert ranked(d)[0] == "infer-limit-context"
-    assert "max_model_len" in d.rows[0].prescription.how["vllm"]
+    assert d.causes[0].fix.startswith("--max-model-len 44560 starts")  # the log's own KV-cache tokens
+    assert ranked(d)[:4] == ["infer-kv-quant", "infer-limit-context", "infer-limit-batch", "infer-prefix-caching"]
+    assert "max_model_len" in d.rows[1].prescription.how["vllm"]
     flagged = diagnose_oom(text, symptom="inference-oom")
     assert "infer-no-grad" not in ranked(flagged)
     assert "inference_mode" in apart(flagged)["infer-no-grad"]
@@ -151,7 +152,7 @@ def test_the_three_users_give_the_same_diagnosis(tmp_path):
     cli = json.loads(res.stdout)
     # the log's progress bar says the first step (0/1250): the script run and the callback see the same step
     script = {"message": message, "phase": "backward", "step": 0}
-    _read_oom(script, traceback, steps=0)
+    read_oom(script, traceback, steps=0)
     callback = oom_record(
         message, traceback + "torch.OutOfMemoryError: " + message, step=0, where="training_step",
         batch=None, longest_before=None, first_step=True,
@@ -227,7 +228,12 @@ EVERY_LOG = {
     "save-fsdp-full-state-dict": ("cuda-oom", "save", "save-oom", "tensors-fill-the-card", "save-fsdp-sharded"),
     "save-zero3-gather": ("cuda-oom", "save", "save-oom", "fragmentation", "midrun-expandable-segments"),
     "step-n-logits": ("cuda-oom", "loss", "long-sample-oom", "tensors-fill-the-card", "long-cap-length"),
-    "vllm-kv-cache": ("vllm-kv", "generate", "inference-oom", "vllm-kv-cache", "infer-limit-context"),
+    # vLLM's refusals: the cause names the max_model_len the log allows, then the seed's inference order
+    # (KV quantisation → context limit → batch limit → prefix caching)
+    "vllm-kv-cache": ("vllm-kv", "generate", "inference-oom", "vllm-kv-cache", "infer-kv-quant"),
+    "vllm-max-seq-len-v0": ("vllm-kv", None, "inference-oom", "vllm-kv-cache", "infer-kv-quant"),
+    "vllm-kv-needed-v1": ("vllm-kv", "generate", "inference-oom", "vllm-kv-cache", "infer-kv-quant"),
+    "vllm-no-cache-blocks-v1": ("vllm-kv", "generate", "inference-oom", "vllm-kv-cache", "infer-kv-quant"),
 }
 
 

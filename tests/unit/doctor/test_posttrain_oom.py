@@ -3,6 +3,7 @@ quantified on the plan."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import sys
@@ -20,7 +21,7 @@ from tests.unit.doctor.test_diagnosis import LOGS, fixture_log
 SITE = Path(__import__("trl").__file__ if False else __import__("importlib.util").util.find_spec("trl").origin).parents[
     1
 ]
-"""The installed site-packages (TRL 1.16, transformers 5.24, torch 2.13)."""
+"""The installed site-packages (TRL 1.16, transformers 5.25, torch 2.13: requirements/lock.txt)."""
 STDLIB = Path(sys.base_prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
 POSTTRAIN_LOGS = ("grpo-generation-kv-cache", "dpo-reference-load")
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\w+)\n\s+(.+)')
@@ -35,6 +36,16 @@ def _installed(path: str) -> Path | None:
     return None
 
 
+def _enclosing_function(source: Path, line: int) -> str | None:
+    """The innermost function of `source` whose body holds `line` (the name a traceback prints for it)."""
+    inner = None
+    for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno <= line <= node.end_lineno:
+            if inner is None or node.lineno > inner.lineno:
+                inner = node
+    return inner.name if inner else None
+
+
 @pytest.mark.parametrize("name", POSTTRAIN_LOGS)
 def test_fixture_frames_are_the_installed_sources(name):
     """Every frame of the two logs is the installed file's line, in the function it names: written from the
@@ -47,8 +58,7 @@ def test_fixture_frames_are_the_installed_sources(name):
             continue
         lines = source.read_text(encoding="utf-8").splitlines()
         assert lines[int(line) - 1].strip() == code.strip(), f"{source}:{line}"
-        defs = [i for i in range(int(line)) if re.match(rf"\s*def {func}\(", lines[i])]
-        assert defs, f"{func} not defined above {source}:{line}"
+        assert _enclosing_function(source, int(line)) == func, f"{source}:{line} is not in {func}"
         checked += 1
     assert checked >= 9
 

@@ -8,9 +8,10 @@ import re
 import subprocess
 import sys
 from importlib import metadata
+from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, invoke
 
 from memdoc.core.model.plan import Optimizer
 from memdoc.core.model.stack import LATEST_KNOWN, LATEST_KNOWN_DATE, Stack, parse_stack, parse_version
@@ -122,3 +123,58 @@ def test_installed_defaults_are_the_installed_trainers():
         sft["padding_free"],
     )
     assert sft["loss_type"] == "nll"  # computed through the fused LM head (trl/trainer/sft_trainer.py)
+
+
+def _lock() -> dict[str, str]:
+    """requirements/lock.txt as {distribution name: pinned version}."""
+    pins = re.findall(r"^([A-Za-z0-9._-]+)==([^\s;\\]+)", (ROOT / "requirements" / "lock.txt").read_text(), re.M)
+    return {name.lower().replace("_", "-"): version for name, version in pins}
+
+
+LOCKED_BEHIND = {
+    "torch": "the CPU wheel on the project machines' disk (requirements/lock.in)",
+    "axolotl": "the validator's pin (requirements/nodeps.in)",
+}
+"""Libraries the lock holds at an older release on purpose; every other one it resolves to the newest."""
+
+
+def test_the_lock_and_latest_known_agree():
+    lock = _lock()
+    for package, known in LATEST_KNOWN.items():
+        if package not in lock:
+            continue
+        if package in LOCKED_BEHIND:
+            assert parse_version(known.version) >= parse_version(lock[package]), package
+        else:
+            assert known.version == lock[package], f"{package}: LATEST_KNOWN {known.version}, lock {lock[package]}"
+
+
+def test_the_lock_pins_everything_with_hashes():
+    text = (ROOT / "requirements" / "lock.txt").read_text()
+    entries = [line for line in text.splitlines() if line and not line[0].isspace() and not line.startswith("#")]
+    assert entries and all(re.match(r"[A-Za-z0-9._-]+==\S+ \\$", line) for line in entries), entries[:3]
+    assert text.count("--hash=sha256:") >= len(entries)
+    assert _lock()["torch"].endswith("+cpu")  # never the multi-GB CUDA build
+
+
+@pytest.mark.skipif(Path(sys.prefix).resolve() != (ROOT / ".venv").resolve(), reason="not the checkout's .venv")
+def test_the_checkouts_venv_holds_the_lock_exactly():
+    installed = {dist.metadata["Name"].lower().replace("_", "-"): dist.version for dist in metadata.distributions()}
+    installed.pop("pip", None)  # the venv's own installer, not a dependency
+    assert installed.pop("memdoc") == metadata.version("memdoc")
+    assert installed == _lock()
+
+
+@pytest.mark.parametrize(
+    "stack, newer",
+    [("transformers==5.25.0,accelerate==1.16.0", None), ("transformers==5.99.0,peft==0.22.0", "transformers 5.99.0")],
+)
+def test_a_stack_newer_than_known_gets_one_note(stack, newer):
+    result = invoke("bill", "meta-llama/Llama-3.1-8B", "--gpu", "h100", "--method", "lora", "--stack", stack)
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.stderr.splitlines() if "newer than memdoc knows" in line]
+    if newer is None:
+        assert notes == []
+    else:
+        assert len(notes) == 1 and f"{newer} as {LATEST_KNOWN['transformers'].version}" in notes[0]
+        assert "peft" not in notes[0]

@@ -6,9 +6,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from memdoc.core.billing.bill import PhaseBill
+from memdoc.core.billing.bill_json import with_bill
 from memdoc.core.billing.vocabulary import STEP_PHASES
 from memdoc.core.model.plan_post import Task, Vllm
-from memdoc.probe.script.trl_phases import plan_fields, with_bill
+from memdoc.probe.script.trl_phases import plan_fields
 
 
 def test_grpo_knobs_give_the_online_plan_fields():
