@@ -13,7 +13,7 @@ def models(json_out: JsonOpt = False) -> None:
     Example: memdoc models --json
     """
     from memdoc import render
-    from memdoc.core.model.vlm import model_spec
+    from memdoc.core.model.vision.vlm import model_spec
     from memdoc.resolve.models import catalog_config, catalog_ids
 
     ids = sorted(set(catalog_ids().values()), key=str.lower)

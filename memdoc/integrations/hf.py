@@ -438,7 +438,7 @@ class MemdocCallback(TrainerCallback):
         """The bill of the detected plan at batch `shape` (None when the model is not a billable HF model)."""
         from memdoc.core.billing.bill import compute_bill
         from memdoc.core.model.gpu import generic_gpu
-        from memdoc.core.model.vlm import model_spec
+        from memdoc.core.model.vision.vlm import model_spec
         from memdoc.errors import MemdocError
         from memdoc.probe.script.detect import (
             detect_plan,

@@ -139,7 +139,7 @@ def _from_config(conf, model_type, plan: TrainingPlan, notes: list[str] | None):
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
     from transformers.initialization import no_init_weights
 
-    from memdoc.core.model.vlm import VLMS
+    from memdoc.core.model.vision.registry import VLMS
 
     auto = AutoModelForImageTextToText if model_type in VLMS else AutoModelForCausalLM
     dtype = torch_dtype(_storage_dtype(plan))

@@ -71,7 +71,8 @@ from memdoc.core.model.plan import (
     Shard,
     TrainingPlan,
 )
-from memdoc.core.model.vlm import is_vlm, text_config_of
+from memdoc.core.model.vision.registry import VLMS
+from memdoc.core.model.vision.vlm import is_vlm, text_config_of
 from memdoc.errors import ConfigError
 from memdoc.probe.build import build_model, build_optimizer, optimizer_state_bytes, torch_dtype
 from memdoc.probe.memtrack_names import top_modules
@@ -115,7 +116,7 @@ def layer_period(config: dict) -> int | None:
     """Smallest p such that layers repeat every p layers; None when they do not repeat (trace all). A VLM's are its
     language model's (its vision tower is traced whole); Llama-3.2-Vision's cross-attention layers are traced all."""
     if is_vlm(config):
-        if config["model_type"] == "mllama":
+        if VLMS[config["model_type"]].cross_attention:
             return None
         config = text_config_of(config)
     n = layer_count(config)

@@ -7,10 +7,10 @@ depth separately (each block's saved tensors and weights add), so four traces fi
 v2) give the per-layer and per-block slopes, and (k2, v2) checks the sum; when the check disagrees the caller
 traces the whole tower instead.
 
-The tower's blocks repeat with period 1 (SigLIP, Idefics3, Pixtral: identical blocks) or with Qwen2.5-VL's full-
-attention blocks (`fullatt_block_indexes`, every 8th: period 8, the indexes cut with the depth,
-`modeling_qwen2_5_vl.py` `Qwen2_5_VisionTransformerPretrainedModel.forward`, transformers 5.24). Towers with
-other per-block roles (Qwen3-VL's DeepStack taps, Llama-3.2-Vision's global layers) are traced whole.
+The tower's record says how its blocks repeat (`Tower.period`): with period 1 (SigLIP, Idefics3, Pixtral: identical
+blocks) or with Qwen2.5-VL's full-attention blocks (`fullatt_block_indexes`, every 8th: period 8, the indexes cut
+with the depth, `modeling_qwen2_5_vl.py` `Qwen2_5_VisionTransformerPretrainedModel.forward`, transformers 5.24).
+Towers with other per-block roles (Qwen3-VL's DeepStack taps, Llama-3.2-Vision's global layers) are traced whole.
 """
 
 from __future__ import annotations
@@ -20,48 +20,26 @@ from collections.abc import Callable
 
 from memdoc.core.billing.vocabulary import LINE_ITEMS
 from memdoc.core.model.plan import TrainingPlan
-from memdoc.core.model.vision import count_tower, tower_kind
-from memdoc.core.model.vlm import VLMS
+from memdoc.core.model.vision.registry import tower_of
 
 TOLERANCE = 1e-3
 """Relative disagreement of the check trace that sends the caller to a whole-tower trace (the tracer's own)."""
 
 
-def _depth_key(kind: str) -> str:
-    return "depth" if kind.startswith("qwen") else "num_hidden_layers"
-
-
 def tower_depth(config: dict) -> int:
-    """The vision tower's blocks (`vision.count_tower`'s reading of `vision_config`)."""
-    vision = config.get("vision_config") or {}
-    return count_tower(vision, tower_kind(vision, VLMS[config["model_type"]].tower)).layers
+    """The vision tower's blocks (its record's count of `vision_config`)."""
+    return tower_of(config).count(config.get("vision_config") or {}).layers
 
 
 def tower_period(config: dict) -> int | None:
     """Blocks after which the tower repeats; None when its blocks have other roles (traced whole)."""
-    vision = config.get("vision_config") or {}
-    kind = tower_kind(vision, VLMS[config["model_type"]].tower)
-    depth = tower_depth(config)
-    if kind in ("siglip", "idefics3", "pixtral"):
-        return 1
-    if kind == "qwen2_5_vl":
-        full = list(vision.get("fullatt_block_indexes", [7, 15, 23, 31]))
-        period = full[0] + 1 if full else 1
-        regular = full == list(range(period - 1, depth, period))
-        return period if regular and depth % period == 0 else None
-    return None
+    return tower_of(config).period(config.get("vision_config") or {}, tower_depth(config))
 
 
 def with_tower_depth(config: dict, blocks: int) -> dict:
     """A copy of the VLM config with its tower cut to `blocks` blocks (Qwen2.5-VL's full-attention indexes cut too)."""
     out = copy.deepcopy(config)
-    vision = out.setdefault("vision_config", {})
-    kind = tower_kind(vision, VLMS[config["model_type"]].tower)
-    vision[_depth_key(kind)] = blocks
-    if kind == "qwen2_5_vl":
-        vision["fullatt_block_indexes"] = [
-            i for i in vision.get("fullatt_block_indexes", [7, 15, 23, 31]) if i < blocks
-        ]
+    tower_of(config).cut(out.setdefault("vision_config", {}), blocks)
     return out
 
 

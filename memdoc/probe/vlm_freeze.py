@@ -9,18 +9,22 @@ mean, as in the bill (`core/model/plan_vision.py` `PartPolicy`):
 - trained: a full fine-tune trains it; LoRA adapts every linear of it;
 - frozen: no gradient (LLaMA-Factory 0.9.5's `freeze_vision_tower`, `freeze_multi_modal_projector`); no adapter.
 
-The parts are found by the module paths of transformers 5.24's VLM classes: the tower `visual` (Qwen-VL),
-`vision_tower` (SigLIP in Gemma 3 and LLaVA, Pixtral) or `vision_model` (Idefics3, Mllama); the projector
-`multi_modal_projector`, `connector` (Idefics3) or the Qwen-VL tower's own `merger` / `deepstack_merger_list`
-(counted as the projector by `core/model/vlm.py`).
+The parts are found by the module paths of transformers 5.24's VLM classes, as each VLM's record names them
+(`Vlm.tower_path`, `Vlm.projector_paths`): the tower `visual` (Qwen-VL), `vision_tower` (SigLIP in Gemma 3 and
+LLaVA, Pixtral) or `vision_model` (Idefics3, Mllama); the projector `multi_modal_projector`, `connector` (Idefics3)
+or the Qwen-VL tower's own `merger` / `deepstack_merger_list` (counted as the projector).
 """
 
 from __future__ import annotations
 
 import re
 
-TOWERS = ("visual", "vision_tower", "vision_model")
-PROJECTORS = ("multi_modal_projector", "connector", "visual.merger", "visual.deepstack_merger_list")
+from memdoc.core.model.vision.registry import VLMS
+
+TOWERS = tuple(sorted({vlm.tower_path for vlm in VLMS.values()}))
+"""Every VLM's tower module path."""
+PROJECTORS = tuple(sorted({path for vlm in VLMS.values() for path in vlm.projector_paths}))
+"""Every VLM's projector module paths (tried before the towers: Qwen-VL's merger sits inside its tower)."""
 
 
 def part_of(name: str) -> str:

@@ -2,12 +2,12 @@
 
 `vlm_step_inputs(hf_config, config, plan)` -> (input_ids, the model's keyword inputs): `plan.micro_batch` rows of
 `plan.seq_len` text tokens plus, per image, the placeholder tokens where the processor puts them (their count from
-`memdoc.core.model.image_tokens`, the same the bill reads), the pixel tensors of the planned `image_size`, and the
+`vision.registry.image_tokens`, the same the bill reads), the pixel tensors of the planned `image_size`, and the
 index tensors each family's forward reads. Pixels are float32, as every image processor returns them
 (`BaseImageProcessor` → `BatchFeature`, no dtype cast); the model casts them itself. Labels are the input ids
 (HF's loss; the collator's -100 masks change which positions count, not the loss's memory).
 
-Per family (`image_tokens.VisionRules.kind`):
+Per processor rule (`vision.records.VisionRules.kind`, the key of the layout and pixel tables below):
 
 - qwen (Qwen2/2.5/3-VL): `pixel_values` (patches, 3 × temporal 2 × patch²) and `image_grid_thw` [1, h/patch,
   w/patch] after `smart_resize` (`Qwen2VLImageProcessor._preprocess`), `mm_token_type_ids` 1 on the image tokens
@@ -29,9 +29,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from memdoc.core.model import image_tiling as tiling
-from memdoc.core.model.image_tokens import ImageTokens, VisionRules, image_family, image_tokens, rules_for
 from memdoc.core.model.plan import TrainingPlan
+from memdoc.core.model.vision import tiling
+from memdoc.core.model.vision.records import ImageTokens, VisionRules
+from memdoc.core.model.vision.registry import image_family, image_tokens, rules_for
 from memdoc.errors import ConfigError, PlanError
 
 TEXT_TOKEN = 100
@@ -49,10 +50,11 @@ class Layout:
 
 def trace_rules(config: dict, plan: TrainingPlan) -> VisionRules:
     """The processor rules of this checkpoint: the family's published ones with the plan's pixel bounds, and for
-    idefics3 the checkpoint's tile and tokens per view (`vision_config.image_size`, `scale_factor`: SmolVLM's
-    384 px, 81 tokens, 4 × 384 longest edge; `SmolVLMProcessor`/`Idefics3Processor` defaults for it)."""
+    Idefics3 (`VisionRules.tile_from_checkpoint`) the checkpoint's tile and tokens per view
+    (`vision_config.image_size`, `scale_factor`: SmolVLM's 384 px, 81 tokens, 4 × 384 longest edge;
+    `SmolVLMProcessor`/`Idefics3Processor` defaults for it)."""
     rules = rules_for(_family(config), max_pixels=plan.max_pixels, min_pixels=plan.min_pixels)
-    if rules.kind == "idefics3":
+    if rules.tile_from_checkpoint:
         tile = int((config.get("vision_config") or {}).get("image_size", rules.tile))
         scale = int(config.get("scale_factor", 2))
         per_view = (tile // rules.patch) ** 2 // scale**2
@@ -61,7 +63,7 @@ def trace_rules(config: dict, plan: TrainingPlan) -> VisionRules:
 
 
 def _family(config: dict) -> str:
-    """The key of `image_tokens.RULES` this checkpoint follows (a `llava` with a pixtral tower is Pixtral's)."""
+    """The key of `vision.registry.RULES` this checkpoint follows (a `llava` with a pixtral tower is Pixtral's)."""
     vision = config.get("vision_config") or {}
     return image_family(config["model_type"], vision.get("model_type"), vision.get("image_size"))
 
@@ -97,11 +99,10 @@ def vlm_step_inputs(model, config: dict, plan: TrainingPlan, notes: list[str]) -
     inputs = {"input_ids": ids, "labels": ids}
     inputs |= _PIXELS[rules.kind](hf_config, tokens, rules, (width, height), (rows, n))
     type_ids = torch.tensor([[int(x) for x in image]] * rows)
-    if rules.kind == "qwen":
-        inputs["mm_token_type_ids"] = type_ids
+    if rules.type_ids:
+        inputs[rules.type_ids] = type_ids
+    if rules.rope_index:
         inputs["position_ids"] = _qwen_positions(model, inputs)
-    elif rules.kind == "gemma3":
-        inputs["token_type_ids"] = type_ids
     notes.append(
         f"images: {n} per row at {width}×{height} → {tokens.text} image tokens each (encoder {tokens.encoder} "
         f"patches, {tokens.views} view(s)); rows of {plan.seq_len} text + {n * tokens.text} image tokens, pixel "

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memdoc.core.model.gpu import GpuSpec
-from memdoc.core.model.image_tokens import RULES
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import TrainingPlan
+from memdoc.core.model.vision.registry import RULES
 from memdoc.core.remedies.dataset_fit import dataset_fit, packed_rows
 from memdoc.core.remedies.dataset_vision import image_report, sample_images, sample_lengths
 from memdoc.errors import DatasetError, PlanError
@@ -307,7 +307,7 @@ def dataset_images(
 ) -> tuple[dict | None, list[int]]:
     """(the `images` object of `bill --dataset` (`dataset_vision.image_report`), each sample's language-model
     sequence: text + image tokens (`dataset_vision.sample_lengths`)); (None, the text counts) when the model takes
-    no images (`image_tokens.RULES`) or no record has any."""
+    no images (`vision.registry.RULES`) or no record has any."""
     if model_type not in RULES or not has_images(records):
         return None, tokens.counts
     sizes = image_sizes([records[i] for i in tokens.rows], path.parent)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.params import UnsupportedArchitecture
-from memdoc.core.model.vlm import model_spec
+from memdoc.core.model.vision.vlm import model_spec
 from memdoc.errors import ConfigError, UnknownModelError, quoted
 from memdoc.resolve.inputs import MiB, read_text, shown
 

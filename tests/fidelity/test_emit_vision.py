@@ -111,7 +111,7 @@ def test_llamafactory_vlm_types_are_its_composite_models():
     import re
     from pathlib import Path
 
-    from memdoc.core.model.vlm import VLMS
+    from memdoc.core.model.vision.registry import VLMS
     from memdoc.core.trainers.vision import LF_VLM_TYPES
 
     source = Path(importlib.util.find_spec("llamafactory").origin).parent / "model" / "model_utils" / "visual.py"

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from memdoc.core.model.image_tokens import RULES, image_tokens, rules_for, video_tokens
+from memdoc.core.model.vision.registry import RULES, image_tokens, rules_for, video_tokens
 
 pytestmark = pytest.mark.slow  # ~10 s: 59 images through the real processors
 

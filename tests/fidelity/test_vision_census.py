@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow  # six tiny VLM forwards, twice each: ~15 s
 
 from memdoc.core.billing.activations.saved import FP32  # noqa: E402
 from memdoc.core.billing.activations.vision import block_saved, outside_blocks_saved  # noqa: E402
-from memdoc.core.model.vlm import model_spec  # noqa: E402
+from memdoc.core.model.vision.vlm import model_spec  # noqa: E402
 
 TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
 TEXT |= dict(vocab_size=300, head_dim=16)

@@ -109,7 +109,7 @@ def _short_trace(model: str, size: str, method: str):
 @pytest.mark.parametrize(("model", "size", "method"), list(_case_params()))
 def test_traced_vlm_step_agrees_with_the_bill(model, size, method):
     from memdoc.core.billing.bill import compute_bill
-    from memdoc.core.model.vlm import model_spec
+    from memdoc.core.model.vision.vlm import model_spec
 
     short, plan, traced = _short_trace(model, size, method)
     billed = compute_bill(model_spec(short, model_id=model), plan)
@@ -173,7 +173,7 @@ def test_freezing_policies_trace_as_billed(model, method, tower, projector):
     gradients; LoRA: adapters on each of their linears) agrees with the bill: the peak within 3%, the gradients
     (what the policies change most) within 0.1%."""
     from memdoc.core.billing.bill import compute_bill
-    from memdoc.core.model.vlm import model_spec
+    from memdoc.core.model.vision.vlm import model_spec
     from memdoc.probe.tracer import trace_training_step
 
     config = _config(model)

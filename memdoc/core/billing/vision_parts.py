@@ -11,7 +11,8 @@ method and LoRA targets -> full weights, adapters on some linears, or frozen.
   (`_maybe_include_all_linear_layers`), the vision tower's and projector's included. `trained` adapts all the
   part's linears; `frozen` none.
 
-The linears are the transformers 5.24 modules (names as peft sees them), per tower kind and per VLM.
+The linears are the transformers 5.24 modules (names as peft sees them), read from each tower's and projector's
+record (`memdoc.core.model.vision`).
 """
 
 from __future__ import annotations
@@ -22,46 +23,17 @@ from dataclasses import dataclass
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import ALL_LINEAR, Method, TrainingPlan
 from memdoc.core.model.plan_vision import PartPolicy
-from memdoc.core.model.vision import VisionSpec
+from memdoc.core.model.vision.spec import projector_of
 
 FULL, ADAPTERS, FROZEN = "full", "adapters", "frozen"
 """How a part trains: its weights, LoRA adapters on some of its linears, or not at all."""
-
-
-PROJECTOR_KINDS = {"qwen2_5_vl": "merger", "qwen3_vl": "merger", "gemma3": "pool", "idefics3": "linear"}
-PROJECTOR_KINDS |= {"mllama": "linear"}
-"""The projector's shape by VLM model_type (transformers 5.24): Qwen-VL's patch merger (a norm, then an MLP on merged
-tokens), Gemma 3's average pool + norm + projection matrix, a single linear (Idefics3's connector, Llama-3.2-Vision's
-projection); the others (LLaVA, Mistral 3) a two-linear MLP ("mlp")."""
-
-
-def tower_linears(vision: VisionSpec) -> list[tuple[str, int, int]]:
-    """(name, in, out) of one encoder block's linears (`modeling_*.py` of each tower kind)."""
-    h, i = vision.hidden_size, vision.intermediate_size
-    if vision.kind == "qwen2_5_vl":  # Qwen2_5_VLVisionAttention, Qwen2_5_VLMLP
-        return [("qkv", h, 3 * h), ("proj", h, h), ("gate_proj", h, i), ("up_proj", h, i), ("down_proj", i, h)]
-    if vision.kind == "qwen3_vl":  # Qwen3VLVisionAttention, Qwen3VLVisionMLP
-        return [("qkv", h, 3 * h), ("proj", h, h), ("linear_fc1", h, i), ("linear_fc2", i, h)]
-    attention = [(name, h, h) for name in ("q_proj", "k_proj", "v_proj")]
-    if vision.kind == "pixtral":  # PixtralAttention, PixtralMLP
-        return [*attention, ("o_proj", h, h), ("gate_proj", h, i), ("up_proj", h, i), ("down_proj", i, h)]
-    out = "o_proj" if vision.kind == "mllama" else "out_proj"  # MllamaVisionAttention; Siglip/Idefics3/CLIP
-    return [*attention, (out, h, h), ("fc1", h, i), ("fc2", i, h)]
 
 
 def projector_linears(model: ModelSpec) -> list[tuple[str, int, int]]:
     """(name, in, out) of the projector's `nn.Linear`s (Gemma 3's projection is a bare Parameter: none)."""
     vision = model.vision
     assert vision is not None
-    pin, out = vision.projector_in, vision.projector_out
-    names = {
-        "qwen2_5_vl": [("0", pin, pin), ("2", pin, out)],  # Qwen2_5_VLPatchMerger.mlp
-        "qwen3_vl": [("linear_fc1", pin, pin), ("linear_fc2", pin, out)],  # Qwen3VLVisionPatchMerger
-        "idefics3": [("proj", pin, out)],  # Idefics3SimpleMLP
-        "mllama": [("multi_modal_projector", pin, out)],
-        "gemma3": [],
-    }
-    return names.get(model.model_type, [("linear_1", pin, out), ("linear_2", out, out)])  # LLaVA, Mistral 3
+    return projector_of(model.model_type).linear_shapes(vision.projector_in, vision.projector_out)
 
 
 @dataclass(frozen=True)
@@ -92,7 +64,7 @@ def part_training(model: ModelSpec, plan: TrainingPlan) -> PartTraining | None:
     """How the tower and projector of `model` train under `plan`; None for a text model."""
     if model.vision is None:
         return None
-    tower, tower_adapted = _part(plan.vision_tower, plan, tower_linears(model.vision))
+    tower, tower_adapted = _part(plan.vision_tower, plan, model.vision.linears())
     projector, projector_adapted = _part(plan.projector, plan, projector_linears(model))
     return PartTraining(tower, tower_adapted, projector, projector_adapted)
 
@@ -110,8 +82,8 @@ def vision_linear_params(model: ModelSpec) -> int:
     """Weights of the vision tower's and projector's `nn.Linear`s (biases excluded); 0 for a text model."""
     if model.vision is None:
         return 0
-    layers = model.vision.layers + model.vision.global_layers
-    tower = sum(i * o for _, i, o in tower_linears(model.vision))
+    layers = model.vision.depth
+    tower = sum(i * o for _, i, o in model.vision.linears())
     return layers * tower + sum(i * o for _, i, o in projector_linears(model))
 
 
@@ -121,8 +93,8 @@ def vision_adapter_shapes(model: ModelSpec, plan: TrainingPlan) -> Counter:
     shapes: Counter = Counter()
     if parts is None or plan.method is Method.FULL:
         return shapes
-    layers = model.vision.layers + model.vision.global_layers
-    for name, i, o in tower_linears(model.vision):
+    layers = model.vision.depth
+    for name, i, o in model.vision.linears():
         if name in parts.tower_adapted:
             shapes[(i, o)] += layers
     for name, i, o in projector_linears(model):
@@ -133,14 +105,12 @@ def vision_adapter_shapes(model: ModelSpec, plan: TrainingPlan) -> Counter:
 
 __all__ = [
     "ADAPTERS",
-    "PROJECTOR_KINDS",
     "FROZEN",
     "FULL",
     "PartTraining",
     "frozen_vision_params",
     "part_training",
     "projector_linears",
-    "tower_linears",
     "vision_adapter_shapes",
     "vision_linear_params",
 ]

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from memdoc.core.model.config_check import check_config
 from memdoc.core.model.config_keys import CONFIG_KEYS, config_value
 from memdoc.core.model.families import FAMILIES, Family, HeadDim, Layout, family_of
-from memdoc.core.model.image_tokens import image_family
 from memdoc.core.model.params import LayerLayout, ParamCounts, count_params, generic_layout, layer_groups, layer_layout
-from memdoc.core.model.vision import VisionSpec
+from memdoc.core.model.vision.registry import image_family
+from memdoc.core.model.vision.spec import VisionSpec
 from memdoc.errors import ConfigError
 
 
@@ -53,9 +53,9 @@ class ModelSpec:
     config_of: str | None = None
     """For a fine-tuned variant billed with its base's catalog config (`id` stays the variant's): the base id."""
     config: dict = field(default_factory=dict, repr=False, compare=False)
-    """The raw config.json dict (a VLM's: its language model's config, `memdoc.core.model.vlm.text_config_of`)."""
+    """The raw config.json dict (a VLM's: its language model's config, `vision.vlm.text_config_of`)."""
     vision: VisionSpec | None = None
-    """A VLM's vision encoder and projector (`memdoc.core.model.vlm`); None for text models."""
+    """A VLM's vision encoder and projector (`memdoc.core.model.vision.vlm`); None for text models."""
     transformers: str | None = None
     """The transformers release whose modelling code runs (the stack's); None: the newest memdoc knows."""
 
@@ -114,7 +114,7 @@ class ModelSpec:
 
     @property
     def image_family(self) -> str:
-        """The image processor's rules this model's checkpoints follow (`image_tokens.image_family`)."""
+        """The image processor's rules this model's checkpoints follow (`vision.registry.image_family`)."""
         if self.vision is None:
             return self.model_type
         return image_family(self.model_type, self.vision.kind, self.vision.image_size)

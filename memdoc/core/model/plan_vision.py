@@ -4,7 +4,7 @@ size, and the processor's pixel bounds where the family has them (issue 26).
 `VisionFields` is a base of `memdoc.core.model.plan.TrainingPlan`, as `plan_post.PostTrainingFields` is: its fields
 are plan fields like any other (flags, recipe keys, `--json`). `check_vision_fields` checks their ranges on every
 plan; `check_vision_against_model` refuses images for a model that takes none, and processor knobs a family lacks.
-The tokens they make are `memdoc.core.model.image_tokens`'s (`plan_image_tokens`).
+The tokens they make are the processor rules' of `memdoc.core.model.vision.registry` (`plan_image_tokens`).
 
 Default image size 1024×1024: the issue's worked example (Qwen2.5-VL-7B, one 1024×1024 image + 512 text tokens),
 and the order of a phone photo after the 1024-px downscale common in VLM data pipelines (LLaVA-OneVision's and
@@ -17,8 +17,9 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from memdoc.core.model.image_tokens import RULES, ImageTokens, image_tokens, rules_for, video_tokens
 from memdoc.core.model.ranges import check_bound
+from memdoc.core.model.vision.records import ImageTokens
+from memdoc.core.model.vision.registry import RULES, image_tokens, rules_for, video_tokens
 from memdoc.errors import PlanError
 
 MAX_IMAGE_EDGE = 65_535
@@ -119,7 +120,7 @@ def check_vision_fields(plan) -> None:
 
 
 def check_vision_against_model(plan, model_type: str, model_id: str) -> None:
-    """Refuse images or video for a model whose processor takes none (`model_type` not in `image_tokens.RULES`),
+    """Refuse images or video for a model whose processor takes none (`model_type` not in `vision.registry.RULES`),
     video for a family without a video processor, processor knobs the family lacks, and a vision part's policy
     on a text model."""
     rules = RULES.get(model_type)

@@ -1,5 +1,5 @@
 """A vision-language dataset's image tokens per sample (`memdoc bill --dataset` with images): each sample's images
-through its family's processor rule (`memdoc.core.model.image_tokens`), their distribution, and the sample whose
+through its family's processor rule (`vision.registry.image_tokens`), their distribution, and the sample whose
 text + image tokens peak.
 
 `sample_lengths` is each sample's whole language-model sequence (text + image placeholders): what the VLM bill
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memdoc.core.model.image_tokens import ImageTokens, image_tokens, rules_for
+from memdoc.core.model.vision.records import ImageTokens
+from memdoc.core.model.vision.registry import image_tokens, rules_for
 from memdoc.core.remedies.dataset_fit import length_stats
 from memdoc.errors import DatasetError
 

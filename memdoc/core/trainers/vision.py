@@ -30,7 +30,7 @@ from __future__ import annotations
 from memdoc.core.model.plan import ALL_LINEAR, Method, TrainingPlan
 from memdoc.core.model.plan_post import Task
 from memdoc.core.model.plan_vision import PartPolicy, row_tokens
-from memdoc.core.model.vlm import VLMS
+from memdoc.core.model.vision.registry import VLMS
 from memdoc.errors import PlanError
 
 LF_VLM_TYPES = frozenset({"qwen2_5_vl", "qwen3_vl", "gemma3", "llava", "mistral3", "mllama"})
@@ -56,7 +56,7 @@ LF_VISION_ROWS = (
 
 
 def is_vlm(model_type: str | None) -> bool:
-    """Is the emitted model a vision-language model memdoc knows (`memdoc.core.model.vlm.VLMS`)?"""
+    """Is the emitted model a vision-language model memdoc knows (`memdoc.core.model.vision.registry.VLMS`)?"""
     return model_type in VLMS
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from memdoc.core.model.model_spec import spec_from_config
-from memdoc.core.model.vlm import is_vlm
+from memdoc.core.model.vision.vlm import is_vlm
 from memdoc.resolve.models import catalog_config, catalog_ids
 
 # Text models; the vision-language models are counted per part in test_vision_params.py.

@@ -11,7 +11,8 @@ import collections
 
 import pytest
 
-from memdoc.core.model.vlm import TEXT_DEFAULTS, VLMS, is_vlm, text_config_of, vlm_spec_from_config
+from memdoc.core.model.vision.registry import VLMS
+from memdoc.core.model.vision.vlm import TEXT_DEFAULTS, is_vlm, text_config_of, vlm_spec_from_config
 from memdoc.resolve.models import catalog_config, catalog_ids, resolve_model
 
 VLM_IDS = sorted(i for i in set(catalog_ids().values()) if is_vlm(catalog_config(i)))

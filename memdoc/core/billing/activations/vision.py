@@ -31,18 +31,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memdoc.core.billing.activations.saved import FP32
-from memdoc.core.billing.vision_parts import FROZEN, FULL, PROJECTOR_KINDS, PartTraining, part_training, tower_linears
+from memdoc.core.billing.vision_parts import FROZEN, FULL, PartTraining, part_training
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Checkpointing, TrainingPlan
 from memdoc.core.model.plan_vision import plan_image_tokens
-from memdoc.core.model.vision import VisionSpec
-
-_RMS_GATED = ("qwen2_5_vl", "pixtral")
-"""Towers of RMSNorm blocks with a gated (SiLU) MLP; the others have LayerNorm blocks and a two-matrix MLP."""
-_QWEN_ATTENTION = ("qwen2_5_vl", "qwen3_vl")
-"""Fused qkv, rotary, attention per `cu_seqlens` chunk then `torch.cat` (a new tensor for `proj`)."""
-_NOT_CHECKPOINTED = ("mllama",)
-"""Encoder layers that are not `GradientCheckpointingLayer`s: gradient checkpointing leaves them whole."""
+from memdoc.core.model.vision.records import ProjectorShape
+from memdoc.core.model.vision.spec import VisionSpec, projector_of
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,23 +87,26 @@ def block_saved(
     def trains(*names: str) -> bool:
         return adapted is None or (not cast and any(name in adapted for name in names))
 
+    tower = vision.tower
     lse = FP32 * vision.num_heads * n
     lora = 0
-    for name, width, _ in tower_linears(vision) if adapted is not None else ():
+    for name, width, _ in vision.linears() if adapted is not None else ():
         if name in adapted:
             lora += (cast or dt) * n * rank + cast * n * width
-    if vision.kind in _QWEN_ATTENTION:  # qkv's input, its output (v is a view), q/k rotated, SDPA's out, the cat
-        attention = dt * nh * (trains("qkv") + 3 + 2 + 1 + trains("proj")) + lse
-    else:  # q/k/v's input; q, k, v and SDPA's output (= out_proj's input)
-        attention = dt * nh * (trains("q_proj", "k_proj", "v_proj") + 4) + lse
-    if vision.kind in _RMS_GATED:  # fp32 input copy, rsqrt, normalised output (when the weight trains)
+    *attention_in, attention_out = tower.attention
+    if tower.fused_qkv:  # qkv's input, its output (v is a view), q/k rotated, SDPA's out, the cat
+        attention = dt * nh * (trains(*attention_in) + 3 + 2 + 1 + trains(attention_out)) + lse
+    else:  # q/k/v's input; q, k, v and SDPA's output (= the output projection's input)
+        attention = dt * nh * (trains(*attention_in) + 4) + lse
+    if tower.rms_norm:  # fp32 input copy, rsqrt, normalised output (when the weight trains)
         norms = 2 * (FP32 * nh + FP32 * n) + (2 * dt * nh if adapted is None else 0)
-        # the MLP's input; gate (SiLU's input), SiLU's output and up (both saved by their product); down's input
-        mlp = dt * nh * trains("gate_proj", "up_proj") + dt * n * i * (3 + trains("down_proj"))
-    else:  # LayerNorm inputs, fp32 mean and rstd; fc1's input, GELU's input, fc2's input
+    else:  # LayerNorm inputs, fp32 mean and rstd
         norms = 2 * (dt * nh + 2 * FP32 * n)
-        fc1, fc2 = ("linear_fc1", "linear_fc2") if vision.kind == "qwen3_vl" else ("fc1", "fc2")
-        mlp = dt * nh * trains(fc1) + dt * n * i * (1 + trains(fc2))
+    *mlp_in, mlp_out = tower.mlp
+    if tower.gated_mlp:  # the MLP's input; gate (SiLU's input), SiLU's output and up (both saved by their product);
+        mlp = dt * nh * trains(*mlp_in) + dt * n * i * (3 + trains(mlp_out))  # down's input
+    else:  # fc1's input, GELU's input, fc2's input
+        mlp = dt * nh * trains(*mlp_in) + dt * n * i * (1 + trains(mlp_out))
     return norms + attention + mlp + lora
 
 
@@ -119,8 +116,8 @@ def _edges(vision: VisionSpec, tokens: int, *, dt: int) -> tuple[int, int, int]:
     cos and sin (fp32: Qwen-VL, Pixtral; the blocks' rotary multiplications save them, checkpointed blocks not)."""
     n, h = tokens, vision.hidden_size
     pixels = dt * n * 3 * vision.temporal_patch_size * vision.patch_size**2
-    rotary = 2 * FP32 * n * (h // vision.num_heads) if vision.kind in (*_QWEN_ATTENTION, "pixtral") else 0
-    post = dt * n * h + 2 * FP32 * n if vision.kind not in _RMS_GATED else 0
+    rotary = 2 * FP32 * n * (h // vision.num_heads) if vision.tower.rotary else 0
+    post = dt * n * h + 2 * FP32 * n if vision.tower.final_norm else 0
     return pixels, post, rotary
 
 
@@ -135,12 +132,12 @@ def projector_saved(model_type: str, vision: VisionSpec, tokens: int, *, dt: int
     * LLaVA's and Mistral 3's MLP: GELU's input, the linears' inputs when trained."""
     n, h, m = tokens, vision.hidden_size, tokens // max(vision.merge, 1) ** 2
     pin, out = vision.projector_in, vision.projector_out
-    kind = PROJECTOR_KINDS.get(model_type, "mlp")
-    if kind == "merger":
+    shape = projector_of(model_type).shape
+    if shape is ProjectorShape.MERGER:
         return FP32 * n * h + FP32 * n + dt * n * h * (3 if trained else 1)
-    if kind == "pool":
+    if shape is ProjectorShape.POOL:
         return dt * n * h + FP32 * m * h + FP32 * m + ((FP32 + dt) * m * h if trained else 0)
-    if kind == "linear":
+    if shape is ProjectorShape.LINEAR:
         return dt * m * pin if trained else 0
     return dt * m * out + (dt * m * (pin + out) if trained else 0)
 
@@ -164,9 +161,9 @@ def vision_activations(model: ModelSpec, plan: TrainingPlan, encoder: int | None
         return None
     dt = plan.precision.compute_bits // 8
     n = plan.micro_batch * encoder if encoder is not None else encoder_tokens(model, plan)
-    layers = vision.layers + vision.global_layers
+    layers = vision.depth
     checkpointing = plan.checkpointing is not Checkpointing.NONE
-    checkpointed = checkpointing and vision.kind not in _NOT_CHECKPOINTED
+    checkpointed = checkpointing and vision.tower.checkpointed
     tower = parts.tower != FROZEN
     adapted = None if parts.tower == FULL else parts.tower_adapted
     cast = 0 if dt == FP32 else (2 if plan.precision.is_amp else FP32)

@@ -2,7 +2,8 @@
 width): each function here mirrors one function of transformers 5.24 (`transformers/models/<family>/...`), named in
 its docstring, and returns the sizes or counts that function produces without touching a pixel.
 
-`memdoc.core.model.image_tokens` turns them into the tokens of one image per family.
+Each family's processor rule (`VisionRules.image`, in its module of this package) turns them into the tokens of
+one image.
 """
 
 from __future__ import annotations
