@@ -54,6 +54,7 @@ def test_stack_flag_is_stated_with_the_versions_assumed():
         "versions": {"transformers": "4.46.0", "torch": "2.5.1"} | {n: LATEST_KNOWN[n].version for n in others},
         "source": "--stack",
         "assumed": others,
+        "newer_than_known": {},
     }
     line = _stderr(invoke("bill", "Qwen/Qwen2.5-0.5B", "--stack", "transformers==4.46.0", "--gpu", GPU, "--no-ladder"))
     assert "stack: transformers 4.46.0 (--stack); assumed at memdoc's latest known: trl 1.16.0, peft " in line

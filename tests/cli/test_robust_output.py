@@ -377,9 +377,11 @@ def _plan_flag_names() -> list[str]:
     from typing import get_args
 
     from memdoc.commands.options import PLAN_OPTIONS
+    from memdoc.commands.serve_options import SERVING_OPTIONS
 
     # Annotated: the first name is `default`; a boolean pair is declared "--on/--off"
-    return [get_args(alias)[1].default.split("/")[0] for alias in PLAN_OPTIONS.values()]
+    aliases = [*PLAN_OPTIONS.values(), *SERVING_OPTIONS.values()]
+    return [get_args(alias)[1].default.split("/")[0] for alias in aliases]
 
 
 @pytest.mark.parametrize("name", _commands()[1])
