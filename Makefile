@@ -8,7 +8,9 @@ LOCK := requirements/lock.txt
 # The whole stack comes from the lock (every package ==, with hashes), so nothing resolves at install time.
 PIP := $(BIN)/pip install --disable-pip-version-check -q --no-deps
 LINTED := memdoc tests benchmarks scripts
-PYTEST := HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+# One worker per core (pytest-xdist), each module on one worker (its module-scoped fixtures run once), one
+# thread per worker: the suite takes ~5 min on 2 cores, serial it would take ~16.
+PYTEST := HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto --dist loadfile
 
 .PHONY: run lint test test-fast bench clean docs lock drift
 

@@ -59,6 +59,17 @@ SYMPTOM_IDS = [
 ]
 
 
+TERMINAL_ENV = ("COLUMNS", "LINES", "FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
+
+
+@pytest.fixture(autouse=True)
+def _no_terminal_env(monkeypatch):
+    """The terminal's size and colour come from the environment only where a test sets them: GNU readline, once
+    imported (pdb, pytest-xdist's workers), exports its terminal's COLUMNS/LINES (80 columns) to the process."""
+    for name in TERMINAL_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
 def invoke(*args, **kwargs):
     """`memdoc ARGS…` in-process (Typer's CliRunner); arguments are turned into strings.
 

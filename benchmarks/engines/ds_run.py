@@ -140,6 +140,7 @@ def env_for(rank: int, world: int, port: int) -> None:
         LOCAL_WORLD_SIZE=str(world),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
+        GLOO_SOCKET_IFNAME="lo",  # gloo binds the loopback, not the address the host name resolves to
         DS_ACCELERATOR="cpu",
         DS_BUILD_OPS="0",
         OMP_NUM_THREADS="1",

@@ -82,6 +82,11 @@ from memdoc.probe.vlm_inputs import vlm_step_inputs
 EXTRAPOLATION_TOLERANCE = 1e-3
 """Relative disagreement between the 3-point check and the extrapolation that forces a full trace."""
 
+TRACED_MICRO_BATCHES = 2
+"""Micro-batches of an accumulating step the tracer runs: the first allocates the gradients, the second adds into
+them in place (autograd's `AccumulateGrad`), and micro-batches 3..N repeat the second's allocations exactly, so
+tracing more of them only costs time."""
+
 Progress = Callable[[str, float], None]
 TraceOnce = Callable[[dict, TrainingPlan, "int | None"], "tuple[dict, dict[str, int], list[str]]"]
 """One trace at a given depth: (config, plan, layers) -> (phase -> items, module activations, notes)."""
@@ -284,7 +289,8 @@ def _track_steady_step(model, opt, ids, plan: TrainingPlan, fsdp: bool, inputs: 
             t.reset_mod_stats()
 
     autocast = _autocast_for(plan, fsdp)
-    step = functools.partial(training_step, model, opt, ids, autocast, plan.grad_accum, between, inputs)
+    accum = min(plan.grad_accum, TRACED_MICRO_BATCHES)
+    step = functools.partial(training_step, model, opt, ids, autocast, accum, between, inputs)
     if fsdp:
         tracker = PhaseFSDPMemTracker(model, opt)
         trackers.append(tracker)
@@ -470,7 +476,8 @@ def _emulation_notes(plan: TrainingPlan) -> list[str]:
     if plan.grad_accum > 1:
         notes.append(
             f"accumulation: {plan.grad_accum} micro-batches per step; the peak is a later one's, "
-            "with the accumulated gradients resident"
+            f"with the accumulated gradients resident (the first {TRACED_MICRO_BATCHES} traced: the rest repeat "
+            "the second)"
         )
     if plan.is_peft:
         notes.append(f"lora dropout {plan.lora_dropout:g}; adapters in fp32 (peft default)")

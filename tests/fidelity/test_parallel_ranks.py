@@ -15,9 +15,11 @@ Two processes run a tiny Llama (random weights, no download), fp32:
 Each is compared with memdoc's per-rank bill (`core/billing/parallel.py`), which never sees torch.
 """
 
+import datetime
 import json
 import os
 import socket
+import time
 
 import pytest
 from conftest import saved_storages
@@ -44,6 +46,8 @@ CONFIG = {
 }
 SEQ = 64
 FP32 = 4
+TIMEOUT_S = 180
+"""Each collective's timeout (gloo's default is 30 min); the ranks get twice that in all."""
 
 
 def _build(layers: int, attention: str = "sdpa"):
@@ -266,8 +270,9 @@ def _rank(rank: int, port: int, path: str) -> None:
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2")
-    os.environ.update(LOCAL_RANK=str(rank), HF_HUB_OFFLINE="1")
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    os.environ.update(LOCAL_RANK=str(rank), HF_HUB_OFFLINE="1", GLOO_SOCKET_IFNAME="lo")
+    torch.set_num_threads(1)  # two ranks on a 2-core machine
+    dist.init_process_group("gloo", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=TIMEOUT_S))
     out: dict = {}
     _tp(out)
     _ulysses(out, rank)
@@ -286,7 +291,13 @@ def ranks(tmp_path_factory):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     path = str(tmp_path_factory.mktemp("ranks") / "rank")
-    mp.spawn(_rank, args=(port, path), nprocs=2)
+    context = mp.spawn(_rank, args=(port, path), nprocs=2, join=False)
+    deadline = time.monotonic() + 2 * TIMEOUT_S
+    while not context.join(timeout=5):  # a rank that fails raises here; a hung one is killed at the deadline
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f"the two gloo ranks did not finish in {2 * TIMEOUT_S} s")
     results = []
     for rank in (0, 1):
         with open(f"{path}.{rank}") as f:

@@ -308,3 +308,13 @@ def test_accumulation_runs_n_micro_batches_with_gradients_resident(small):
     for phase in ("forward", "backward"):
         traced = two.phases[phase]["peak_allocated"] - one.phases[phase]["peak_allocated"]
         assert b2.phases[phase].total - b1.phases[phase].total == pytest.approx(traced, rel=0.01), phase
+
+
+def test_tracing_two_micro_batches_equals_tracing_all_of_them(small, monkeypatch):
+    """`--accum 5`: the tracer runs `TRACED_MICRO_BATCHES` (2) of them; running all five gives the same phases."""
+    import memdoc.probe.tracer as tracer
+
+    capped = trace(small, accum=5)
+    monkeypatch.setattr(tracer, "TRACED_MICRO_BATCHES", 5)
+    every = trace(small, accum=5)
+    assert tracer.TRACED_MICRO_BATCHES == 5 and capped.phases == every.phases
