@@ -11,6 +11,7 @@ import os
 import shlex
 from dataclasses import dataclass, field
 
+from memdoc.core.engines.layout import Engine, engine_layout, plan_engine
 from memdoc.core.model.plan import (
     ALL_LINEAR,
     Checkpointing,
@@ -161,6 +162,22 @@ def trainer_amp_flags(plan: TrainingPlan, notes: list[str]) -> dict:
     return {HF["bf16"]: False, HF["fp16"]: False}
 
 
+def engine_precision_note(plan: TrainingPlan) -> str:
+    """How DeepSpeed or FSDP keeps a pure 16-bit plan's states, as the bill has them (`engine_layout`): the
+    engine, not the loaded dtype, sets the master, gradient and optimizer-state dtypes."""
+    layout = engine_layout(plan)
+    name = plan.precision.torch_dtype_name
+    bits = {16: "bf16" if plan.precision is Precision.BF16 else "fp16", 32: "fp32"}
+    if layout.master_bits:
+        master = f"the optimizer steps a master copy of the weights in {bits[layout.master_bits]}"
+    else:
+        master = f"the trainable weights are sharded in {bits[layout.weight_bits]}"
+    return (
+        f"precision {plan.precision.value} under {layout.engine.value}: weights loaded in {name}; {master}, "
+        f"gradients {bits[layout.grad_bits]}, optimizer states {bits[layout.state_bits]} (as billed)"
+    )
+
+
 def precision_note(plan: TrainingPlan) -> str:
     """One sentence on how the plan's precision is realised by HF-based trainers."""
     p = plan.precision
@@ -180,6 +197,8 @@ def precision_note(plan: TrainingPlan) -> str:
             "copy of a frozen base), "
             f"adapters fp32 (peft), `{'bf16' if p is Precision.AMP_BF16 else 'fp16'}: true` = autocast"
         )
+    if p in (Precision.BF16, Precision.FP16) and plan_engine(plan) is not Engine.DDP:
+        return engine_precision_note(plan)
     if p is Precision.BF16:
         return (
             "precision bf16 (pure): weights loaded in bfloat16, so gradients and optimizer states "
