@@ -12,6 +12,7 @@ from memdoc.core.trainers.text import check_fill_in
 from memdoc.errors import OutputError
 from memdoc.output.files import check_length, write_all
 from memdoc.resolve.setup import Setup, card_as_emit_sees_it
+from memdoc.resolve.stack import stack_in_use
 
 
 def emit_files(
@@ -48,6 +49,7 @@ def emit_files(
         dataset=dataset,
         output_dir=output_dir,
         asked_id=setup.model_arg if setup.model.source == "catalog" else None,
+        stack=setup.stack or stack_in_use(),
     )
     result = dataclasses.replace(result, fit_message=fit_message)
     if path is None:

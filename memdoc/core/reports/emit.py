@@ -14,6 +14,7 @@ from memdoc.core.billing.verdict import fit_json
 from memdoc.core.model.gpu import GpuSpec, gpu_json
 from memdoc.core.model.model_spec import ModelSpec, model_json
 from memdoc.core.model.plan import TrainingPlan, flag_for
+from memdoc.core.model.stack import Stack
 from memdoc.core.remedies.climb import climb
 from memdoc.core.trainers.emit import EmitContext, emit, render_main, render_side
 from memdoc.core.trainers.registry import default_filename
@@ -78,7 +79,9 @@ def plan_to_emit(
     return steps[-1].plan, steps[-1].bill, message
 
 
-def command_line(model_id: str, gpu: GpuSpec | None, plan: TrainingPlan, fmt: str, *, output: str | None) -> str:
+def command_line(
+    model_id: str, gpu: GpuSpec | None, plan: TrainingPlan, fmt: str, *, output: str | None, stack: Stack | None = None
+) -> str:
     """The explicit memdoc command that reproduces this plan (non-default flags only), shell-quoted."""
     parts = ["memdoc", "emit", model_id]
     if gpu is not None:
@@ -94,6 +97,9 @@ def command_line(model_id: str, gpu: GpuSpec | None, plan: TrainingPlan, fmt: st
             parts.append(flag)
         else:
             parts += [flag, ",".join(value) if isinstance(value, list) else str(value)]
+    if stack is not None and stack.source == "--stack":
+        given = [f"{name}=={text}" for name, text in stack.versions.items() if name not in stack.assumed]
+        parts += ["--stack", ",".join(given)]
     parts += ["--format", fmt]
     if output:
         parts += ["-o", output]
@@ -111,6 +117,7 @@ def emit_result(
     dataset: str | None = None,
     output_dir: str | None = None,
     asked_id: str | None = None,
+    stack: Stack | None = None,
 ) -> EmitResult:
     """The config of `plan` in format `fmt` and its side files, at `output` (else the format's default name)."""
     config_path = str(output) if output else default_filename(fmt, plan.task.value)
@@ -121,7 +128,7 @@ def emit_result(
         process_total=the_bill.process_total,
         gpu_name=gpu.name if gpu else None,
         gpu_memory=gpu.memory_bytes if gpu else None,
-        command=command_line(model.id, gpu, plan, fmt, output=str(output) if output else None),
+        command=command_line(model.id, gpu, plan, fmt, output=str(output) if output else None, stack=stack),
         dataset=dataset,
         output_dir=output_dir,
         side_dir=os.path.dirname(str(output)) if output else "",
@@ -130,6 +137,7 @@ def emit_result(
         asked_id=asked_id,
         model_type=model.model_type,
         image_family=model.image_family,
+        stack=stack,
     )
     emitted = emit(fmt, ctx)
     files = [(Path(config_path), render_main(ctx, emitted))]

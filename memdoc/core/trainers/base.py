@@ -23,9 +23,11 @@ from memdoc.core.model.plan import (
     Shard,
     TrainingPlan,
 )
+from memdoc.core.model.stack import Stack
 from memdoc.core.trainers.hf.keys import CHECKPOINTING_KWARGS as CKPT
 from memdoc.core.trainers.hf.keys import KEYS as HF
 from memdoc.core.trainers.hf.keys import LIGER_KEYS as LIGER
+from memdoc.core.trainers.table import KeyTable
 from memdoc.core.trainers.text import dump_json, yaml_document
 from memdoc.errors import PlanError
 
@@ -82,6 +84,13 @@ class EmitContext:
     """The model's `model_type` (a VLM's own, e.g. qwen2_5_vl: `memdoc.core.trainers.vision`); None: unknown."""
     image_family: str | None = None
     """The image processor's rules (`ModelSpec.image_family`: pixtral for a `llava` with a Pixtral tower)."""
+    stack: Stack | None = None
+    """The library versions that will run the file (`--stack`, else the installed ones, else the newest known):
+    a key a trainer renamed is written as that version spells it (`Key.spellings`); None: the newest."""
+
+    def key(self, table: KeyTable, name: str) -> str:
+        """Row `name` of `table` as the stack's version of its trainer spells it."""
+        return table.at(name, self.stack.versions.get(table.trainer) if self.stack else None)
 
     @property
     def multi_gpu(self) -> bool:

@@ -27,7 +27,7 @@ def emit(fmt: str, ctx: EmitContext) -> Emitted:
     trainer.check_parallel(ctx.plan)
     emitted = trainer.emit(ctx)
     trainer.add_parallel_keys(ctx.plan, emitted)
-    loss_note = trainer.loss_note(ctx.plan)
+    loss_note = trainer.loss_note(ctx.plan, ctx.stack)
     if loss_note:
         emitted.notes.append(loss_note)
     if ctx.config_of:

@@ -108,6 +108,10 @@ class KeyTable:
     def __iter__(self) -> Iterator[Key]:
         return iter(self.rows)
 
+    def at(self, name: str, version: str | None) -> str:
+        """The key (inside the block) of row `name` in trainer `version` (None: the newest, the table's)."""
+        return self._by_id[name].key_at(version).rsplit(".", 1)[-1]
+
     def where(self, name: str) -> str:
         """The key of row `name` as a path from the top of the file (`trl.beta`)."""
         leaf = self[name]

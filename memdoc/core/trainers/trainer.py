@@ -72,8 +72,9 @@ class Format(Trainer, Protocol):
         """Notes where the trainer's QLoRA upcast is not the plan's (`--kbit-upcast`)."""
         ...
 
-    def loss_note(self, plan: TrainingPlan) -> str | None:
-        """Where the trainer computes the loss differently from `--loss`, the note saying what to bill."""
+    def loss_note(self, plan: TrainingPlan, stack: Stack | None = None) -> str | None:
+        """Where the trainer (at the `stack`'s version; None: the newest) computes the loss differently from
+        `--loss`, the note saying what to bill."""
         ...
 
 

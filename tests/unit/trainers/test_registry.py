@@ -212,7 +212,7 @@ class Toy:
     def kbit_notes(self, plan):
         return []
 
-    def loss_note(self, plan):
+    def loss_note(self, plan, stack=None):
         return None
 
 

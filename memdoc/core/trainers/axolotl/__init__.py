@@ -53,7 +53,7 @@ class Axolotl:
 
         return kbit_notes(plan)
 
-    def loss_note(self, plan):
+    def loss_note(self, plan, stack=None):
         from memdoc.core.trainers.axolotl.facts import loss_note
 
         return loss_note(plan)

@@ -52,7 +52,7 @@ class Hf:
 
         return kbit_notes(plan)
 
-    def loss_note(self, plan):
+    def loss_note(self, plan, stack=None):
         from memdoc.core.trainers.hf.facts import loss_note
 
         return loss_note(plan)

@@ -34,16 +34,25 @@ def training_arguments(ctx: EmitContext, notes: list[str], placeholders: dict[st
     placeholders[HF["learning_rate"]] = "a common default for this method; tune it"
     out[HF["epochs"]] = 1
     out[HF["lr_scheduler"]] = LR_SCHEDULER
-    out[HF["warmup"]] = WARMUP_RATIO
+    out[ctx.key(HF, "warmup")] = WARMUP_RATIO
     out.update(optimizer_keys(plan, notes))
     out.update(trainer_amp_flags(plan, notes))
-    out.update(checkpointing_keys(plan, notes))
+    out.update(_as_spelled(ctx, checkpointing_keys(plan, notes)))
     if uses_deepspeed(plan):
         out[HF["shard"]] = ctx.side_path(DS_CONFIG_NAME)
     out[HF["logging_steps"]] = 10
     out[HF["save_strategy"]] = "epoch"
     out[HF["report_to"]] = "none"
     return out
+
+
+def _as_spelled(ctx: EmitContext, keys: dict) -> dict:
+    """`checkpointing_keys` under the names the stack's transformers reads without a deprecation warning."""
+    names = {
+        HF["checkpointing"]: ctx.key(HF, "activation_checkpointing"),
+        HF["checkpointing_kwargs"]: ctx.key(HF, "activation_checkpointing_kwargs"),
+    }
+    return {names[key]: value for key, value in keys.items()}
 
 
 def distributed_side_files(ctx: EmitContext, notes: list[str]) -> list[SideFile]:

@@ -37,7 +37,20 @@ KEYS = KeyTable(
         Key("precision", "bf16", name="bf16"),
         Key("precision", "fp16", name="fp16"),
         Key("checkpointing", "gradient_checkpointing"),
-        Key("checkpointing", "activation_checkpointing", name="activation_checkpointing"),
+        # from 5.23.0 `activation_checkpointing(_kwargs)`; `gradient_checkpointing(_kwargs)` are deprecated aliases
+        # that warn (transformers 5.23.0 training_args.py:908-934, the warning at :1541)
+        Key(
+            "checkpointing",
+            "activation_checkpointing",
+            name="activation_checkpointing",
+            spellings={"5.23.0": "gradient_checkpointing"},
+        ),
+        Key(
+            "checkpointing",
+            "activation_checkpointing_kwargs",
+            name="activation_checkpointing_kwargs",
+            spellings={"5.23.0": "gradient_checkpointing_kwargs"},
+        ),
         Key("checkpointing", "gradient_checkpointing_kwargs", name="checkpointing_kwargs"),
         Key("loss", "use_liger_kernel"),
         Key("loss", "liger_kernel_config", name="liger_kernel_config"),

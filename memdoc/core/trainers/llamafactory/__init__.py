@@ -53,7 +53,7 @@ class LlamaFactory:
 
         return kbit_notes(plan)
 
-    def loss_note(self, plan):
+    def loss_note(self, plan, stack=None):
         from memdoc.core.trainers.llamafactory.facts import loss_note
 
         return loss_note(plan)

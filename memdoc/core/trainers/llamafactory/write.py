@@ -105,8 +105,8 @@ def emit_llamafactory(ctx: EmitContext) -> Emitted:
     _vision(ctx, config, notes)
     config.update(packing_keys(plan, notes))
     args = training_arguments(ctx, notes, placeholders)
-    checkpointing = args.pop(HF["checkpointing"])
-    _checkpointing_kwargs(args.pop(HF["checkpointing_kwargs"], None) or {}, notes)
+    checkpointing = args.pop(ctx.key(HF, "activation_checkpointing"))
+    _checkpointing_kwargs(args.pop(ctx.key(HF, "activation_checkpointing_kwargs"), None) or {}, notes)
     # LLaMA-Factory checkpoints by default (non-reentrant unless use_reentrant_gc); switch it off explicitly.
     config[KEYS["checkpointing"]] = not checkpointing
     if checkpointing:

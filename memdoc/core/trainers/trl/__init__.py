@@ -57,10 +57,10 @@ class Trl:
 
         return kbit_notes(plan)
 
-    def loss_note(self, plan):
+    def loss_note(self, plan, stack=None):
         from memdoc.core.trainers.trl.facts import loss_note
 
-        return loss_note(plan)
+        return loss_note(plan, stack)
 
 
 TRAINER = Trl()

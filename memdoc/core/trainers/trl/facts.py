@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from memdoc.core.model.plan import Loss, Method, Task, TrainingPlan
+from memdoc.core.model.stack import Stack, trl_fused_lm_head
 from memdoc.core.trainers.accelerate.write import add_parallelism, check_parallelism
 from memdoc.core.trainers.kbit import upcast_mismatch
 from memdoc.core.trainers.packing import FLASH_NOTE
@@ -67,10 +68,13 @@ def _trl_head(plan: TrainingPlan) -> str:
     return f"TRL ≥ 1.16's {trainer} computes the loss through its fused LM head ({source})"
 
 
-def loss_note(plan: TrainingPlan) -> str | None:
-    """TRL ≥ 1.16 always uses its fused LM head: bill trl-fused."""
+def loss_note(plan: TrainingPlan, stack: Stack | None = None) -> str | None:
+    """TRL ≥ 1.16 always uses its fused LM head: bill trl-fused (`trl_fused_lm_head`; an older TRL of the `stack`
+    computes the loss as `--loss` says)."""
     if plan.task is Task.RM:
         return RM_HEAD_NOTE
+    if stack is not None and not trl_fused_lm_head(stack):
+        return None
     trl_head = _trl_head(plan)
     if plan.loss is Loss.HF:
         return f"loss hf: {trl_head}, never the full logits — bill --loss trl-fused for this config"

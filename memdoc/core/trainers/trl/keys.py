@@ -19,7 +19,8 @@ KEYS = KeyTable(
     VERSION,
     (
         Key("model", "model_name_or_path"),
-        Key("precision", "dtype", read_also=("torch_dtype",), default="float32"),
+        # `dtype` from 0.23.0 (`torch_dtype` stays a deprecated alias): trl 0.23.0 trl/trainer/model_config.py
+        Key("precision", "dtype", read_also=("torch_dtype",), default="float32", spellings={"0.23.0": "torch_dtype"}),
         Key("attention", "attn_implementation", {"sdpa": "sdpa", "eager": "eager"}, aliases=FLASH),
         Key("method", "use_peft"),
         Key("lora_rank", "lora_r", default=16),
@@ -31,6 +32,7 @@ KEYS = KeyTable(
         Key("method", "bnb_4bit_quant_type", name="quant_type"),
         Key("method", "use_bnb_nested_quant", name="nested_quant", default=False),
         Key("method", "bnb_4bit_quant_storage", name="quant_storage"),
+        # SFTConfig's `max_seq_length` is gone in 0.20.0 (trl 0.19.0 trl/trainer/sft_config.py:244 still has it)
         Key("seq_len", "max_length", spellings={"0.20.0": "max_seq_length"}, default=1024),
         Key("packing", "packing", default=False),
         Key("packing", "padding_free", name="padding_free", default=False),

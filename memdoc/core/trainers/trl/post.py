@@ -63,12 +63,12 @@ def trl_script(plan: TrainingPlan) -> str:
     return TRL_SCRIPTS[plan.task]
 
 
-def trl_length_keys(plan: TrainingPlan, notes: list[str]) -> dict:
+def trl_length_keys(plan: TrainingPlan, notes: list[str], seq_key: str = KEYS["seq_len"]) -> dict:
     """The sequence lengths: `max_length` (SFT, DPO, KTO, reward: prompt + completion, truncated by the trainer);
     GRPO/RLOO: `max_completion_length` (TRL 1.16's GRPOConfig/RLOOConfig have no prompt limit, so `seq_len`, the
     prompt length of the online plan, is a note)."""
     if not plan.task.is_online:
-        return {KEYS["seq_len"]: plan.seq_len}
+        return {seq_key: plan.seq_len}
     notes.append(
         f"prompt length {plan.seq_len}: TRL 1.16's {TRL_TRAINERS[plan.task]} has no prompt-length key and never "
         f"truncates prompts — keep your prompts within {plan.seq_len} tokens, as billed"

@@ -49,7 +49,7 @@ def _task_keys(ctx: EmitContext, config: dict, notes: list[str], placeholders: d
     comments = {KEYS["dataset"]: rows}
     if not ctx.dataset:
         placeholders[KEYS["dataset"]] = f"a Hub dataset id or local path (--dataset); {rows}"
-    config.update(trl_length_keys(plan, notes))
+    config.update(trl_length_keys(plan, notes, ctx.key(KEYS, "seq_len")))
     if is_vlm(ctx.model_type):
         config.update(trl_vision_keys(plan, ctx.image_family or ctx.model_type, notes))
         trl_vision_notes(plan, notes)
@@ -73,7 +73,7 @@ def emit_trl(ctx: EmitContext) -> Emitted:
     placeholders: dict[str, str] = {}
     config: dict = {
         KEYS["model"]: ctx.model_id,
-        KEYS["precision"]: load_dtype(plan),
+        ctx.key(KEYS, "precision"): load_dtype(plan),
         KEYS["attention"]: plan.attention.value,
     }
     comments = _task_keys(ctx, config, notes, placeholders)
