@@ -66,3 +66,11 @@ def test_the_header_names_the_stack_and_bill_config_reads_the_old_file_to_the_sa
     assert billed["plan"]["seq_len"] == 2048 and billed["plan"]["method"] == "lora"
     assert {key: billed["per_gpu"][key] for key in emitted["per_gpu"]} == emitted["per_gpu"]
     assert billed["verdict"] == emitted["verdict"]
+
+
+@pytest.mark.parametrize(("stack", "argument"), [(OLD, "torch_dtype=torch.bfloat16"), (NEW, "dtype=torch.bfloat16")])
+def test_hf_formats_load_line_names_the_dtype_argument_of_the_stacks_transformers(stack, argument):
+    """transformers 4.56.0 renamed `from_pretrained(torch_dtype=…)` to `dtype` (the old name warns after)."""
+    result = invoke("emit", "Qwen/Qwen2.5-0.5B", "--gpu", "24", "--stack", stack, "--format", "hf")
+    assert result.exit_code == 0, result.output
+    assert f'from_pretrained("Qwen/Qwen2.5-0.5B", {argument},' in result.stderr

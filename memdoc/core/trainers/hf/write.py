@@ -28,6 +28,16 @@ from memdoc.core.trainers.hf.keys import KEYS
 from memdoc.core.trainers.vision import hf_vision_keys, is_vlm
 from memdoc.errors import PlanError
 
+FROM_PRETRAINED_DTYPE_SINCE = "4.56.0"
+"""`from_pretrained(dtype=…)` from transformers 4.56.0, where `torch_dtype` became a deprecated alias (4.56.0
+modeling_utils.py:2408-2410, "`torch_dtype` is deprecated! Use `dtype` instead!"); before it, `torch_dtype`."""
+
+
+def _dtype_argument(ctx: EmitContext) -> str:
+    """`from_pretrained`'s dtype argument as the stack's transformers names it."""
+    old = ctx.stack is not None and not ctx.stack.at_least("transformers", FROM_PRETRAINED_DTYPE_SINCE)
+    return "torch_dtype" if old else "dtype"
+
 
 def emit_hf(ctx: EmitContext) -> Emitted:
     plan = ctx.plan
@@ -41,7 +51,7 @@ def emit_hf(ctx: EmitContext) -> Emitted:
         )
     packing_keys(plan, notes)  # refuses --packing: TrainingArguments have no key
     config = training_arguments(ctx, notes, placeholders)
-    load = [f"dtype=torch.{load_dtype(plan)}", f'attn_implementation="{plan.attention.value}"']
+    load = [f"{_dtype_argument(ctx)}=torch.{load_dtype(plan)}", f'attn_implementation="{plan.attention.value}"']
     if plan.method is Method.QLORA:
         load.append(
             'quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", '
