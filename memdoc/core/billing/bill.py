@@ -345,8 +345,8 @@ def _head_and_embedding_gradients(model: ModelSpec, plan: TrainingPlan) -> tuple
     """Per-GPU bytes of the LM head's and the embedding's gradients (0, 0 unless full fine-tuning)."""
     if plan.method is not Method.FULL:
         return 0, 0
-    param_bytes = plan.precision.param_bits // 8
-    shards, world = plan.shard.shards_gradients, plan.world_size
+    layout, world = engine_layout(plan), plan.world_size  # what the engine shards, in its gradient dtype
+    param_bytes, shards = layout.grad_bits // 8, layout.shards_gradients
     return (
         _sharded(model.params.head * param_bytes, shards, world),
         _sharded(model.params.embedding * param_bytes, shards, world),
@@ -411,8 +411,8 @@ def _partial_checkpointing_phase(
             model.layouts[i].params() + model.layouts[i].norm_params
             for i in range(model.num_layers - above, model.num_layers)
         )
-        param_bytes = plan.precision.param_bits // 8
-        above_grads = _sharded(above_params * param_bytes, plan.shard.shards_gradients, plan.world_size)
+        layout = engine_layout(plan)
+        above_grads = _sharded(above_params * layout.grad_bits // 8, layout.shards_gradients, plan.world_size)
     buffers = acts.layer_backward_peak  # no recompute at the top: the gradient buffers only
     return t.phase(
         gradients=max(head_grad + above_grads, t.resident),

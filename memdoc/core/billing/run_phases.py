@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from memdoc.core.billing.activations import estimate_activations
 from memdoc.core.billing.bill import Bill
 from memdoc.core.billing.verdict import FitAnswer, fit_answer
+from memdoc.core.engines.layout import plan_engine
 from memdoc.core.model.model_spec import ModelSpec
 from memdoc.core.model.plan import Checkpointing, Method, Precision, Shard, TrainingPlan
 
@@ -303,7 +304,7 @@ def save_part(bill: Bill) -> RunPart:
     world, resident = plan.world_size, _resident(bill)
     optimizer = 0 if plan.save_only_model else states.optimizer
     opt_storage = 0
-    if optimizer and plan.shard in (Shard.ZERO1, Shard.ZERO2, Shard.ZERO3):
+    if optimizer and plan_engine(plan).is_deepspeed:  # offload without --shard runs as ZeRO-1/2 too
         elements = _sharded(states.trainable_params, world)
         opt_storage = 4 * (min(elements, ZERO3_SUB_GROUP) if plan.shard is Shard.ZERO3 else elements)
     if plan.shard is Shard.ZERO3 and save_gathers(plan):

@@ -94,6 +94,7 @@ from memdoc.core.billing.comm import DEFAULT_PEER_GBPS, HIDDEN_COMM_FRACTION, bo
 from memdoc.core.billing.parallel import parallel_traffic, rank_share
 from memdoc.core.billing.states import model_states
 from memdoc.core.billing.vision_bill import text_plan
+from memdoc.core.engines.layout import engine_layout
 from memdoc.core.model.families import Layout, Mlp, Norm
 from memdoc.core.model.gpu import GpuSpec
 from memdoc.core.model.model_spec import ModelSpec
@@ -381,7 +382,7 @@ def step_time(model: ModelSpec, plan: TrainingPlan, gpu: GpuSpec | None) -> Step
     if plan.method is Method.QLORA:
         compute *= QLORA_TIME_FACTOR  # the frozen base's matmuls and FLOPs are LoRA's; NF4 adds dequantisation
     world = plan.world_size
-    shard = world if plan.shard.shards_optimizer else 1
+    shard = world if engine_layout(plan).shards_optimizer else 1  # offload without --shard runs as ZeRO-1/2
     optimizer = 0.0 if plan.offload is not Offload.NONE else optimizer_bytes(plan, trainable) / shard / hbm
     collectives = communication(model, plan, gpu, states) if world > 1 else None
     comm = collectives.exposed(compute + optimizer) if collectives else 0.0
