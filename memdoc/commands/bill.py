@@ -94,15 +94,25 @@ def bill(
     if inference:
         options = (kv_cache, weights, prefill_chunk, knob, no_ladder, (serving.engine(tp), serving.vllm_args(tp)))
         return bill_inference(setup, options, json_out=json_out, check=check, page=(html, force))
+    host = host_ram(host_ram_gib)
     report = bill_report(
-        setup.model, setup.plan, setup.gpu, ladder=not no_ladder, max_of=knob, dataset=section, fixed=setup.explicit
+        setup.model,
+        setup.plan,
+        setup.gpu,
+        ladder=not no_ladder,
+        max_of=knob,
+        dataset=section,
+        fixed=setup.explicit,
+        host_limit=host.bytes,
+        host_source=host.source,
     )
     write_html(html, report.to_json() | setup.inputs_json(), title=f"memdoc bill: {setup.model.id}", force=force)
     if json_out:
         render.print_json(report.to_json() | setup.inputs_json())
     else:
-        host = host_ram(host_ram_gib) if report.bill.host else None
-        render.render_bill(report.bill, report.ladder, command_line=None, time=report.time, host=host, run=report.run)
+        shown = host if report.bill.host else None
+        render.render_bill(report.bill, report.ladder, command_line=None, time=report.time, host=shown, run=report.run)
+        render.render_run_verdict(report.verdict)
         if report.maximum is not None:
             render.render_max(report.maximum)
         if section is not None:

@@ -7,7 +7,15 @@ in `common` (JSON sink, notes, tables, units) and `layout` (the consoles, headin
 
 from __future__ import annotations
 
-from memdoc.render.bill import render_bill, render_dataset, render_ladder, render_max, render_time, render_verdict
+from memdoc.render.bill import (
+    render_bill,
+    render_dataset,
+    render_ladder,
+    render_max,
+    render_run_verdict,
+    render_time,
+    render_verdict,
+)
 from memdoc.render.common import duration, gib, note, print_json, progress_reporter, table
 from memdoc.render.diagnose import render_script_report, render_traced
 from memdoc.render.layout import format_switches, paragraph, parts_line, stderr, stdout, title
@@ -29,6 +37,7 @@ __all__ = [
     "render_dataset",
     "render_ladder",
     "render_max",
+    "render_run_verdict",
     "render_plans",
     "render_prescriptions",
     "render_script_report",

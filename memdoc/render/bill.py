@@ -135,6 +135,8 @@ def host_lines(bill, host=None) -> None:
     if host is not None and host.bytes:
         verdict = "fits" if bill.host_bytes_per_node <= host.bytes else "does not fit"
         line += f" · {verdict} {gib(host.bytes)}, {host.source}"
+    elif host is not None:
+        line += f" · {host.source}"
     stdout.print(line)
     if bill.nvme:
         stdout.print(f"  NVMe needed: {gib(sum(bill.nvme.values()) * plan.gpus_per_node)} per node")
@@ -350,3 +352,26 @@ def _render_dataset_images(images: dict) -> None:
             ]
         )
     table("image tokens (the fit above counts text + image tokens)", [("images", "left"), ("", "right")], rows)
+
+
+def render_run_verdict(verdict) -> None:
+    """The whole run's verdict (a `run_verdict.RunVerdict`) in one line, when a part other than the step, or
+    the host RAM, turns it: the step's own verdict line above speaks for the step alone."""
+    if verdict is None:
+        return
+    if verdict.decided_by == "host":
+        line = (
+            f"[bold red]✘ the whole run does not fit[/] the host: {verdict.host_part} needs {gib(verdict.host_bytes)} "
+            f"of RAM on rank 0's node, over {gib(verdict.host_limit)} ({verdict.host_source})"
+        )
+    elif verdict.gpu is None or verdict.gpu_part == "step" or verdict.gpu.comfortable:
+        return
+    else:
+        word = "does not fit" if not verdict.fits else "is a close call"
+        colour = "red" if not verdict.fits else "yellow"
+        line = (
+            f"[bold {colour}]✘ the whole run {word}[/]: {verdict.gpu_part} needs "
+            f"{gib(verdict.gpu.min_memory_bytes)} on rank 0 against {gib(verdict.gpu.capacity_bytes)}, "
+            "more than the step"
+        )
+    parts_line(line, indent="")

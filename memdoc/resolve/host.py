@@ -36,10 +36,18 @@ def machine_ram_bytes() -> tuple[int, str] | None:
     return (pages * size, "this machine's RAM (sysconf)") if pages > 0 and size > 0 else None
 
 
+NOT_LOCAL = "not judged: no GPU on this machine (NVML), so its RAM is not the node's; pass --host-ram GiB"
+
+
 def host_ram(gib: float | None) -> HostRam:
-    """The limit of `--host-ram GIB` when given, else this machine's RAM, else none."""
+    """The limit of `--host-ram GIB` when given; else this machine's RAM when its GPUs are the ones billed (NVML
+    sees one: `resolve.gpus.detect_local_gpu`); else none (a laptop planning for a remote 8×H100 box)."""
+    from memdoc.resolve.gpus import detect_local_gpu
+
     if gib is not None:
         return HostRam(bytes=round(gib * GIB), source="--host-ram")
+    if detect_local_gpu() is None:
+        return HostRam(bytes=None, source=NOT_LOCAL)
     found = machine_ram_bytes()
     if found is None:
         return HostRam(bytes=None, source="unknown: pass --host-ram GiB to limit offloaded plans")

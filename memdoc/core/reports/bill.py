@@ -9,6 +9,7 @@ from memdoc.core.billing.bill import Bill, bill_json, compute_bill
 from memdoc.core.billing.inference import InferenceBill, InferencePlan, inference_bill
 from memdoc.core.billing.posttrain.steptime import task_step_time
 from memdoc.core.billing.run_phases import RunBill, run_bill
+from memdoc.core.billing.run_verdict import RunVerdict, run_verdict
 from memdoc.core.billing.steptime import StepTime
 from memdoc.core.billing.vllm_budget import VllmStartup, vllm_startup
 from memdoc.core.billing.vllm_startup import VllmArgs
@@ -38,10 +39,13 @@ class BillReport:
     """The --dataset section (the JSON `dataset` object), or None."""
     run: RunBill | None = None
     """The whole run: load, step, evaluation, save, per rank (`run_phases.run_bill`)."""
+    verdict: RunVerdict | None = None
+    """The whole run's verdict (`run_verdict`): the GPU's deciding part and the host RAM per node."""
 
     @property
     def fits(self) -> bool | None:
-        return self.bill.fits
+        """Does the whole run fit (every part on the GPU, and the host where it is judged)?"""
+        return self.bill.fits if self.verdict is None else self.verdict.fits
 
     def to_json(self) -> dict:
         data = bill_json(self.bill)
@@ -52,6 +56,9 @@ class BillReport:
         if self.dataset is not None:
             data["dataset"] = self.dataset
         data["run"] = None if self.run is None else self.run.to_json()
+        if self.verdict is not None:
+            data["run_verdict"] = self.verdict.to_json()
+            data["fits"] = self.verdict.fits
         return data
 
 
@@ -64,11 +71,15 @@ def bill_report(
     max_of: str | None = None,
     dataset: dict | None = None,
     fixed: frozenset[str] = frozenset(),
+    host_limit: int | None = None,
+    host_source: str = "not judged",
 ) -> BillReport:
     """Bill the plan, time the step, climb the ladder when it does not fit comfortably (if `ladder`), and
     find the largest `max_of` ('batch' or 'seq') that fits comfortably and at all. `fixed`: the plan fields
-    the user set (`Setup.explicit`), which the ladder keeps while it can (`climb`)."""
+    the user set (`Setup.explicit`), which the ladder keeps while it can (`climb`). `host_limit`: the host RAM per
+    node the whole run's verdict holds the host against (None: not judged)."""
     the_bill = compute_bill(model, plan, gpu)
+    run = run_bill(the_bill)
     return BillReport(
         bill=the_bill,
         time=task_step_time(model, plan, gpu),
@@ -77,7 +88,8 @@ def bill_report(
         max_of=max_of,
         maximum=None if max_of is None or gpu is None else maximum(model, plan, gpu, max_of),
         dataset=dataset,
-        run=run_bill(the_bill),
+        run=run,
+        verdict=run_verdict(run, host_limit, host_source),
     )
 
 

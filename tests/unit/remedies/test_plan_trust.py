@@ -53,19 +53,37 @@ def test_a_host_ram_limit_drops_the_plans_over_it_and_keeps_the_others():
     assert [c.plan for c in limited][: len(kept)] == kept
 
 
-def test_the_table_shows_host_ram_and_says_where_the_limit_came_from():
+def _gpus_here(monkeypatch, here: bool) -> None:
+    """NVML sees a GPU on this machine (an H100), or none."""
+    import memdoc.resolve.gpus as gpus
+    from memdoc.core.model.gpu import resolve_gpu
+
+    monkeypatch.setattr(gpus, "detect_local_gpu", lambda: resolve_gpu("h100-sxm") if here else None)
+
+
+def _default_source() -> str:
+    result = invoke("plan", "meta-llama/Llama-3.1-8B", "--gpu", "24", "--top", "1", "--json")
+    return json.loads(result.stdout)["host_ram"]["source"]
+
+
+def test_the_table_shows_host_ram_and_says_where_the_limit_came_from(monkeypatch):
     result = invoke("plan", "meta-llama/Llama-3.1-70B", "--gpu", "rtx-4090", "--host-ram", "100", "--top", "2")
     assert result.exit_code == 0, result.output
     assert "host RAM" in result.stdout and "host RAM limit: 100.00 GiB per node, --host-ram" in result.stdout
-    default = json.loads(invoke("plan", "meta-llama/Llama-3.1-8B", "--gpu", "24", "--top", "1", "--json").stdout)
-    assert default["host_ram"]["source"].startswith("this machine's RAM")
+    _gpus_here(monkeypatch, True)
+    assert _default_source().startswith("this machine's RAM")
+    _gpus_here(monkeypatch, False)  # the GPUs are elsewhere: this machine's RAM is not the node's
+    assert _default_source().startswith("not judged")
 
 
-def test_this_machines_ram_matches_sysconf():
+def test_this_machines_ram_matches_sysconf(monkeypatch):
     # /proc/meminfo's MemTotal and sysconf's physical pages both report the kernel's total RAM
     ram, source = machine_ram_bytes()
     assert ram == os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") and "/proc/meminfo" in source
+    _gpus_here(monkeypatch, True)
     assert host_ram(1.5).bytes == 1.5 * GIB and host_ram(None).bytes == ram
+    _gpus_here(monkeypatch, False)
+    assert host_ram(1.5).bytes == 1.5 * GIB and host_ram(None).bytes is None
 
 
 # ----------------------------------------------------------------------------------- time bands and ranking
