@@ -67,7 +67,7 @@ TESTS = {
     "tests/cli/test_config_stack.py": "TRL's fused LM head read from SFTTrainer's source",
     "tests/unit/billing/test_posttrain_scored.py": "GRPO's scored log-probs read from TRL's source",
     "tests/unit/remedies/test_post_ladder.py": "post-training remedies checked against TRL's files",
-    "tests/unit/user_config/test_post_training.py": "Axolotl's GRPO trainer read from source",
+    "tests/unit/trainers/test_post_training.py": "Axolotl's GRPO trainer read from source",
 }
 """The tests `make drift` runs under the newest releases -> why each is there. Keep to tests that read
 installed sources or census real modules: the rest of the suite does not depend on a library's release."""
