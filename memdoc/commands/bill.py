@@ -96,29 +96,28 @@ def bill(
         return bill_inference(setup, options, json_out=json_out, check=check, page=(html, force))
     host = host_ram(host_ram_gib)
     report = bill_report(
-        setup.model,
-        setup.plan,
-        setup.gpu,
-        ladder=not no_ladder,
-        max_of=knob,
-        dataset=section,
-        fixed=setup.explicit,
-        host_limit=host.bytes,
-        host_source=host.source,
+        *setup.job, ladder=not no_ladder, max_of=knob, dataset=section, fixed=setup.explicit, host=host
     )
     write_html(html, report.to_json() | setup.inputs_json(), title=f"memdoc bill: {setup.model.id}", force=force)
     if json_out:
         render.print_json(report.to_json() | setup.inputs_json())
     else:
-        shown = host if report.bill.host else None
-        render.render_bill(report.bill, report.ladder, command_line=None, time=report.time, host=shown, run=report.run)
-        render.render_run_verdict(report.verdict)
-        if report.maximum is not None:
-            render.render_max(report.maximum)
-        if section is not None:
-            render.render_dataset(section)
+        _render_training(report, host, section)
     if check and report.fits is False:
         raise typer.Exit(3)
+
+
+def _render_training(report, host, section) -> None:
+    """The bill, the host RAM (when offloaded), the whole run and its verdict, --max and the dataset section."""
+    from memdoc import render
+
+    shown = host if report.bill.host else None
+    render.render_bill(report.bill, report.ladder, command_line=None, time=report.time, host=shown, run=report.run)
+    render.render_run_verdict(report.verdict)
+    if report.maximum is not None:
+        render.render_max(report.maximum)
+    if section is not None:
+        render.render_dataset(section)
 
 
 def _with_dataset(path: Path | None, tokenizer: str | None, text_field, setup, seq_given: bool, quiet: bool):

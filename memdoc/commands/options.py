@@ -30,7 +30,8 @@ HostRamOpt = Annotated[
         metavar="GiB",
         min=0,
         max=MAX_HOST_RAM_GIB,
-        help="Host RAM per node that offloaded states may use. [default: this machine's RAM]",
+        help="Host RAM per node that offloaded states may use. [default: this machine's RAM when NVML sees a GPU "
+        "here; else not judged]",
     ),
 ]
 """Host RAM per node (`bill`, `plan`): offloaded states are checked against it."""

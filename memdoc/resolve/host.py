@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from memdoc.errors import PlanError
 
 GIB = 1024**3
 MEMINFO = Path("/proc/meminfo")
@@ -45,6 +48,8 @@ def host_ram(gib: float | None) -> HostRam:
     from memdoc.resolve.gpus import detect_local_gpu
 
     if gib is not None:
+        if not math.isfinite(gib) or gib <= 0:
+            raise PlanError(f"--host-ram {gib}: give the node's host RAM as a positive number of GiB (e.g. 512)")
         return HostRam(bytes=round(gib * GIB), source="--host-ram")
     if detect_local_gpu() is None:
         return HostRam(bytes=None, source=NOT_LOCAL)

@@ -59,6 +59,11 @@ class Setup:
     model_note: str | None = None
     """How MODEL was taken when it is a mirror of a catalog model (`memdoc.resolve.models.mirror_note`)."""
 
+    @property
+    def job(self) -> tuple[ModelSpec, TrainingPlan, GpuSpec | None]:
+        """(model, plan, GPU): what every command bills for this setup."""
+        return self.model, self.plan, self.gpu
+
     def inputs_json(self) -> dict:
         """What the config files said (`config`) and the stack whose defaults were used (`stack`), when given:
         the keys `bill --json` adds to its report."""

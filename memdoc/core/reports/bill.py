@@ -71,13 +71,13 @@ def bill_report(
     max_of: str | None = None,
     dataset: dict | None = None,
     fixed: frozenset[str] = frozenset(),
-    host_limit: int | None = None,
-    host_source: str = "not judged",
+    host=None,
 ) -> BillReport:
     """Bill the plan, time the step, climb the ladder when it does not fit comfortably (if `ladder`), and
     find the largest `max_of` ('batch' or 'seq') that fits comfortably and at all. `fixed`: the plan fields
-    the user set (`Setup.explicit`), which the ladder keeps while it can (`climb`). `host_limit`: the host RAM per
-    node the whole run's verdict holds the host against (None: not judged)."""
+    the user set (`Setup.explicit`), which the ladder keeps while it can (`climb`). `host`: the host RAM per node
+    the whole run's verdict holds the host against (`bytes` and `source`, a `resolve.host.HostRam`; None: not
+    judged)."""
     the_bill = compute_bill(model, plan, gpu)
     run = run_bill(the_bill)
     return BillReport(
@@ -89,7 +89,7 @@ def bill_report(
         maximum=None if max_of is None or gpu is None else maximum(model, plan, gpu, max_of),
         dataset=dataset,
         run=run,
-        verdict=run_verdict(run, host_limit, host_source),
+        verdict=run_verdict(run, *((host.bytes, host.source) if host is not None else ())),
     )
 
 
