@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from pathlib import Path
 
+from memdoc.core.billing.bill import compute_bill
 from memdoc.core.reports.emit import EmitResult, emit_result, plan_to_emit
 from memdoc.core.trainers.registry import default_filename
 from memdoc.core.trainers.text import check_fill_in
 from memdoc.errors import OutputError
 from memdoc.output.files import check_length, write_all
+from memdoc.output.read_back import RUNTIME_FIELDS, as_run, billed_as_note
 from memdoc.resolve.setup import Setup, card_as_emit_sees_it
 from memdoc.resolve.stack import stack_in_use
 
@@ -38,24 +41,31 @@ def emit_files(
     chosen = plan_to_emit(setup.model, setup.plan, setup.gpu, fit=fit, fixed=setup.explicit)
     if chosen is None:
         return None
-    plan, the_bill, fit_message = chosen
-    result = emit_result(
-        setup.model,
-        plan,
-        setup.gpu,
-        the_bill,
-        fmt,
-        output=path,
-        dataset=dataset,
-        output_dir=output_dir,
-        asked_id=setup.model_arg if setup.model.source == "catalog" else None,
-        stack=setup.stack or stack_in_use(),
-    )
-    result = dataclasses.replace(result, fit_message=fit_message)
+    options = {"fmt": fmt, "output": path, "dataset": dataset, "output_dir": output_dir}
+    result = _emit_as_run(setup, chosen[0], chosen[1], options)
+    if fit and result.bill.comfortable is False:  # the trainer runs more than the ladder priced: climb from that
+        again = plan_to_emit(setup.model, result.runs, setup.gpu, fit=True, fixed=setup.explicit | set(RUNTIME_FIELDS))
+        if again is None:
+            return None
+        chosen = again
+        result = _emit_as_run(setup, again[0], again[1], options)
+    result = dataclasses.replace(result, fit_message=chosen[2])
     if path is None:
         return result
     write_all(result.files, force=force)
     return dataclasses.replace(result, written=True)
+
+
+def _emit_as_run(setup: Setup, plan, the_bill, options: dict) -> EmitResult:
+    """The files of `plan`, headed with the bill of the plan the trainer runs from them (`read_back.as_run`)."""
+    stack = setup.stack or stack_in_use()
+    asked_id = setup.model_arg if setup.model.source == "catalog" else None
+    emit_as = functools.partial(emit_result, setup.model, plan, setup.gpu, asked_id=asked_id, stack=stack, **options)
+    runs = as_run(plan, emit_as(the_bill, output=None).files, stack, setup.model.id)
+    if runs == plan:
+        return dataclasses.replace(emit_as(the_bill), runs=plan)
+    note = billed_as_note(plan, runs, options["fmt"])
+    return dataclasses.replace(emit_as(compute_bill(setup.model, runs, setup.gpu), billed_as=note), runs=runs)
 
 
 def output_path(raw: str | None, fmt: str, task: str = "sft") -> Path | None:

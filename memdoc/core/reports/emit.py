@@ -39,6 +39,8 @@ class EmitResult:
     fit_message: str | None = None
     """With --fit, which ladder rungs were applied (None when the plan fitted as given)."""
     written: bool = False
+    runs: TrainingPlan | None = None
+    """The plan the trainer runs from the files (`output/read_back.py`), which the header bills; None: `plan`."""
 
     def to_json(self) -> dict:
         return {
@@ -118,6 +120,7 @@ def emit_result(
     output_dir: str | None = None,
     asked_id: str | None = None,
     stack: Stack | None = None,
+    billed_as: str | None = None,
 ) -> EmitResult:
     """The config of `plan` in format `fmt` and its side files, at `output` (else the format's default name)."""
     config_path = str(output) if output else default_filename(fmt, plan.task.value)
@@ -140,6 +143,8 @@ def emit_result(
         stack=stack,
     )
     emitted = emit(fmt, ctx)
+    if billed_as:
+        emitted.notes.insert(0, billed_as)
     files = [(Path(config_path), render_main(ctx, emitted))]
     files += [(Path(ctx.side_path(side.name)), render_side(ctx, side)) for side in emitted.side_files]
     return EmitResult(

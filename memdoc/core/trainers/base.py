@@ -197,8 +197,8 @@ def precision_note(plan: TrainingPlan) -> str:
             f"precision {p.value}: frozen base weights loaded in {p.torch_dtype_name} ({base}); "
             f"peft keeps the small trainable adapters in fp32. `{p.value}: true` "
             f"also turns on autocast, which the trainer runs as memdoc's --precision {amp} (the adapters' matmuls in "
-            f"{p.compute_dtype_name}): less activation memory than this bill; bill --precision "
-            f"{amp} for the exact figure"
+            f"{p.compute_dtype_name}): less activation memory than the {p.value} plan as asked; bill --precision "
+            f"{amp} prices what runs"
         )
     if plan.is_peft and p.is_amp:
         return (
