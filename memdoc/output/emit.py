@@ -61,9 +61,10 @@ def _emit_as_run(setup: Setup, plan, the_bill, options: dict) -> EmitResult:
     stack = setup.stack or stack_in_use()
     asked_id = setup.model_arg if setup.model.source == "catalog" else None
     emit_as = functools.partial(emit_result, setup.model, plan, setup.gpu, asked_id=asked_id, stack=stack, **options)
-    runs = as_run(plan, emit_as(the_bill, output=None).files, stack, setup.model.id)
+    relative = emit_as(the_bill, output=None)  # side files named as the main file references them
+    runs = as_run(plan, relative.files, stack, setup.model.id)
     if runs == plan:
-        return dataclasses.replace(emit_as(the_bill), runs=plan)
+        return dataclasses.replace(relative if options["output"] is None else emit_as(the_bill), runs=plan)
     note = billed_as_note(plan, runs, options["fmt"])
     return dataclasses.replace(emit_as(compute_bill(setup.model, runs, setup.gpu), billed_as=note), runs=runs)
 

@@ -43,12 +43,6 @@ class RunVerdict:
         return None if not answers else all(answers)
 
     @property
-    def comfortable(self) -> bool | None:
-        if self.fits is not True:
-            return self.fits
-        return self.gpu is None or self.gpu.comfortable
-
-    @property
     def decided_by(self) -> str | None:
         """What turns the verdict: 'host' when the host RAM does not fit, else the GPU's deciding part."""
         if self.host_fits is False:
